@@ -1,0 +1,333 @@
+"""Cluster state: nodes, their devices, pods and their allocations.
+
+Usage is kept in the cluster-wide arrays of :mod:`devshare.engine.table`. A pod's allocation is
+either *assumed* (reserved by the scheduler, waiting for its bind, expiring if the bind never
+completes) or *bound*. After a restart the state is rebuilt from bound pods' annotations alone
+(:meth:`ClusterState.add_bound`).
+
+Every change that could oversubscribe a device goes through :meth:`ClusterState.reserve`, which
+checks the allocation against the arrays first and refuses it whole (nothing half-applied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import msgspec
+import numpy as np
+
+from devshare.model import names
+from devshare.model.allocation import PodAllocation
+from devshare.model.device import NodeDevices
+from devshare.model.node import NodeInfo
+from devshare.model.quantity import human_bytes
+from devshare.model.request import PodRequest
+from devshare.engine.table import DeviceTable
+
+DEFAULT_MAX_CONTAINERS = 16  # seed 000: MGPUMaxContainersPerCard
+DEFAULT_ASSUME_TTL = 60.0  # seconds an assumed allocation waits for its bind
+
+Phase = Literal["assumed", "bound"]
+
+
+class Conflict(Exception):
+    """An allocation that no longer fits (another pod took the device first)."""
+
+
+class PodRecord(msgspec.Struct, kw_only=True):
+    pod: PodRequest
+    allocation: PodAllocation
+    phase: Phase
+    expires_at: float | None = None
+
+
+class ClusterState:
+    def __init__(self, *, max_containers_per_device: int = DEFAULT_MAX_CONTAINERS) -> None:
+        self.max_containers = max_containers_per_device
+        self.nodes: dict[str, NodeInfo] = {}
+        self.devices: dict[str, NodeDevices] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self.row_of: dict[str, int] = {}
+        self.name_of: dict[int, str] = {}
+        self._free_rows: list[int] = []
+        self._rows = 0
+        cap = 64
+        self.active = np.zeros(cap, np.bool_)
+        self.cpu_total = np.zeros(cap, np.int64)  # 0 = untracked
+        self.cpu_used = np.zeros(cap, np.int64)
+        self.mem_total = np.zeros(cap, np.int64)
+        self.mem_used = np.zeros(cap, np.int64)
+        self.tables: dict[str, DeviceTable] = {}
+        self.bandwidth: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
+        self.version = 0  # bumped on every change; caches key on it
+
+    # ------------------------------------------------------------------ nodes and devices
+    def table(self, device_type: str) -> DeviceTable:
+        t = self.tables.get(device_type)
+        if t is None:
+            t = DeviceTable(device_type, rows=self.active.shape[0])
+            self.tables[device_type] = t
+        return t
+
+    def _new_row(self) -> int:
+        if self._free_rows:
+            return self._free_rows.pop()
+        row = self._rows
+        self._rows += 1
+        if row >= self.active.shape[0]:
+            cap = 2 * self.active.shape[0]
+            for name in ("active", "cpu_total", "cpu_used", "mem_total", "mem_used"):
+                old = getattr(self, name)
+                new = np.zeros(cap, old.dtype)
+                new[: old.shape[0]] = old
+                setattr(self, name, new)
+        for t in self.tables.values():
+            t.ensure_rows(row + 1)
+        return row
+
+    @property
+    def n_rows(self) -> int:
+        return self._rows
+
+    def upsert_node(self, info: NodeInfo) -> None:
+        self.version += 1
+        row = self.row_of.get(info.name)
+        if row is None:
+            row = self._new_row()
+            self.row_of[info.name] = row
+            self.name_of[row] = info.name
+        self.nodes[info.name] = info
+        self.active[row] = not info.unschedulable
+        self.cpu_total[row] = info.cpu_milli
+        self.mem_total[row] = info.memory_bytes
+        nd = self.devices.get(info.name)
+        self._load_devices(row, nd)
+
+    def remove_node(self, name: str) -> None:
+        """Drop a node and its devices. Pods placed there keep their allocation records."""
+        row = self.row_of.pop(name, None)
+        if row is None:
+            return
+        self.version += 1
+        del self.name_of[row]
+        self.nodes.pop(name, None)
+        self.active[row] = False
+        self.cpu_total[row] = self.cpu_used[row] = self.mem_total[row] = self.mem_used[row] = 0
+        for t in self.tables.values():
+            t.clear(row)
+        self.bandwidth.pop(name, None)
+        self._free_rows.append(row)
+
+    def set_devices(self, nd: NodeDevices) -> None:
+        """Publish a node's devices (a Device object appeared or changed). Takes effect at once."""
+        self.version += 1
+        self.devices[nd.node] = nd
+        row = self.row_of.get(nd.node)
+        if row is not None:
+            self._load_devices(row, nd)
+
+    def remove_devices(self, node: str) -> None:
+        self.version += 1
+        self.devices.pop(node, None)
+        row = self.row_of.get(node)
+        if row is not None:
+            self._load_devices(row, None)
+
+    def _load_devices(self, row: int, nd: NodeDevices | None) -> None:
+        name = self.name_of[row]
+        types = set(self.tables)
+        if nd is not None:
+            types |= {d.type for d in nd.devices}
+        for t in types:
+            devs = nd.of_type(t) if nd is not None else ()
+            self.table(t).set_devices(row, devs, nd.held_outside if nd is not None else ())
+        self.cpu_used[row] = 0
+        self.mem_used[row] = 0
+        self.bandwidth.pop(name, None)
+        if nd is not None and nd.gpu_bandwidth is not None:
+            m = np.asarray(nd.gpu_bandwidth, dtype=np.float64)
+            self.bandwidth[name] = np.minimum(m, m.T)  # a pair's bandwidth: the smaller direction
+        for rec in self.pods.values():
+            if rec.allocation.node == name:
+                self._apply(rec, +1)
+
+    # ------------------------------------------------------------------ usage accounting
+    def _apply(self, rec: PodRecord, sign: int) -> None:
+        row = self.row_of.get(rec.allocation.node)
+        if row is None:
+            return
+        self.cpu_used[row] += sign * rec.pod.cpu_milli
+        self.mem_used[row] += sign * rec.pod.memory_bytes
+        for _, g in rec.allocation.grants():
+            t = self.tables.get(g.type)
+            if t is None:
+                continue
+            col = t.column_of(row, g.minor)
+            if col < 0:
+                continue  # the device is gone; the record stays, nothing to count
+            t.used_core[row, col] += sign * g.core_milli
+            t.used_mem[row, col] += sign * g.memory
+            t.used_slots[row, col] += sign
+
+    def why_not(self, pod: PodRequest, alloc: PodAllocation, *, ignore: str | None = None) -> str | None:
+        """Why ``alloc`` cannot be added now (None when it fits). ``ignore``: a pod key not to count."""
+        row = self.row_of.get(alloc.node)
+        if row is None:
+            return f"node {alloc.node} is not known"
+        if not self.active[row]:
+            return f"node {alloc.node} is unschedulable"
+        if self.cpu_total[row] and self.cpu_used[row] + pod.cpu_milli > self.cpu_total[row]:
+            return f"node {alloc.node}: not enough CPU"
+        if self.mem_total[row] and self.mem_used[row] + pod.memory_bytes > self.mem_total[row]:
+            return f"node {alloc.node}: not enough memory"
+        extra: dict[tuple[str, int], list[int]] = {}
+        for _, g in alloc.grants():
+            acc = extra.setdefault((g.type, g.minor), [0, 0, 0])
+            acc[0] += g.core_milli
+            acc[1] += g.memory
+            acc[2] += 1
+        back = self.pods.get(ignore) if ignore else None
+        for (dtype, minor), (core, mem, slots) in extra.items():
+            t = self.tables.get(dtype)
+            col = t.column_of(row, minor) if t is not None else -1
+            if t is None or col < 0:
+                return f"{dtype} {minor} does not exist on node {alloc.node}"
+            if not t.healthy[row, col]:
+                return f"{dtype} {minor} on node {alloc.node} is unhealthy"
+            if t.blocked[row, col]:
+                return f"{dtype} {minor} on node {alloc.node} is held by another device plugin"
+            used_core = int(t.used_core[row, col])
+            used_mem = int(t.used_mem[row, col])
+            used_slots = int(t.used_slots[row, col])
+            if back is not None and back.allocation.node == alloc.node:
+                for _, bg in back.allocation.grants():
+                    if bg.type == dtype and bg.minor == minor:
+                        used_core -= bg.core_milli
+                        used_mem -= bg.memory
+                        used_slots -= 1
+            if used_core + core > t.total_core[row, col]:
+                free = int(t.total_core[row, col]) - used_core
+                return f"{dtype} {minor}: {free / 10:g}% compute free, {core / 10:g}% asked"
+            if used_mem + mem > t.total_mem[row, col]:
+                free = int(t.total_mem[row, col]) - used_mem
+                return f"{dtype} {minor}: {human_bytes(free)} free, {human_bytes(mem)} asked"
+            if used_slots + slots > self.max_containers:
+                return f"{dtype} {minor}: already {used_slots} containers, at most {self.max_containers}"
+        return None
+
+    # ------------------------------------------------------------------ lifecycle
+    def reserve(self, pod: PodRequest, alloc: PodAllocation, *, now: float,
+                ttl: float | None = DEFAULT_ASSUME_TTL) -> None:
+        """Assume ``alloc`` for ``pod`` until it is bound or ``now + ttl`` passes. All or nothing."""
+        key = pod.key
+        if key in self.pods:
+            raise Conflict(f"pod {key} already holds an allocation on {self.pods[key].allocation.node}")
+        reason = self.why_not(pod, alloc)
+        if reason is not None:
+            raise Conflict(reason)
+        rec = PodRecord(pod=pod, allocation=alloc, phase="assumed",
+                        expires_at=None if ttl is None else now + ttl)
+        self.pods[key] = rec
+        self._apply(rec, +1)
+        self.version += 1
+
+    def unreserve(self, key: str) -> bool:
+        """Undo an assumed allocation (bind failed). Bound pods are left alone."""
+        rec = self.pods.get(key)
+        if rec is None or rec.phase != "assumed":
+            return False
+        self.release(key)
+        return True
+
+    def bind(self, key: str) -> None:
+        rec = self.pods.get(key)
+        if rec is None:
+            raise KeyError(f"pod {key} has no reserved allocation")
+        rec.phase = "bound"
+        rec.expires_at = None
+        self.version += 1
+
+    def release(self, key: str) -> PodRecord | None:
+        """Give back everything the pod holds (deleted, completed, or unreserved)."""
+        rec = self.pods.pop(key, None)
+        if rec is not None:
+            self._apply(rec, -1)
+            self.version += 1
+        return rec
+
+    def expire(self, now: float) -> list[str]:
+        """Drop assumed allocations whose bind never completed. Returns their pod keys."""
+        gone = [k for k, r in self.pods.items()
+                if r.phase == "assumed" and r.expires_at is not None and r.expires_at <= now]
+        for k in gone:
+            self.release(k)
+        return gone
+
+    def add_bound(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
+        """Record a bound pod's allocation (from its annotation). Returns a conflict message if the
+        devices were already over-used, but records it anyway: the annotation is the truth."""
+        old = self.pods.get(pod.key)
+        if old is not None:
+            if old.allocation == alloc:
+                old.phase = "bound"
+                old.expires_at = None
+                return None
+            self.release(pod.key)
+        reason = self.why_not(pod, alloc) if alloc.node in self.row_of else None
+        rec = PodRecord(pod=pod, allocation=alloc, phase="bound")
+        self.pods[pod.key] = rec
+        self._apply(rec, +1)
+        self.version += 1
+        return reason
+
+    # ------------------------------------------------------------------ views
+    def node_rows(self, names_: Iterable[str] | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Rows of the named nodes (unknown names are skipped), or of every node."""
+        if names_ is None:
+            return np.fromiter(self.row_of.values(), np.int64, len(self.row_of))
+        return np.fromiter((self.row_of[n] for n in names_ if n in self.row_of), np.int64)
+
+    def usage_key(self) -> tuple[Any, ...]:
+        """A comparable summary of all usage (tests compare a live state with a rebuilt one)."""
+        out: list[Any] = []
+        for name in sorted(self.row_of):
+            row = self.row_of[name]
+            for t in sorted(self.tables):
+                tb = self.tables[t]
+                n = tb.count(row)
+                out.append((name, t, tb.used_core[row, :n].tolist(), tb.used_mem[row, :n].tolist(),
+                            tb.used_slots[row, :n].tolist()))
+            out.append((name, int(self.cpu_used[row]), int(self.mem_used[row])))
+        return tuple(out)
+
+    def inspect(self) -> dict[str, Any]:
+        """DESIGN.md's inspect JSON: per node, per device, what is used and by whom."""
+        by_device: dict[tuple[str, str, int], list[str]] = {}
+        for key, rec in self.pods.items():
+            for ci, g in rec.allocation.grants():
+                who = f"{key}/{rec.allocation.containers[ci].name}"
+                lst = by_device.setdefault((rec.allocation.node, g.type, g.minor), [])
+                if who not in lst:
+                    lst.append(who)
+        nodes = []
+        for name in sorted(self.row_of):
+            row = self.row_of[name]
+            devices = []
+            for t in sorted(self.tables):
+                tb = self.tables[t]
+                for col in range(tb.count(row)):
+                    minor = int(tb.minor[row, col])
+                    total: dict[str, Any] = {"core": int(tb.total_core[row, col]) / 10}
+                    used: dict[str, Any] = {"core": int(tb.used_core[row, col]) / 10}
+                    if t == names.GPU:
+                        total["memory"] = int(tb.total_mem[row, col])
+                        used["memory"] = int(tb.used_mem[row, col])
+                    used["containers"] = int(tb.used_slots[row, col])
+                    devices.append({
+                        "type": t, "minor": minor, "id": tb.ids[row][col],
+                        "health": bool(tb.healthy[row, col]), "heldOutside": bool(tb.blocked[row, col]),
+                        "total": total, "used": used, "pods": sorted(by_device.get((name, t, minor), [])),
+                    })
+            nodes.append({"name": name, "devices": devices})
+        return {"nodes": nodes}

@@ -1,0 +1,96 @@
+"""The one internal request type every dialect is parsed into.
+
+Units, everywhere in devshare:
+
+- ``core_milli``: thousandths of one device's compute (1000 = a whole device). For RDMA and FPGA
+  it is the share of the device. Koordinator's ``gpu-core: 50`` is 500.
+- ``memory``: bytes of device memory per device.
+- ``memory_ratio_milli``: thousandths of one device's memory (1000 = all of it); turned into bytes
+  once the device is known (allocatedMemory = total memory of that device x ratio, seed 001).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+WHOLE = 1000  # core_milli / memory_ratio_milli of one whole device
+
+
+class DeviceRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What one container asks of one device type: ``count`` devices, each with this much."""
+
+    type: str  # "gpu" | "rdma" | "fpga" | any registered device type
+    count: int = 1
+    core_milli: int = 0
+    memory: int = 0  # bytes per device; 0 = not asked in bytes
+    memory_ratio_milli: int = 0  # per device; 0 = not asked as a ratio
+
+    @property
+    def whole(self) -> bool:
+        """True when each device is taken whole (exclusive)."""
+        return self.core_milli >= WHOLE and (self.memory_ratio_milli >= WHOLE or self.memory == 0)
+
+    def memory_on(self, total_memory: int) -> int:
+        """Bytes asked on a device with ``total_memory`` bytes."""
+        if self.memory_ratio_milli:
+            return total_memory * self.memory_ratio_milli // WHOLE
+        return self.memory
+
+
+class ContainerRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One container's device requests, one entry per device type (empty: asks for none)."""
+
+    name: str
+    devices: tuple[DeviceRequest, ...] = ()
+
+    def get(self, device_type: str) -> DeviceRequest | None:
+        for d in self.devices:
+            if d.type == device_type:
+                return d
+        return None
+
+
+class GroupRef(msgspec.Struct, frozen=True, kw_only=True):
+    """Seed 003 group membership (labels) and gang (annotations) of a pod."""
+
+    name: str
+    replicas: int
+    gang_name: str | None = None
+    min_available: int | None = None
+
+
+class PodRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A pod as the engine sees it: who it is and what every container asks for."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    containers: tuple[ContainerRequest, ...] = ()
+    dialect: str = "koordinator"  # the dialect it asked in: koordinator | nvidia | mgpu | aliyun
+    compute_policy: str | None = None  # mGPU compute policy asked by annotation, if any
+    gpu_models: tuple[str, ...] = ()  # allowed GPU models; empty = any
+    cpu_milli: int = 0  # node CPU asked (used when the state tracks node CPU, e.g. the simulator)
+    memory_bytes: int = 0  # node memory asked, likewise
+    priority: int = 0
+    group: GroupRef | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def device_types(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for c in self.containers:
+            for d in c.devices:
+                if d.type not in seen:
+                    seen.append(d.type)
+        return tuple(seen)
+
+    def has_devices(self) -> bool:
+        return any(c.devices for c in self.containers)
+
+    def multi_card_share(self) -> bool:
+        """True when some container spreads a fractional share over several GPUs (seed 000)."""
+        return any(
+            d.type == "gpu" and d.count > 1 and not d.whole for c in self.containers for d in c.devices
+        )
