@@ -1,0 +1,1 @@
+"""The ``devshare`` command line: one module per subcommand, each with ``register(app)``."""

@@ -1,0 +1,63 @@
+"""Helpers shared by the commands: turning bad input into a clear message and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+import yaml
+
+from devshare.model.errors import InvalidInput
+
+T = TypeVar("T")
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``error: message`` on stderr and return the Exit to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn bad input (InvalidInput, missing files, bad YAML/JSON) into one clear line, exit 2."""
+    try:
+        yield
+    except InvalidInput as e:
+        raise fail(str(e)) from None
+    except FileNotFoundError as e:
+        raise fail(f"{e.filename}: no such file") from None
+    except IsADirectoryError as e:
+        raise fail(f"{e.filename}: is a directory, expected a file") from None
+    except PermissionError as e:
+        raise fail(f"{e.filename}: permission denied") from None
+    except yaml.YAMLError as e:
+        raise fail(f"not valid YAML: {e}") from None
+    except json.JSONDecodeError as e:
+        raise fail(f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+
+
+def load_yaml_documents(path: Path) -> list[Any]:
+    """All non-empty documents of a (multi-document) YAML file; a YAML error names the file."""
+    text = path.read_text()
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise InvalidInput(f"not valid YAML: {e}", field=str(path)) from None
+
+
+def emit(data: Any, fmt: str, table: Callable[[Any], None] | None = None) -> None:
+    """Print ``data`` as json, yaml, or (when given) a table."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    elif fmt == "yaml":
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+    elif fmt == "table" and table is not None:
+        table(data)
+    else:
+        raise fail(f"unknown output format {fmt!r}: use json, yaml" + (" or table" if table else ""))
