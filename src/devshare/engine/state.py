@@ -58,6 +58,7 @@ class ClusterState:
         self.cpu_used = np.zeros(cap, np.int64)
         self.mem_total = np.zeros(cap, np.int64)
         self.mem_used = np.zeros(cap, np.int64)
+        self.rank = np.arange(cap, dtype=np.int64)  # tie-break order among equal scores (lowest wins)
         self.tables: dict[str, DeviceTable] = {}
         self.bandwidth: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
         self.version = 0  # bumped on every change; caches key on it
@@ -82,6 +83,9 @@ class ClusterState:
                 new = np.zeros(cap, old.dtype)
                 new[: old.shape[0]] = old
                 setattr(self, name, new)
+            rank = np.arange(cap, dtype=np.int64)
+            rank[: self.rank.shape[0]] = self.rank
+            self.rank = rank
         for t in self.tables.values():
             t.ensure_rows(row + 1)
         return row

@@ -1,0 +1,150 @@
+"""The device-type interface (seed 004), batched over many nodes.
+
+Seed 004's ``FilterNode`` returns one of four codes with a reason; here a handler answers for many
+nodes at once (:meth:`DeviceHandler.evaluate`), and :meth:`DeviceHandler.filter`,
+:meth:`DeviceHandler.score`, :meth:`DeviceHandler.allocate` and :meth:`DeviceHandler.status` give
+the single-node view. Adding and subtracting a pod's usage (seed 004's ``AddResource`` /
+``SubResource``) and release are the same for every type: they are the
+:class:`~devshare.engine.table.DeviceTable` accounting done by
+:class:`~devshare.engine.state.ClusterState`, so a handler only decides *what fits where*.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from devshare.model.allocation import DeviceGrant
+from devshare.model.request import DeviceRequest, PodRequest
+from devshare.engine.state import ClusterState
+from devshare.engine.table import DeviceTable
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Grants = dict[int, tuple[DeviceGrant, ...]]  # container index -> grants of this type
+
+
+class Code(IntEnum):
+    """Seed 004's filter result codes."""
+
+    SUCCESS = 0
+    ERROR = 1  # internal error, unexpected input
+    UNSCHEDULABLE = 2  # does not fit now; preemption might help
+    UNRESOLVABLE = 3  # UnschedulableAndUnresolvable: preemption would not help
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: Code
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == Code.SUCCESS
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Engine policy knobs (seed 000's predicate.MGPU* arguments and friends)."""
+
+    core_weight: float = 0.5  # w in  w x core-score + (1 - w) x memory-score
+    card_binpack: bool = True  # card level: binpack (True) or spread
+    node_binpack: bool = True  # node level: binpack (True) or spread
+    dfs_budget: int = 20000  # search nodes per pod and node before taking the best found so far
+    topology: bool = True  # pick multi-GPU sets by bandwidth where a node publishes a matrix
+
+
+@dataclass
+class Context:
+    """Everything a handler needs to judge one pod."""
+
+    state: ClusterState
+    pod: PodRequest
+    settings: Settings
+    policy: Any  # devshare.engine.policy.Policy (typed loosely to avoid an import cycle)
+    cache: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Evaluation:
+    """A handler's verdict on ``rows``: a code and a score per row, and lazily, why a row failed
+    and which devices the pod gets on a row that passed."""
+
+    rows: Ints
+    codes: npt.NDArray[np.int8]
+    scores: Floats
+    explain: Callable[[int], str]  # index into rows -> reason (failing rows)
+    grant: Callable[[int], Grants]  # index into rows -> grants (passing rows)
+
+    def reason(self, i: int) -> str:
+        return self.explain(i)
+
+
+def needs_of(pod: PodRequest, device_type: str) -> list[tuple[int, DeviceRequest]]:
+    """(container index, request) for every container of ``pod`` asking for ``device_type``."""
+    return [(i, d) for i, c in enumerate(pod.containers) for d in c.devices if d.type == device_type]
+
+
+class DeviceHandler(ABC):
+    type: str
+
+    def has_request(self, pod: PodRequest) -> bool:
+        return bool(needs_of(pod, self.type))
+
+    @abstractmethod
+    def evaluate(self, ctx: Context, rows: Ints) -> Evaluation:
+        """Filter and score ``rows`` for ``ctx.pod`` in one pass."""
+
+    def filter(self, ctx: Context, node: str) -> Outcome:
+        row = ctx.state.row_of.get(node)
+        if row is None:
+            return Outcome(Code.UNRESOLVABLE, f"node {node} is not known to devshare")
+        ev = self.evaluate(ctx, np.array([row], np.int64))
+        code = Code(int(ev.codes[0]))
+        return Outcome(code, "" if code == Code.SUCCESS else ev.reason(0))
+
+    def score(self, ctx: Context, rows: Ints) -> Floats:
+        ev = self.evaluate(ctx, rows)
+        return np.where(ev.codes == Code.SUCCESS, ev.scores, -np.inf)
+
+    def allocate(self, ctx: Context, node: str) -> Grants | Outcome:
+        row = ctx.state.row_of.get(node)
+        if row is None:
+            return Outcome(Code.UNRESOLVABLE, f"node {node} is not known to devshare")
+        ev = self.evaluate(ctx, np.array([row], np.int64))
+        if int(ev.codes[0]) != Code.SUCCESS:
+            return Outcome(Code(int(ev.codes[0])), ev.reason(0))
+        return ev.grant(0)
+
+    def status(self, state: ClusterState, node: str) -> list[dict[str, Any]]:
+        """Per device of this type on ``node``: capacity and use (for debugging and monitoring)."""
+        row = state.row_of.get(node)
+        t = state.tables.get(self.type)
+        if row is None or t is None:
+            return []
+        return [
+            {"minor": int(t.minor[row, j]), "id": t.ids[row][j], "health": bool(t.healthy[row, j]),
+             "core": [int(t.used_core[row, j]), int(t.total_core[row, j])],
+             "memory": [int(t.used_mem[row, j]), int(t.total_mem[row, j])],
+             "containers": int(t.used_slots[row, j])}
+            for j in range(t.count(row))
+        ]
+
+
+def grant_for(table: DeviceTable, row: int, col: int, req: DeviceRequest) -> DeviceGrant:
+    """The grant of one share of ``req`` on device ``col`` of ``row``."""
+    total_mem = int(table.total_mem[row, col])
+    if req.whole:
+        return DeviceGrant(type=table.type, minor=int(table.minor[row, col]), id=table.ids[row][col],
+                           core_milli=int(table.total_core[row, col]), memory=total_mem,
+                           memory_ratio_milli=1000 if total_mem else 0)
+    memory = req.memory_on(total_mem)
+    ratio = req.memory_ratio_milli or (memory * 1000 // total_mem if total_mem else 0)
+    return DeviceGrant(type=table.type, minor=int(table.minor[row, col]), id=table.ids[row][col],
+                       core_milli=req.core_milli, memory=memory, memory_ratio_milli=ratio)

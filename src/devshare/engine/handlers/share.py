@@ -1,0 +1,195 @@
+"""The shared-device algorithm every handler runs: vectorized for one asking container, seed 000's
+DFS for several, with per-node reasons a person can act on ("gpu 3: 2 GiB free, 6 GiB asked")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from devshare.model.quantity import human_bytes
+from devshare.model.request import DeviceRequest
+from devshare.engine.fit import Need, SearchResult, card_fits, memory_need, search
+from devshare.engine.handlers.base import (
+    Code,
+    Context,
+    DeviceHandler,
+    Evaluation,
+    Grants,
+    Ints,
+    grant_for,
+    needs_of,
+)
+from devshare.engine.policy import Choice, FitView, node_utilization
+from devshare.engine.table import DeviceTable
+
+Reasons = Callable[[int], str]
+
+
+def _pct(milli: int) -> str:
+    return f"{milli / 10:g}%"
+
+
+def describe_ask(device_type: str, req: DeviceRequest) -> str:
+    if req.whole:
+        return f"{req.count} whole {device_type}" if req.count > 1 else f"a whole {device_type}"
+    parts = []
+    if req.core_milli:
+        parts.append(f"{_pct(req.core_milli)} compute")
+    if req.memory_ratio_milli:
+        parts.append(f"{_pct(req.memory_ratio_milli)} of memory")
+    elif req.memory:
+        parts.append(human_bytes(req.memory))
+    what = " and ".join(parts) or "a share"
+    return f"{req.count} {device_type} with {what} each" if req.count > 1 else f"one {device_type} with {what}"
+
+
+def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_containers: int) -> str:
+    """Why each device of ``row`` cannot take one share of ``req`` (devices that can are skipped)."""
+    out = []
+    need_mem = memory_need(req, table.total_mem[row : row + 1])[0]
+    for j in range(table.count(row)):
+        name = f"{table.type} {int(table.minor[row, j])}"
+        if not table.healthy[row, j]:
+            out.append(f"{name}: unhealthy")
+            continue
+        if table.blocked[row, j]:
+            out.append(f"{name}: held by another device plugin")
+            continue
+        free_core = int(table.total_core[row, j] - table.used_core[row, j])
+        free_mem = int(table.total_mem[row, j] - table.used_mem[row, j])
+        slots = int(table.used_slots[row, j])
+        if req.whole and (slots or table.used_core[row, j] or table.used_mem[row, j]):
+            out.append(f"{name}: in use, a whole device asked")
+        elif free_core < req.core_milli:
+            out.append(f"{name}: {_pct(free_core)} compute free, {_pct(req.core_milli)} asked")
+        elif free_mem < need_mem[j]:
+            out.append(f"{name}: {human_bytes(free_mem)} free, {human_bytes(int(need_mem[j]))} asked")
+        elif slots >= max_containers:
+            out.append(f"{name}: {slots} containers already, at most {max_containers}")
+    return "; ".join(out) if out else "no usable device"
+
+
+class ShareHandler(DeviceHandler):
+    """Fractional and whole shares of devices with a compute (share) and a memory dimension."""
+
+    def __init__(self, device_type: str) -> None:
+        self.type = device_type
+
+    # hooks ---------------------------------------------------------------------------------
+    def constraints(self, ctx: Context, rows: Ints) -> tuple[npt.NDArray[np.int8], Reasons]:
+        """Node-level rules that no amount of freed capacity can change (UNRESOLVABLE)."""
+        return np.zeros(len(rows), np.int8), lambda i: ""
+
+    def choose(self, ctx: Context, view: FitView) -> Choice:
+        raise NotImplementedError
+
+    def refine(self, ctx: Context, view: FitView, choice: Choice) -> Choice:
+        """Adjust the chosen devices (e.g. by topology) after the policy's choice."""
+        return choice
+
+    # the algorithm -------------------------------------------------------------------------
+    def evaluate(self, ctx: Context, rows: Ints) -> Evaluation:
+        state, pod = ctx.state, ctx.pod
+        needs = needs_of(pod, self.type)
+        m = len(rows)
+        codes = np.zeros(m, np.int8)
+        scores = np.zeros(m, np.float64)
+        table = state.tables.get(self.type)
+        if table is None or not needs:
+            none_reason = f"node has no {self.type} devices (no Device object lists any)"
+            codes[:] = Code.UNRESOLVABLE if needs else Code.SUCCESS
+            return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {})
+        n_dev = table.present[rows].sum(axis=1)
+        c_codes, c_reason = self.constraints(ctx, rows)
+        codes = c_codes.copy()
+        reasons: dict[int, str] = {}
+        biggest = max(r.count for _, r in needs)
+        too_few = (codes == Code.SUCCESS) & (n_dev < biggest)
+        codes[too_few] = Code.UNRESOLVABLE
+        for i in np.flatnonzero(too_few).tolist():
+            reasons[i] = (f"node has {int(n_dev[i])} {self.type} device(s), a container asks for {biggest}"
+                          if n_dev[i] else f"node has no {self.type} devices")
+        mc = state.max_containers
+        grants: dict[int, Grants] = {}
+
+        if len(needs) == 1:
+            ci, req = needs[0]
+            fits = card_fits(table, rows, req, mc)
+            short = (codes == Code.SUCCESS) & (fits.sum(axis=1) < req.count)
+            codes[short] = Code.UNSCHEDULABLE
+            ok = np.flatnonzero(codes == Code.SUCCESS)
+            cols = np.zeros((m, req.count), np.int64)
+            if ok.size:
+                view = FitView(state, pod, rows[ok], table, req, fits[ok])
+                choice = self.refine(ctx, view, self.choose(ctx, view))
+                scores[ok] = choice.scores
+                cols[ok] = choice.columns
+
+            def explain(i: int) -> str:
+                if i in reasons:
+                    return reasons[i]
+                if codes[i] == Code.UNRESOLVABLE:
+                    return c_reason(i)
+                row = int(rows[i])
+                return (f"needs {describe_ask(self.type, req)}; "
+                        f"{describe_cards(table, row, req, mc)}")
+
+            def grant(i: int) -> Grants:
+                row = int(rows[i])
+                return {ci: tuple(grant_for(table, row, int(c), req) for c in cols[i])}
+
+            return Evaluation(rows, codes, scores, explain, grant)
+
+        # several containers ask for this type: seed 000's DFS, node by node
+        results: dict[int, SearchResult] = {}
+        for i in np.flatnonzero(codes == Code.SUCCESS).tolist():
+            row = int(rows[i])
+            res = self._search(ctx, table, row, needs)
+            if res is None:
+                codes[i] = Code.UNSCHEDULABLE
+            else:
+                results[i] = res
+        if results:
+            idx = np.fromiter(results, np.int64)
+            card = np.array([results[i].score for i in idx.tolist()])
+            extra = sum(r.core_milli * r.count for _, r in needs)
+            util = node_utilization(state, table, rows[idx], float(extra))
+            node = util if ctx.settings.node_binpack else 1.0 - util
+            scores[idx] = 0.5 * card + 0.5 * node
+
+        def explain_multi(i: int) -> str:
+            if i in reasons:
+                return reasons[i]
+            if codes[i] == Code.UNRESOLVABLE:
+                return c_reason(i)
+            asks = ", ".join(f"{pod.containers[c].name}: {describe_ask(self.type, r)}" for c, r in needs)
+            return f"no combination of {self.type} devices fits every container ({asks})"
+
+        def grant_multi(i: int) -> Grants:
+            row = int(rows[i])
+            res = results[i]
+            by_container = dict(needs)
+            return {c: tuple(grant_for(table, row, j, by_container[c]) for j in sorted(cols_))
+                    for c, cols_ in res.columns.items()}
+
+        return Evaluation(rows, codes, scores, explain_multi, grant_multi)
+
+    def _search(self, ctx: Context, table: DeviceTable, row: int,
+                needs: list[tuple[int, DeviceRequest]]) -> SearchResult | None:
+        n = table.count(row)
+        tot_mem = table.total_mem[row, :n]
+        return search(
+            table.total_core[row, :n] - table.used_core[row, :n],
+            table.total_mem[row, :n] - table.used_mem[row, :n],
+            ctx.state.max_containers - table.used_slots[row, :n],
+            table.total_core[row, :n],
+            tot_mem,
+            table.usable()[row, :n],
+            (table.used_slots[row, :n] == 0) & (table.used_core[row, :n] == 0) & (table.used_mem[row, :n] == 0),
+            [Need(c, r.count, r.core_milli, memory_need(r, tot_mem), r.whole) for c, r in needs],
+            core_weight=ctx.settings.core_weight,
+            binpack=ctx.settings.card_binpack,
+            budget=ctx.settings.dfs_budget,
+        )

@@ -1,0 +1,103 @@
+"""Node-and-device choice policies for the common request shape.
+
+When one container asks for ``k`` devices of a type (a fraction of one card, several whole cards,
+several cards with a share of each) the engine builds a :class:`FitView` over every candidate node at
+once and asks the policy for a score per node and the devices it would take there. The highest score
+wins; ties go to the lowest rank in ``ClusterState.rank`` (a fixed node order).
+
+A policy may learn online: :meth:`Policy.observe` is called once for every pod that arrives, before
+it is scored, and :meth:`Policy.placed` after it is placed. It never sees pods that have not arrived.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from devshare.model.request import DeviceRequest, PodRequest
+from devshare.engine.fit import card_scores, pick_columns
+from devshare.engine.state import ClusterState
+from devshare.engine.table import DeviceTable
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class FitView:
+    """What a policy sees: candidate nodes that fit, and per device whether one share fits."""
+
+    state: ClusterState
+    pod: PodRequest
+    rows: Ints  # candidate node rows; every one can hold the pod
+    table: DeviceTable | None  # the device type's table (None for a pod asking no device)
+    request: DeviceRequest | None  # per-device ask (None for a pod asking no device)
+    fits: Mask  # [len(rows), width]: one share fits on that device (all False width when no device)
+
+    @property
+    def count(self) -> int:
+        return self.request.count if self.request is not None else 0
+
+
+@dataclass(frozen=True)
+class Choice:
+    scores: Floats  # one per candidate row, higher is better
+    columns: Ints  # [len(rows), count]: the devices taken on each candidate row
+
+
+class Policy(Protocol):
+    name: str
+
+    def observe(self, pod: PodRequest) -> None:
+        """A pod arrived (called before it is scored)."""
+
+    def placed(self, pod: PodRequest, row: int) -> None:
+        """A pod was placed on ``row`` (called after its usage is in the state)."""
+
+    def choose(self, view: FitView) -> Choice:
+        """Score every candidate row of ``view`` and pick the devices on each."""
+        ...
+
+
+def node_utilization(state: ClusterState, table: DeviceTable, rows: Ints, extra: float) -> Floats:
+    """Share of a node's device compute in use once ``extra`` thousandths more are placed."""
+    total = table.total_core[rows].sum(axis=1)
+    used = table.used_core[rows].sum(axis=1) + extra
+    return np.asarray(np.where(total > 0, used / np.maximum(total, 1), 0.0), dtype=np.float64)
+
+
+class BinpackPolicy:
+    """Seed 000: card-level binpack or spread (``w x core-score + (1 - w) x memory-score``),
+    combined with node-level binpack or spread. Aliyun's bind rule (the fitting card with the least
+    free memory) is card binpack with memory-only requests."""
+
+    def __init__(self, *, card_binpack: bool = True, node_binpack: bool = True, core_weight: float = 0.5,
+                 card_weight: float = 0.5) -> None:
+        self.name = "binpack" if card_binpack else "spread"
+        self.card_binpack = card_binpack
+        self.node_binpack = node_binpack
+        self.core_weight = core_weight
+        self.card_weight = card_weight
+
+    def observe(self, pod: PodRequest) -> None:
+        return None
+
+    def placed(self, pod: PodRequest, row: int) -> None:
+        return None
+
+    def choose(self, view: FitView) -> Choice:
+        m = len(view.rows)
+        if view.table is None or view.request is None or view.count == 0:
+            return Choice(np.zeros(m, np.float64), np.zeros((m, 0), np.int64))
+        req = view.request
+        cs = card_scores(view.table, view.rows, req, self.core_weight, self.card_binpack)
+        cols = pick_columns(view.fits, cs, req.count)
+        card = np.take_along_axis(cs, cols, axis=1).mean(axis=1)
+        util = node_utilization(view.state, view.table, view.rows, req.core_milli * req.count)
+        node = util if self.node_binpack else 1.0 - util
+        scores = self.card_weight * card + (1.0 - self.card_weight) * node
+        return Choice(np.asarray(scores, np.float64), cols)

@@ -1,0 +1,229 @@
+"""Scheduling one pod: filter every candidate node, score the ones that fit, pick the best, and
+say which devices each container gets. The extender, the simulator and ``devshare schedule`` all
+call this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
+from devshare.model.request import PodRequest
+from devshare.engine.handlers import Code, handler_for
+from devshare.engine.handlers.base import Context, Evaluation, Settings
+from devshare.engine.policy import BinpackPolicy, Policy
+from devshare.engine.state import ClusterState
+
+Ints = npt.NDArray[np.int64]
+MAX_SCORE = 10  # kube-scheduler's extender priority range is 0..10
+
+
+@dataclass
+class FilterOutcome:
+    """Per node: passed, failed (preemption might help) or unresolvable, with reasons."""
+
+    passed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str
+    allocation: PodAllocation
+    score: float
+
+
+@dataclass
+class PodEvaluation:
+    """The combined verdict of every device handler the pod needs, over ``rows``."""
+
+    pod: PodRequest
+    rows: Ints
+    codes: npt.NDArray[np.int8]
+    scores: npt.NDArray[np.float64]
+    parts: list[Evaluation]
+    node_reasons: dict[int, str]
+
+    def reason(self, i: int) -> str:
+        if i in self.node_reasons:
+            return self.node_reasons[i]
+        for ev in self.parts:
+            if ev.codes[i] != Code.SUCCESS:
+                return ev.reason(i)
+        return ""
+
+    def allocation(self, state: ClusterState, i: int) -> PodAllocation:
+        by_container: dict[int, list[DeviceGrant]] = {}
+        for ev in self.parts:
+            for ci, grants in ev.grant(i).items():
+                by_container.setdefault(ci, []).extend(grants)
+        node = state.name_of[int(self.rows[i])]
+        return PodAllocation(
+            node=node,
+            containers=tuple(
+                ContainerAllocation(name=c.name, devices=tuple(by_container.get(ci, [])))
+                for ci, c in enumerate(self.pod.containers)
+            ),
+        )
+
+
+class Scheduler:
+    def __init__(self, state: ClusterState, *, policy: Policy | None = None,
+                 settings: Settings | None = None) -> None:
+        self.state = state
+        self.settings = settings or Settings()
+        self.policy: Policy = policy or BinpackPolicy(
+            card_binpack=self.settings.card_binpack,
+            node_binpack=self.settings.node_binpack,
+            core_weight=self.settings.core_weight,
+        )
+
+    # ------------------------------------------------------------------ core
+    def evaluate(self, pod: PodRequest, rows: Ints) -> PodEvaluation:
+        state = self.state
+        m = len(rows)
+        codes = np.zeros(m, np.int8)
+        node_reasons: dict[int, str] = {}
+        inactive = ~state.active[rows]
+        for i in np.flatnonzero(inactive).tolist():
+            node_reasons[i] = "node is unschedulable (cordoned)"
+        codes[inactive] = Code.UNRESOLVABLE
+        if pod.cpu_milli:
+            cpu_total = state.cpu_total[rows]
+            short = (codes == 0) & (cpu_total > 0) & (state.cpu_used[rows] + pod.cpu_milli > cpu_total)
+            codes[short] = Code.UNSCHEDULABLE
+            for i in np.flatnonzero(short).tolist():
+                node_reasons[i] = "not enough CPU"
+        if pod.memory_bytes:
+            mem_total = state.mem_total[rows]
+            short = (codes == 0) & (mem_total > 0) & (state.mem_used[rows] + pod.memory_bytes > mem_total)
+            codes[short] = Code.UNSCHEDULABLE
+            for i in np.flatnonzero(short).tolist():
+                node_reasons[i] = "not enough memory"
+        ctx = Context(state=state, pod=pod, settings=self.settings, policy=self.policy)
+        parts: list[Evaluation] = []
+        scores = np.zeros(m, np.float64)
+        types = pod.device_types()
+        live = np.flatnonzero(codes == Code.SUCCESS)
+        for k, dtype in enumerate(types):
+            ev_live = handler_for(dtype).evaluate(ctx, rows[live])
+            ev = _widen(ev_live, live, rows)
+            parts.append(ev)
+            codes = np.maximum(codes, ev.codes)
+            # the first device type (GPUs when asked) leads the score; others refine it
+            scores += ev.scores * (1.0 if k == 0 else 0.1)
+            live = np.flatnonzero(codes == Code.SUCCESS)
+        if not types and live.size:
+            from devshare.engine.policy import FitView
+
+            view = FitView(state, pod, rows[live], None, None, np.zeros((live.size, 0), np.bool_))
+            scores[live] = self.policy.choose(view).scores
+        return PodEvaluation(pod, rows, codes, scores, parts, node_reasons)
+
+    def _rows(self, nodes: Sequence[str] | None) -> tuple[Ints, list[str]]:
+        if nodes is None:
+            rows = self.state.node_rows()
+            return rows, []
+        unknown = [n for n in nodes if n not in self.state.row_of]
+        return self.state.node_rows(nodes), unknown
+
+    # ------------------------------------------------------------------ extender verbs
+    def filter(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> FilterOutcome:
+        rows, unknown = self._rows(nodes)
+        out = FilterOutcome()
+        for n in unknown:
+            out.unresolvable[n] = "node is not known to devshare (no such Node, or no Device object yet)"
+        ev = self.evaluate(pod, rows)
+        for i, row in enumerate(rows.tolist()):
+            name = self.state.name_of[row]
+            code = ev.codes[i]
+            if code == Code.SUCCESS:
+                out.passed.append(name)
+            elif code == Code.UNRESOLVABLE:
+                out.unresolvable[name] = ev.reason(i)
+            else:
+                out.failed[name] = ev.reason(i)
+        return out
+
+    def prioritize(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> dict[str, int]:
+        """Scores 0..10 (min-max over the nodes that fit; all equal -> all 10; unfit -> 0)."""
+        rows, unknown = self._rows(nodes)
+        ev = self.evaluate(pod, rows)
+        out = {n: 0 for n in unknown}
+        ok = ev.codes == Code.SUCCESS
+        norm = normalize(ev.scores, ok)
+        for i, row in enumerate(rows.tolist()):
+            out[self.state.name_of[row]] = int(norm[i])
+        return out
+
+    def place(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> Placement | None:
+        """The best node and allocation for ``pod`` (ties: lowest ``state.rank``), or None."""
+        rows, _ = self._rows(nodes)
+        if rows.size == 0:
+            return None
+        ev = self.evaluate(pod, rows)
+        ok = np.flatnonzero(ev.codes == Code.SUCCESS)
+        if ok.size == 0:
+            return None
+        s = ev.scores[ok]
+        best = ok[s >= s.max() - 1e-9]
+        i = int(best[np.argmin(self.state.rank[rows[best]])])
+        return Placement(self.state.name_of[int(rows[i])], ev.allocation(self.state, i), float(ev.scores[i]))
+
+    def why_unschedulable(self, pod: PodRequest, nodes: Sequence[str] | None = None, limit: int = 3) -> str:
+        """A short summary of why no node fits (the most common reasons first)."""
+        out = self.filter(pod, nodes)
+        reasons = list(out.unresolvable.values()) + list(out.failed.values())
+        if not reasons:
+            return "no nodes" if not out.passed else ""
+        counts: dict[str, int] = {}
+        for r in reasons:
+            counts[r] = counts.get(r, 0) + 1
+        top = sorted(counts.items(), key=lambda kv: -kv[1])[:limit]
+        return f"0/{len(reasons) + len(out.passed)} nodes fit: " + "; ".join(
+            f"{n} node(s): {r}" for r, n in top)
+
+    def allocate_on(self, pod: PodRequest, node: str) -> PodAllocation | str:
+        """The allocation the pod gets on ``node``, or the reason it does not fit there."""
+        if node not in self.state.row_of:
+            return f"node {node} is not known to devshare"
+        rows = self.state.node_rows([node])
+        ev = self.evaluate(pod, rows)
+        if ev.codes[0] != Code.SUCCESS:
+            return ev.reason(0)
+        return ev.allocation(self.state, 0)
+
+
+def normalize(scores: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+    """Raw scores -> 0..10 over the fitting nodes (min-max; equal scores all get 10)."""
+    out = np.zeros(scores.shape, np.int64)
+    if not ok.any():
+        return out
+    s = scores[ok]
+    lo, hi = float(s.min()), float(s.max())
+    if hi - lo < 1e-12:
+        out[ok] = MAX_SCORE
+    else:
+        out[ok] = np.rint((s - lo) / (hi - lo) * MAX_SCORE).astype(np.int64)
+    return out
+
+
+def _widen(ev: Evaluation, live: Ints, rows: Ints) -> Evaluation:
+    """Lift an evaluation over ``rows[live]`` to all of ``rows`` (others: UNRESOLVABLE, not asked)."""
+    if live.size == len(rows):
+        return ev
+    codes = np.full(len(rows), Code.UNRESOLVABLE, np.int8)
+    scores = np.zeros(len(rows), np.float64)
+    codes[live] = ev.codes
+    scores[live] = ev.scores
+    pos = {int(g): k for k, g in enumerate(live.tolist())}
+    return Evaluation(
+        rows, codes, scores,
+        lambda i: ev.explain(pos[i]) if i in pos else "",
+        lambda i: ev.grant(pos[i]),
+    )

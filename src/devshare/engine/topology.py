@@ -1,0 +1,388 @@
+"""Topology-aware GPU set selection (seed 003): the k available GPUs with the largest bottleneck.
+
+Given a symmetric bandwidth matrix ``B`` (GB/s; the diagonal is ignored), the GPUs still free and a
+count ``k``, :func:`best_set` returns the set ``S`` of ``k`` free GPUs that maximizes, in order:
+
+1. the bottleneck: ``min B[i][j]`` over the pairs of ``S`` (what a ring collective runs at);
+2. the total: ``sum B[i][j]`` over the pairs of ``S`` (each pair once);
+3. the preference: ``sum preference[i]`` over ``S``, a per-GPU score from the caller (higher is
+   better to take: e.g. GPUs whose PCIe switch is already busy, to keep whole switches free);
+4. then the lowest indices (the lexicographically smallest sorted tuple).
+
+Totals and preferences are compared exactly: near-equal float sums are recomputed with
+``math.fsum`` (correctly rounded, independent of summation order) before deciding, so the order
+is a true function of the set. For ``k == 1`` there are no pairs: the bottleneck and total are
+reported as 0.0 and the GPU with the best preference (then the lowest index) is taken.
+
+Two search methods, both exact:
+
+- ``enumerate`` (used when C(m, k) <= ENUMERATE_LIMIT for m free GPUs, so every k of up to 17
+  GPUs): every k-subset is scored at once with numpy over a cached table of subsets and flat pair
+  indices. C(16, 8) = 12870 subsets is the worst case on 16 GPUs.
+- ``search`` (larger cases): the bottleneck is found exactly by a binary search over the distinct
+  pair bandwidths, asking at each threshold whether the graph of pairs at or above it holds a
+  k-clique (bitmask branch and bound, pruned by degree). The total is then maximized over the
+  k-cliques of the graph at the bottleneck by a depth-first branch and bound in index order, with
+  the bound ``total(S) + top-r of (gain(v) + (r-1)/2 * rowmax(v))`` for r picks left. The search
+  stops after SEARCH_NODE_LIMIT nodes; the result then says ``exact=False``: its bottleneck is
+  still exact, its total the best found.
+
+:class:`TopologySolver` memoizes results per (available mask, k) for one matrix, and
+:func:`solver_for` shares solvers between nodes whose matrices are equal, which is what the
+scheduler wants: thousands of nodes, a few distinct matrices, a few hundred free-GPU masks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from devshare.model.errors import InvalidInput
+
+F64 = npt.NDArray[np.float64]
+IDX = npt.NDArray[np.intp]
+
+ENUMERATE_LIMIT = 25_000
+SEARCH_NODE_LIMIT = 200_000
+Method = Literal["auto", "enumerate", "search"]
+
+
+class TopologyResult(NamedTuple):
+    gpus: tuple[int, ...]  # sorted GPU indices
+    bottleneck: float  # GB/s, the smallest pair bandwidth in the set (0.0 for one GPU)
+    total: float  # GB/s summed over the set's pairs (0.0 for one GPU)
+    exact: bool  # False only when the search hit its node limit (the bottleneck is still exact)
+
+
+def _as_matrix(matrix: npt.ArrayLike) -> F64:
+    b = np.array(matrix, dtype=np.float64)
+    if b.ndim != 2 or b.shape[0] != b.shape[1]:
+        raise InvalidInput(f"the bandwidth matrix must be square, got shape {b.shape}", field="matrix")
+    if not np.isfinite(b).all() or (b < 0).any():
+        raise InvalidInput("the bandwidth matrix must hold finite numbers >= 0 (GB/s)", field="matrix")
+    b = np.minimum(b, b.T)  # a pair's bandwidth is its slower direction
+    np.fill_diagonal(b, 0.0)
+    b.setflags(write=False)
+    return b
+
+
+def _as_available(available: Sequence[int] | npt.NDArray[np.generic], n: int) -> IDX:
+    arr = np.asarray(available)
+    if arr.dtype == np.bool_:
+        if arr.shape != (n,):
+            raise InvalidInput(f"an availability mask must have {n} entries, got {arr.shape}", field="available")
+        return np.flatnonzero(arr).astype(np.intp)
+    if arr.size == 0:
+        return np.zeros(0, np.intp)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise InvalidInput("available GPUs must be a list of indices or a boolean mask", field="available")
+    idx = arr.astype(np.intp)
+    bad = idx[(idx < 0) | (idx >= n)]
+    if bad.size:
+        raise InvalidInput(f"GPU index {int(bad[0])} is out of range: there are {n} GPUs (0..{n - 1})",
+                           field="available")
+    uniq, counts = np.unique(idx, return_counts=True)
+    if (counts > 1).any():
+        raise InvalidInput(f"GPU index {int(uniq[counts > 1][0])} is listed twice", field="available")
+    return uniq
+
+
+def _as_preference(preference: npt.ArrayLike | None, n: int) -> F64 | None:
+    if preference is None:
+        return None
+    p = np.asarray(preference, dtype=np.float64)
+    if p.shape != (n,) or not np.isfinite(p).all():
+        raise InvalidInput(f"the preference must be {n} finite numbers, one per GPU", field="preference")
+    return p if p.any() else None
+
+
+def _dyadic(values: F64) -> bool:
+    """True when float sums of these values are exact (multiples of 1/1024, small enough)."""
+    scaled = values * 1024.0
+    return bool(np.all(scaled == np.floor(scaled)) and np.abs(scaled).sum() < 2.0**50)
+
+
+def _exact_argmax(rows: F64, exact: bool) -> IDX:
+    """Indices of the rows whose sum is the largest, exactly (fsum where float sums may round)."""
+    approx = rows.sum(axis=1)
+    best = approx.max()
+    if exact:
+        return np.flatnonzero(approx == best)
+    width = rows.shape[1]
+    slack = 4.0 * width * np.finfo(np.float64).eps * max(float(np.abs(rows).sum(axis=1).max()), 1.0)
+    near = np.flatnonzero(approx >= best - slack)
+    if near.size == 1:
+        return near
+    sums = np.array([math.fsum(r) for r in rows[near].tolist()])
+    return near[sums == sums.max()]
+
+
+@lru_cache(maxsize=256)
+def _subsets(m: int, k: int) -> tuple[IDX, IDX]:
+    """All k-subsets of range(m) in lexicographic order, and their pairs as flat indices into m x m."""
+    count = math.comb(m, k)
+    combos = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(m), k)),
+                         dtype=np.intp, count=count * k).reshape(count, k)
+    pi, pj = np.triu_indices(k, 1)
+    flat = combos[:, pi] * m + combos[:, pj]
+    combos.setflags(write=False)
+    flat.setflags(write=False)
+    return combos, flat
+
+
+def _fsum_pairs(b: F64, gpus: Sequence[int]) -> float:
+    return math.fsum(float(b[i, j]) for x, i in enumerate(gpus) for j in gpus[x + 1:])
+
+
+def _single(avail: IDX, pref: F64 | None) -> TopologyResult:
+    if pref is None:
+        return TopologyResult((int(avail[0]),), 0.0, 0.0, True)
+    p = pref[avail]
+    return TopologyResult((int(avail[int(np.argmax(p))]),), 0.0, 0.0, True)
+
+
+def _enumerate(b: F64, avail: IDX, k: int, pref: F64 | None) -> TopologyResult:
+    m = avail.size
+    combos, flat = _subsets(m, k)
+    sub = np.ascontiguousarray(b[np.ix_(avail, avail)]).ravel()
+    vals = sub[flat]  # (subsets, pairs)
+    bottlenecks = vals.min(axis=1)
+    bottleneck = bottlenecks.max()
+    cand = np.flatnonzero(bottlenecks == bottleneck)
+    if cand.size > 1:
+        cand = cand[_exact_argmax(vals[cand], _dyadic(sub))]
+    if cand.size > 1 and pref is not None:
+        p = pref[avail][combos[cand]]
+        cand = cand[_exact_argmax(p, _dyadic(p))]
+    gpus = tuple(int(g) for g in avail[combos[cand[0]]])
+    return TopologyResult(gpus, float(bottleneck), _fsum_pairs(b, gpus), True)
+
+
+# ---- search: exact bottleneck by k-clique tests, then branch and bound on the total ----
+
+
+def _popcount(x: int) -> int:
+    return x.bit_count()
+
+
+def _find_clique(adj: list[int], cand: int, k: int) -> bool:
+    """Whether the vertices of ``cand`` hold a k-clique in the graph ``adj`` (bitmasks)."""
+    if k == 0:
+        return True
+    # drop vertices that cannot be in a k-clique: fewer than k-1 neighbours among the candidates
+    changed = True
+    while changed:
+        changed = False
+        c = cand
+        while c:
+            low = c & -c
+            v = low.bit_length() - 1
+            if _popcount(adj[v] & cand) < k - 1:
+                cand &= ~low
+                changed = True
+            c ^= low
+    while _popcount(cand) >= k:
+        low = cand & -cand
+        v = low.bit_length() - 1
+        cand ^= low
+        if _find_clique(adj, cand & adj[v], k - 1):
+            return True
+    return False
+
+
+def _threshold_adj(b: F64, avail: IDX, t: float) -> list[int]:
+    m = avail.size
+    sub = b[np.ix_(avail, avail)] >= t
+    np.fill_diagonal(sub, False)
+    weights = np.left_shift(np.ones(m, dtype=object), np.arange(m, dtype=object))
+    return [int(np.dot(row.astype(object), weights)) if m > 62 else int(np.dot(row, 1 << np.arange(m)))
+            for row in sub]
+
+
+def _best_bottleneck(b: F64, avail: IDX, k: int) -> float:
+    m = avail.size
+    sub = b[np.ix_(avail, avail)]
+    levels = np.unique(sub[np.triu_indices(m, 1)])[::-1]  # descending
+    full = (1 << m) - 1
+    lo, hi = 0, levels.size - 1  # levels[hi] (the smallest) always works: the whole graph is a clique
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _find_clique(_threshold_adj(b, avail, float(levels[mid])), full, k):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(levels[lo])
+
+
+class _Search:
+    """Depth-first branch and bound, in index order, over k-cliques of the graph at the bottleneck."""
+
+    def __init__(self, b: F64, avail: IDX, k: int, bottleneck: float, pref: F64 | None) -> None:
+        self.sub = b[np.ix_(avail, avail)]
+        m = avail.size
+        self.m, self.k = m, k
+        self.adj = _threshold_adj(b, avail, bottleneck)
+        masked = np.where(self.sub >= bottleneck, self.sub, 0.0)
+        np.fill_diagonal(masked, 0.0)
+        self.masked = masked
+        self.rowmax = masked.max(axis=1)
+        self.pref = pref[avail] if pref is not None else None
+        self.exact_sums = _dyadic(masked) and (self.pref is None or _dyadic(self.pref))
+        self.margin = 0.0 if self.exact_sums else 1e-9
+        self.best: tuple[int, ...] | None = None
+        self.best_total = -math.inf
+        self.best_pref = -math.inf
+        self.nodes = 0
+        self.complete = True
+
+    def _bound(self, total: float, gain: F64, cand: list[int], r: int) -> float:
+        ub = gain[cand] + (r - 1) / 2.0 * self.rowmax[cand]
+        top = ub if len(cand) <= r else np.partition(ub, len(cand) - r)[len(cand) - r:]
+        return (total + float(top.sum())) * (1.0 + self.margin) + self.margin
+
+    def _pref_bound(self, chosen: list[int], cand: list[int], r: int) -> float:
+        if self.pref is None:
+            return 0.0
+        p = self.pref[cand]
+        top = p if len(cand) <= r else np.partition(p, len(cand) - r)[len(cand) - r:]
+        value = float(self.pref[chosen].sum() + top.sum())
+        return value + self.margin * (1.0 + abs(value))
+
+    def _leaf(self, chosen: list[int]) -> None:
+        total = math.fsum(float(self.sub[i, j]) for x, i in enumerate(chosen) for j in chosen[x + 1:])
+        pref = math.fsum(float(self.pref[i]) for i in chosen) if self.pref is not None else 0.0
+        if (total, pref) > (self.best_total, self.best_pref):  # ties keep the earlier (lower) set
+            self.best, self.best_total, self.best_pref = tuple(chosen), total, pref
+
+    def run(self) -> None:
+        self._dfs([], 0.0, np.zeros(self.m), (1 << self.m) - 1)
+
+    def _dfs(self, chosen: list[int], total: float, gain: F64, cand_mask: int) -> None:
+        if not self.complete:
+            return
+        r = self.k - len(chosen)
+        if r == 0:
+            self._leaf(chosen)
+            return
+        self.nodes += 1
+        if self.nodes > SEARCH_NODE_LIMIT:
+            self.complete = False
+            return
+        cand = [v for v in range(self.m) if cand_mask >> v & 1]
+        if len(cand) < r:
+            return
+        if self.best is not None:
+            ub = self._bound(total, gain, cand, r)
+            if ub < self.best_total:
+                return
+            if ub <= self.best_total and self._pref_bound(chosen, cand, r) <= self.best_pref:
+                return  # can at best tie, and every set below comes after the best one
+        for pos, v in enumerate(cand):
+            if len(cand) - pos < r:
+                break
+            rest = cand_mask & self.adj[v] & ~((2 << v) - 1)
+            if _popcount(rest) < r - 1:
+                continue
+            chosen.append(v)
+            self._dfs(chosen, total + float(gain[v]), gain + self.masked[v], rest)
+            chosen.pop()
+            if not self.complete:
+                return
+
+
+def _search(b: F64, avail: IDX, k: int, pref: F64 | None) -> TopologyResult:
+    bottleneck = _best_bottleneck(b, avail, k)
+    s = _Search(b, avail, k, bottleneck, pref)
+    s.run()
+    assert s.best is not None  # the bottleneck threshold graph has a k-clique
+    gpus = tuple(int(avail[i]) for i in s.best)
+    return TopologyResult(gpus, bottleneck, _fsum_pairs(b, gpus), s.complete)
+
+
+def _solve(b: F64, avail: IDX, k: int, pref: F64 | None, method: Method) -> TopologyResult | None:
+    if k < 1:
+        raise InvalidInput(f"the GPU count must be at least 1, got {k}", field="count")
+    m = avail.size
+    if m < k:
+        return None
+    if k == 1:
+        return _single(avail, pref)
+    if method == "enumerate" or (method == "auto" and math.comb(m, k) <= ENUMERATE_LIMIT):
+        return _enumerate(b, avail, k, pref)
+    return _search(b, avail, k, pref)
+
+
+def best_set(
+    matrix: npt.ArrayLike,
+    available: Sequence[int] | npt.NDArray[np.generic],
+    k: int,
+    preference: npt.ArrayLike | None = None,
+    *,
+    method: Method = "auto",
+) -> TopologyResult | None:
+    """The best set of ``k`` GPUs among ``available`` (indices or a bool mask); None if too few."""
+    b = _as_matrix(matrix)
+    n = b.shape[0]
+    return _solve(b, _as_available(available, n), k, _as_preference(preference, n), method)
+
+
+class TopologySolver:
+    """:func:`best_set` for one matrix, memoized per (available bitmask, k), no preference."""
+
+    MAX_ENTRIES = 65_536
+
+    def __init__(self, matrix: npt.ArrayLike) -> None:
+        self.matrix = _as_matrix(matrix)
+        self.n = int(self.matrix.shape[0])
+        self._memo: dict[tuple[int, int], TopologyResult | None] = {}
+        self._bits = np.arange(self.n, dtype=np.intp)
+
+    def best(self, mask: int, k: int) -> TopologyResult | None:
+        """Bit i of ``mask`` set = GPU i available."""
+        key = (mask, k)
+        try:
+            return self._memo[key]
+        except KeyError:
+            pass
+        if mask < 0 or mask >> self.n:
+            raise InvalidInput(f"availability mask {mask:#x} names GPUs beyond the {self.n} of this node",
+                               field="available")
+        avail = self._bits[[(mask >> i) & 1 == 1 for i in range(self.n)]] if self.n else self._bits
+        result = _solve(self.matrix, avail, k, None, "auto")
+        if len(self._memo) >= self.MAX_ENTRIES:
+            self._memo.clear()
+        self._memo[key] = result
+        return result
+
+    def cache_size(self) -> int:
+        return len(self._memo)
+
+
+_SOLVERS: dict[bytes, TopologySolver] = {}
+_MAX_SOLVERS = 256
+
+
+def solver_for(matrix: npt.ArrayLike) -> TopologySolver:
+    """The shared solver of a matrix (equal matrices share one, and so its memo)."""
+    b = _as_matrix(matrix)
+    key = b.shape[0].to_bytes(4, "little") + b.tobytes()
+    solver = _SOLVERS.get(key)
+    if solver is None:
+        if len(_SOLVERS) >= _MAX_SOLVERS:
+            _SOLVERS.pop(next(iter(_SOLVERS)))
+        solver = _SOLVERS[key] = TopologySolver(b)
+    return solver
+
+
+def mask_of(gpus: Sequence[int]) -> int:
+    """The availability bitmask of a list of GPU indices."""
+    mask = 0
+    for g in gpus:
+        mask |= 1 << int(g)
+    return mask
