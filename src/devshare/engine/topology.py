@@ -76,7 +76,8 @@ def _as_available(available: Sequence[int] | npt.NDArray[np.generic], n: int) ->
     arr = np.asarray(available)
     if arr.dtype == np.bool_:
         if arr.shape != (n,):
-            raise InvalidInput(f"an availability mask must have {n} entries, got {arr.shape}", field="available")
+            raise InvalidInput(f"an availability mask must have {n} entries, got {arr.shape}",
+                               field="available")
         return np.flatnonzero(arr).astype(np.intp)
     if arr.size == 0:
         return np.zeros(0, np.intp)
@@ -120,7 +121,8 @@ def _exact_argmax(rows: F64, exact: bool) -> IDX:
     if near.size == 1:
         return near
     sums = np.array([math.fsum(r) for r in rows[near].tolist()])
-    return near[sums == sums.max()]
+    winners: IDX = near[sums == sums.max()]
+    return winners
 
 
 @lru_cache(maxsize=256)
@@ -167,14 +169,10 @@ def _enumerate(b: F64, avail: IDX, k: int, pref: F64 | None) -> TopologyResult:
 # ---- search: exact bottleneck by k-clique tests, then branch and bound on the total ----
 
 
-def _popcount(x: int) -> int:
-    return x.bit_count()
-
-
-def _find_clique(adj: list[int], cand: int, k: int) -> bool:
-    """Whether the vertices of ``cand`` hold a k-clique in the graph ``adj`` (bitmasks)."""
+def _find_clique(adj: list[int], cand: int, k: int) -> int | None:
+    """A k-clique (as a bitmask) among the vertices of ``cand`` in the graph ``adj``, or None."""
     if k == 0:
-        return True
+        return 0
     # drop vertices that cannot be in a k-clique: fewer than k-1 neighbours among the candidates
     changed = True
     while changed:
@@ -182,57 +180,59 @@ def _find_clique(adj: list[int], cand: int, k: int) -> bool:
         c = cand
         while c:
             low = c & -c
-            v = low.bit_length() - 1
-            if _popcount(adj[v] & cand) < k - 1:
+            if (adj[low.bit_length() - 1] & cand).bit_count() < k - 1:
                 cand &= ~low
                 changed = True
             c ^= low
-    while _popcount(cand) >= k:
+    while cand.bit_count() >= k:
         low = cand & -cand
-        v = low.bit_length() - 1
         cand ^= low
-        if _find_clique(adj, cand & adj[v], k - 1):
-            return True
-    return False
+        found = _find_clique(adj, cand & adj[low.bit_length() - 1], k - 1)
+        if found is not None:
+            return found | low
+    return None
 
 
-def _threshold_adj(b: F64, avail: IDX, t: float) -> list[int]:
-    m = avail.size
-    sub = b[np.ix_(avail, avail)] >= t
-    np.fill_diagonal(sub, False)
-    weights = np.left_shift(np.ones(m, dtype=object), np.arange(m, dtype=object))
-    return [int(np.dot(row.astype(object), weights)) if m > 62 else int(np.dot(row, 1 << np.arange(m)))
-            for row in sub]
+def _threshold_adj(sub: F64, t: float) -> list[int]:
+    """Adjacency bitmasks of the graph whose edges are the pairs with bandwidth >= t."""
+    edges = sub >= t
+    np.fill_diagonal(edges, False)
+    return [sum(1 << int(j) for j in np.flatnonzero(row)) for row in edges]
 
 
-def _best_bottleneck(b: F64, avail: IDX, k: int) -> float:
-    m = avail.size
-    sub = b[np.ix_(avail, avail)]
+def _best_bottleneck(sub: F64, k: int) -> tuple[float, int]:
+    """The largest bottleneck of a k-set of ``sub``'s vertices, and one such set (bitmask)."""
+    m = sub.shape[0]
     levels = np.unique(sub[np.triu_indices(m, 1)])[::-1]  # descending
     full = (1 << m) - 1
-    lo, hi = 0, levels.size - 1  # levels[hi] (the smallest) always works: the whole graph is a clique
+    lo, hi = 0, levels.size - 1  # the smallest level always works: the whole graph is a clique
+    clique = full if m == k else None
     while lo < hi:
         mid = (lo + hi) // 2
-        if _find_clique(_threshold_adj(b, avail, float(levels[mid])), full, k):
-            hi = mid
+        found = _find_clique(_threshold_adj(sub, float(levels[mid])), full, k)
+        if found is not None:
+            hi, clique = mid, found
         else:
             lo = mid + 1
-    return float(levels[lo])
+    if clique is None:
+        clique = _find_clique(_threshold_adj(sub, float(levels[lo])), full, k)
+    assert clique is not None
+    return float(levels[lo]), clique
 
 
 class _Search:
     """Depth-first branch and bound, in index order, over k-cliques of the graph at the bottleneck."""
 
-    def __init__(self, b: F64, avail: IDX, k: int, bottleneck: float, pref: F64 | None) -> None:
-        self.sub = b[np.ix_(avail, avail)]
-        m = avail.size
+    def __init__(self, sub: F64, k: int, bottleneck: float, pref: F64 | None) -> None:
+        self.sub = sub
+        m = sub.shape[0]
         self.m, self.k = m, k
-        self.adj = _threshold_adj(b, avail, bottleneck)
+        self.adj = _threshold_adj(sub, bottleneck)
         masked = np.where(self.sub >= bottleneck, self.sub, 0.0)
         np.fill_diagonal(masked, 0.0)
         self.masked = masked
         self.rowmax = masked.max(axis=1)
-        self.pref = pref[avail] if pref is not None else None
+        self.pref = pref
         self.exact_sums = _dyadic(masked) and (self.pref is None or _dyadic(self.pref))
         self.margin = 0.0 if self.exact_sums else 1e-9
         self.best: tuple[int, ...] | None = None
@@ -257,7 +257,8 @@ class _Search:
     def _leaf(self, chosen: list[int]) -> None:
         total = math.fsum(float(self.sub[i, j]) for x, i in enumerate(chosen) for j in chosen[x + 1:])
         pref = math.fsum(float(self.pref[i]) for i in chosen) if self.pref is not None else 0.0
-        if (total, pref) > (self.best_total, self.best_pref):  # ties keep the earlier (lower) set
+        key, best = (total, pref), (self.best_total, self.best_pref)
+        if key > best or (key == best and self.best is not None and tuple(chosen) < self.best):
             self.best, self.best_total, self.best_pref = tuple(chosen), total, pref
 
     def run(self) -> None:
@@ -281,13 +282,14 @@ class _Search:
             ub = self._bound(total, gain, cand, r)
             if ub < self.best_total:
                 return
-            if ub <= self.best_total and self._pref_bound(chosen, cand, r) <= self.best_pref:
+            if (ub <= self.best_total and tuple(chosen) > self.best[: len(chosen)]
+                    and self._pref_bound(chosen, cand, r) <= self.best_pref):
                 return  # can at best tie, and every set below comes after the best one
         for pos, v in enumerate(cand):
             if len(cand) - pos < r:
                 break
             rest = cand_mask & self.adj[v] & ~((2 << v) - 1)
-            if _popcount(rest) < r - 1:
+            if rest.bit_count() < r - 1:
                 continue
             chosen.append(v)
             self._dfs(chosen, total + float(gain[v]), gain + self.masked[v], rest)
@@ -297,10 +299,12 @@ class _Search:
 
 
 def _search(b: F64, avail: IDX, k: int, pref: F64 | None) -> TopologyResult:
-    bottleneck = _best_bottleneck(b, avail, k)
-    s = _Search(b, avail, k, bottleneck, pref)
+    sub = b[np.ix_(avail, avail)]
+    bottleneck, clique = _best_bottleneck(sub, k)
+    s = _Search(sub, k, bottleneck, pref[avail] if pref is not None else None)
+    s._leaf([v for v in range(avail.size) if clique >> v & 1])  # a first incumbent: prunes from the start
     s.run()
-    assert s.best is not None  # the bottleneck threshold graph has a k-clique
+    assert s.best is not None
     gpus = tuple(int(avail[i]) for i in s.best)
     return TopologyResult(gpus, bottleneck, _fsum_pairs(b, gpus), s.complete)
 
@@ -341,7 +345,6 @@ class TopologySolver:
         self.matrix = _as_matrix(matrix)
         self.n = int(self.matrix.shape[0])
         self._memo: dict[tuple[int, int], TopologyResult | None] = {}
-        self._bits = np.arange(self.n, dtype=np.intp)
 
     def best(self, mask: int, k: int) -> TopologyResult | None:
         """Bit i of ``mask`` set = GPU i available."""
@@ -353,7 +356,7 @@ class TopologySolver:
         if mask < 0 or mask >> self.n:
             raise InvalidInput(f"availability mask {mask:#x} names GPUs beyond the {self.n} of this node",
                                field="available")
-        avail = self._bits[[(mask >> i) & 1 == 1 for i in range(self.n)]] if self.n else self._bits
+        avail = np.array([i for i in range(self.n) if mask >> i & 1], dtype=np.intp)
         result = _solve(self.matrix, avail, k, None, "auto")
         if len(self._memo) >= self.MAX_ENTRIES:
             self._memo.clear()
