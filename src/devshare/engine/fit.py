@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from devshare.model.request import WHOLE, DeviceRequest
 from devshare.engine.table import DeviceTable
+from devshare.model.request import WHOLE, DeviceRequest
 
 Mask = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
@@ -76,7 +76,7 @@ class Need(NamedTuple):
     """One container's ask of one device type on one node, resolved to bytes per device."""
 
     container: int
-    count: int
+    n: int  # devices asked
     core: int
     memory: Ints  # bytes needed on each device (ratio requests differ per device)
     whole: bool
@@ -117,8 +117,8 @@ def search(
     n = len(fc)
     used_c = [tc[j] - fc[j] for j in range(n)]
     used_m = [tm[j] - fm[j] for j in range(n)]
-    order = sorted(range(len(needs)), key=lambda i: (-needs[i].count, -needs[i].core, -int(needs[i].memory.max(initial=0))))
-    grants_total = sum(nd.count for nd in needs)
+    order = sorted(range(len(needs)), key=lambda i: (-needs[i].n, -needs[i].core, -int(needs[i].memory.max(initial=0))))
+    grants_total = sum(nd.n for nd in needs)
     if grants_total == 0:
         return SearchResult({}, 0.0, True, 0)
     taken = [0] * n  # grants placed on each device along the current path
@@ -129,7 +129,7 @@ def search(
 
     def final_score() -> float:
         total = 0.0
-        for i, cols in chosen.items():
+        for cols in chosen.values():
             for j in cols:
                 util = core_weight * (used_c[j] / tc[j]) + (1.0 - core_weight) * (used_m[j] / tm[j])
                 total += util if binpack else 1.0 - util
@@ -153,7 +153,7 @@ def search(
             if ok[j] and whole_taken[j] == 0 and fc[j] >= nd.core and fm[j] >= mem[j] and fs[j] >= 1
             and (not nd.whole or (fresh[j] and taken[j] == 0))
         ]
-        if len(cands) < nd.count:
+        if len(cands) < nd.n:
             return
 
         def card_util(j: int) -> float:
@@ -162,7 +162,7 @@ def search(
         # try the most promising devices first, so a good combination is found early
         cands.sort(key=lambda j: (-card_util(j) if binpack else card_util(j), j))
         seen: set[tuple[tuple[int, int, int, int, int, int], ...]] = set()
-        for combo in combinations(cands, nd.count):
+        for combo in combinations(cands, nd.n):
             sig = tuple(sorted((fc[j], fm[j], fs[j], tc[j], tm[j], mem[j]) for j in combo))
             if sig in seen:
                 continue  # an identical set of device states was already explored at this level

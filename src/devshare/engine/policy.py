@@ -17,10 +17,10 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from devshare.model.request import DeviceRequest, PodRequest
 from devshare.engine.fit import card_scores, pick_columns
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
+from devshare.model.request import DeviceRequest, PodRequest
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
-from devshare.model.request import PodRequest
 from devshare.engine.handlers import Code, handler_for
 from devshare.engine.handlers.base import Context, Evaluation, Settings
 from devshare.engine.policy import BinpackPolicy, Policy
 from devshare.engine.state import ClusterState
+from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
+from devshare.model.request import PodRequest
 
 Ints = npt.NDArray[np.int64]
 MAX_SCORE = 10  # kube-scheduler's extender priority range is 0..10

@@ -17,13 +17,13 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
+from devshare.engine.table import DeviceTable
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
 from devshare.model.device import NodeDevices
 from devshare.model.node import NodeInfo
 from devshare.model.quantity import human_bytes
 from devshare.model.request import PodRequest
-from devshare.engine.table import DeviceTable
 
 DEFAULT_MAX_CONTAINERS = 16  # seed 000: MGPUMaxContainersPerCard
 DEFAULT_ASSUME_TTL = 60.0  # seconds an assumed allocation waits for its bind

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from devshare.model.allocation import DeviceGrant
-from devshare.model.request import DeviceRequest, PodRequest
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
+from devshare.model.allocation import DeviceGrant
+from devshare.model.request import DeviceRequest, PodRequest
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]

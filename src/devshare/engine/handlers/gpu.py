@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from devshare.model import names
 from devshare.engine.handlers.base import Code, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
 from devshare.engine.policy import Choice, FitView
 from devshare.engine.topology import TopologySolver
+from devshare.model import names
 
 
 class GpuHandler(ShareHandler):

@@ -8,8 +8,6 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from devshare.model.quantity import human_bytes
-from devshare.model.request import DeviceRequest
 from devshare.engine.fit import Need, SearchResult, card_fits, memory_need, search
 from devshare.engine.handlers.base import (
     Code,
@@ -23,6 +21,8 @@ from devshare.engine.handlers.base import (
 )
 from devshare.engine.policy import Choice, FitView, node_utilization
 from devshare.engine.table import DeviceTable
+from devshare.model.quantity import human_bytes
+from devshare.model.request import DeviceRequest
 
 Reasons = Callable[[int], str]
 
@@ -111,8 +111,17 @@ class ShareHandler(DeviceHandler):
         for i in np.flatnonzero(too_few).tolist():
             reasons[i] = (f"node has {int(n_dev[i])} {self.type} device(s), a container asks for {biggest}"
                           if n_dev[i] else f"node has no {self.type} devices")
+        # asks no amount of freed capacity can satisfy: too few devices big enough (preemption won't help)
+        usable = table.usable()[rows]
+        for _, req in needs:
+            big = usable & (table.total_core[rows] >= req.core_milli)
+            big &= table.total_mem[rows] >= memory_need(req, table.total_mem[rows])
+            never = (codes == Code.SUCCESS) & (big.sum(axis=1) < req.count)
+            codes[never] = Code.UNRESOLVABLE
+            for i in np.flatnonzero(never).tolist():
+                reasons[i] = (f"needs {describe_ask(self.type, req)}, but only {int(big[i].sum())} usable "
+                              f"{self.type} device(s) on the node are that large")
         mc = state.max_containers
-        grants: dict[int, Grants] = {}
 
         if len(needs) == 1:
             ci, req = needs[0]
