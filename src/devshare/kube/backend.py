@@ -1,0 +1,94 @@
+"""The backend interface: what the extender, webhook and CLI need from a cluster.
+
+Two implementations: :class:`devshare.kube.live.LiveBackend` (a real API server) and
+:class:`devshare.kube.memory.MemoryBackend` (objects from a ``--cluster`` YAML file). Objects are
+plain dicts in the API's JSON shape; callers must not mutate the dicts they are given.
+
+Errors are those of :mod:`devshare.kube.errors`: :class:`~.errors.Gone` from ``watch`` means
+re-list, :class:`~.errors.Unavailable` means retry with backoff, :class:`~.errors.Conflict` and
+:class:`~.errors.NotFound` are the API's 409 and 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Literal, NamedTuple, Protocol
+
+Kind = Literal["nodes", "pods", "devices"]
+KINDS: tuple[Kind, ...] = ("nodes", "devices", "pods")
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+
+
+class WatchEvent(NamedTuple):
+    type: str  # ADDED | MODIFIED | DELETED | BOOKMARK
+    object: dict[str, Any]
+
+
+class ListResult(NamedTuple):
+    items: list[dict[str, Any]]
+    resource_version: str  # where a watch continues from
+
+
+class Backend(Protocol):
+    @property
+    def namespace(self) -> str:
+        """The namespace devshare itself runs in (where its Lease lives)."""
+        ...
+
+    async def list(self, kind: Kind) -> ListResult:
+        """Every object of ``kind`` (pods: in all namespaces) and the list's resourceVersion."""
+        ...
+
+    def watch(self, kind: Kind, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Changes to ``kind`` after ``resource_version``, until cancelled. Raises Gone (re-list) or
+        Unavailable (reconnect); may also just end (call again from the last version seen)."""
+        ...
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        ...
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> dict[str, Any]:
+        """Merge-patch the pod's annotations (None removes a key). Returns the patched pod."""
+        ...
+
+    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+        """Create the pod's Binding to ``node``. Conflict if it is already bound (or its uid differs)."""
+        ...
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        ...
+
+    async def create_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
+        """Create a Lease. Conflict if it exists."""
+        ...
+
+    async def replace_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
+        """Replace a Lease; its metadata.resourceVersion must be current (else Conflict)."""
+        ...
+
+    async def record_event(self, namespace: str, event: dict[str, Any]) -> None:
+        """Create a v1 Event (best effort: callers may ignore failures)."""
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
+def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` for namespaced objects, ``name`` otherwise."""
+    m = meta(obj)
+    ns = m.get("namespace")
+    return f"{ns}/{m.get('name', '')}" if ns else str(m.get("name", ""))
+
+
+def resource_version(obj: Mapping[str, Any]) -> str | None:
+    rv = meta(obj).get("resourceVersion")
+    return str(rv) if rv is not None else None

@@ -1,0 +1,192 @@
+"""LiveBackend: a real API server through lightkube's async client (the only module using lightkube).
+
+Objects travel as plain dicts: Nodes, Pods, Leases and Events are declared here as lightkube
+*generic* resources (dict-backed, decoded straight from JSON), Devices with
+``create_global_resource``. The Binding is a dict-backed ``pods/binding`` subresource, because the
+API server answers a binding with a Status, which lightkube's typed Binding model cannot decode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import msgspec
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core import resource as lkres
+from lightkube.core.exceptions import ApiError, ConfigError
+from lightkube.generic_resource import (
+    Generic,
+    GenericGlobalResource,
+    GenericNamespacedResource,
+    create_api_info,
+    create_global_resource,
+)
+from lightkube.types import PatchType
+
+from devshare.kube.backend import Kind, ListResult, WatchEvent, meta
+from devshare.kube.errors import BackendError, Conflict, Gone, NotFound, Unavailable
+from devshare.model.errors import InvalidInput
+
+Device = create_global_resource("devshare.io", "v1alpha1", "Device", "devices")
+
+
+class Node(GenericGlobalResource):
+    _api_info = create_api_info("", "v1", "Node", "nodes")
+
+
+class Pod(GenericNamespacedResource):
+    _api_info = create_api_info("", "v1", "Pod", "pods")
+
+
+class Lease(GenericNamespacedResource):
+    _api_info = create_api_info("coordination.k8s.io", "v1", "Lease", "leases")
+
+
+class Event(GenericNamespacedResource):
+    _api_info = create_api_info("", "v1", "Event", "events")
+
+
+class PodBinding(lkres.NamespacedSubResource, Generic):
+    _api_info = lkres.ApiInfo(
+        resource=lkres.ResourceDef("", "v1", "Binding"),
+        parent=lkres.ResourceDef("", "v1", "Pod"),
+        plural="pods",
+        verbs=["post"],
+        action="binding",
+    )
+
+
+_RESOURCES: dict[str, type[Any]] = {"nodes": Node, "pods": Pod, "devices": Device}
+_ERRORS: dict[int, type[BackendError]] = {404: NotFound, 409: Conflict, 410: Gone}
+
+
+def translate(e: Exception) -> BackendError:
+    """The backend error for a lightkube/httpx exception."""
+    if isinstance(e, ApiError):
+        code = int(e.status.code or (e.response.status_code if e.response is not None else 0))
+        message = e.status.message or str(e)
+    elif isinstance(e, httpx.HTTPStatusError):
+        code, message = e.response.status_code, f"HTTP {e.response.status_code} from {e.request.url}"
+    elif isinstance(e, httpx.TransportError | httpx.StreamError):
+        return Unavailable(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+    else:
+        return BackendError(f"{type(e).__name__}: {e}")
+    if code in _ERRORS:
+        return _ERRORS[code](message, code=code)
+    if code == 429 or code >= 500:
+        return Unavailable(message, code=code)
+    return BackendError(message, code=code)
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except BackendError:
+        raise
+    except (httpx.HTTPError, httpx.StreamError) as e:
+        raise translate(e) from e
+    except msgspec.DecodeError as e:
+        raise BackendError(f"the API server sent something that is not JSON: {e}") from e
+
+
+class LiveBackend:
+    """A Kubernetes API server. ``watch_timeout``: seconds the server keeps one watch request open."""
+
+    def __init__(self, client: AsyncClient, *, namespace: str | None = None, watch_timeout: int = 300) -> None:
+        self.client = client
+        self._namespace = namespace or client.namespace or "default"
+        self.watch_timeout = watch_timeout
+
+    @classmethod
+    def connect(cls, kubeconfig: str | Path | None = None, *, context: str | None = None,
+                namespace: str | None = None, watch_timeout: int = 300) -> LiveBackend:
+        """From a kubeconfig file, or (None) in-cluster / $KUBECONFIG / ~/.kube/config."""
+        try:
+            config = (KubeConfig.from_file(str(kubeconfig)) if kubeconfig is not None
+                      else KubeConfig.from_env()).get(context_name=context)
+        except (ConfigError, OSError) as e:
+            raise InvalidInput(f"cannot load the cluster configuration: {e}",
+                               field=str(kubeconfig) if kubeconfig else "kubeconfig") from None
+        client = AsyncClient(config, field_manager="devshare", lazy=True)
+        return cls(client, namespace=namespace, watch_timeout=watch_timeout)
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    async def list(self, kind: Kind) -> ListResult:
+        res = _RESOURCES[kind]
+        kw: dict[str, Any] = {"namespace": "*"} if kind == "pods" else {}
+        with _translated():
+            it = self.client.list(res, **kw)
+            items = [dict(o) async for o in it]
+            try:
+                rv = it.resourceVersion
+            except Exception:  # an empty first page may carry no version in old servers
+                rv = ""
+        return ListResult(items, rv)
+
+    async def watch(self, kind: Kind, resource_version: str) -> AsyncIterator[WatchEvent]:
+        res = _RESOURCES[kind]
+        kw: dict[str, Any] = {"namespace": "*"} if kind == "pods" else {}
+        with _translated():
+            async for type_, obj in self.client.watch(
+                res, resource_version=resource_version or None, server_timeout=self.watch_timeout, **kw
+            ):
+                yield WatchEvent(type_, dict(obj))
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            with _translated():
+                return dict(await self.client.get(Pod, name, namespace=namespace))
+        except NotFound:
+            return None
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> dict[str, Any]:
+        with _translated():
+            out = await self.client.patch(Pod, name, {"metadata": {"annotations": dict(annotations)}},
+                                          namespace=namespace, patch_type=PatchType.MERGE)
+        return dict(out)
+
+    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+        body: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        with _translated():
+            await self.client.create(PodBinding(body), name=name, namespace=namespace)
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            with _translated():
+                return dict(await self.client.get(Lease, name, namespace=namespace))
+        except NotFound:
+            return None
+
+    async def create_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
+        with _translated():
+            return dict(await self.client.create(Lease(_in(lease, namespace)), namespace=namespace))
+
+    async def replace_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
+        with _translated():
+            return dict(await self.client.replace(Lease(_in(lease, namespace)), namespace=namespace))
+
+    async def record_event(self, namespace: str, event: dict[str, Any]) -> None:
+        with _translated():
+            await self.client.create(Event(_in(event, namespace)), namespace=namespace)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def _in(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    return {**obj, "metadata": {**meta(obj), "namespace": namespace}}

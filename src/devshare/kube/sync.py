@@ -1,0 +1,260 @@
+"""StateSync: keeps the engine's ClusterState in step with a backend (list, then watch).
+
+Start-up lists Nodes, Devices and Pods, rebuilds every allocation from bound pods' annotations
+(the annotations are the whole truth, DESIGN.md) and only then sets :attr:`StateSync.synced`; the
+extender refuses to filter before that. Then each kind is watched from its list's
+resourceVersion: a 410 Gone re-lists that kind and reconciles (what vanished is released or
+removed), a dropped connection reconnects with exponential backoff from the last version seen.
+
+Every engine call happens on the event loop's thread, between awaits, so engine calls are atomic
+with respect to each other and to the extender's handlers running on the same loop.
+
+Rules for pods:
+- bound (``spec.nodeName``) with a decodable allocation annotation: ``state.add_bound``;
+- Succeeded/Failed or deleted: ``state.release`` (a pod in flight, "assumed", is released only when
+  deleted);
+- pending: left alone (the scheduler reserves it; an annotation on an unbound pod is not truth);
+- a malformed annotation is logged and counted in :attr:`StateSync.malformed`, never fatal.
+A re-list keeps the state's assumed pods (their bind may not be visible yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from devshare.engine.state import ClusterState
+from devshare.kube.backend import KINDS, Backend, Kind, WatchEvent, meta, object_key, resource_version
+from devshare.kube.errors import BackendError, Gone, Unavailable
+from devshare.model.allocation import PodAllocation
+from devshare.model.codecs import decode_allocation
+from devshare.model.device import parse_device
+from devshare.model.errors import InvalidInput
+from devshare.model.node import parse_node
+from devshare.model.pod import parse_pod
+from devshare.model.request import PodRequest
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class Backoff:
+    """Exponential backoff with jitter: ``initial * 2**n`` capped at ``maximum``."""
+
+    def __init__(self, initial: float = 0.2, maximum: float = 30.0, jitter: float = 0.1) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.jitter = jitter
+        self.attempts = 0
+
+    def next_delay(self) -> float:
+        delay = min(self.maximum, self.initial * 2 ** self.attempts)
+        self.attempts += 1
+        return delay * (1 + self.jitter * random.random())
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+class StateSync:
+    def __init__(
+        self,
+        backend: Backend,
+        state: ClusterState,
+        *,
+        track_node_resources: bool = False,
+        backoff: Callable[[], Backoff] = Backoff,
+        on_change: Callable[[str, str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.state = state
+        self.track_node_resources = track_node_resources
+        self._backoff = backoff
+        self.on_change = on_change  # called (kind, event type, object) after each applied event
+        self.synced = asyncio.Event()
+        self.resource_versions: dict[Kind, str] = {}
+        # counters (exported as metrics by the server)
+        self.malformed = 0  # bound pods whose allocation annotation could not be used
+        self.invalid_objects = 0  # Nodes/Devices that did not parse (the previous view is kept)
+        self.overcommitted = 0  # bound pods recorded although their devices were already full
+        self.relists = 0  # re-lists after 410 Gone
+        self.reconnects = 0  # watch reconnections after a connection error
+        self.events = 0  # watch events applied
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def is_synced(self) -> bool:
+        return self.synced.is_set()
+
+    # ------------------------------------------------------------------ running
+    async def run(self) -> None:
+        """List everything (retrying until it works), mark synced, then watch forever."""
+        for kind in KINDS:
+            await self._list_with_retry(kind, initial=True)
+        self.synced.set()
+        log.info("state synced: %d nodes, %d devices, %d pods with allocations",
+                 len(self.state.nodes), len(self.state.devices), len(self.state.pods))
+        async with asyncio.TaskGroup() as tg:
+            for kind in KINDS:
+                tg.create_task(self._watch_forever(kind), name=f"devshare-watch-{kind}")
+
+    def start(self) -> asyncio.Task[None]:
+        """Run in the background; returns the task (cancel it, or call :meth:`stop`)."""
+        task = asyncio.create_task(self.run(), name="devshare-state-sync")
+        self._tasks.append(task)
+        return task
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks.clear()
+
+    async def _list_with_retry(self, kind: Kind, *, initial: bool) -> None:
+        backoff = self._backoff()
+        while True:
+            try:
+                result = await self.backend.list(kind)
+            except BackendError as e:
+                delay = backoff.next_delay()
+                log.warning("listing %s failed (%s); retrying in %.1fs", kind, e, delay)
+                await asyncio.sleep(delay)
+                continue
+            self._reconcile(kind, result.items, initial=initial)
+            self.resource_versions[kind] = result.resource_version
+            return
+
+    async def _watch_forever(self, kind: Kind) -> None:
+        backoff = self._backoff()
+        while True:
+            try:
+                async for ev in self.backend.watch(kind, self.resource_versions[kind]):
+                    backoff.reset()
+                    self._apply_event(kind, ev)
+            except Gone:
+                self.relists += 1
+                log.info("watch of %s: history compacted (410 Gone); re-listing", kind)
+                await self._list_with_retry(kind, initial=False)
+            except BackendError as e:
+                self.reconnects += 1
+                delay = backoff.next_delay()
+                level = logging.INFO if isinstance(e, Unavailable) else logging.WARNING
+                log.log(level, "watch of %s broke (%s); reconnecting in %.1fs", kind, e, delay)
+                await asyncio.sleep(delay)
+
+    def _apply_event(self, kind: Kind, ev: WatchEvent) -> None:
+        rv = resource_version(ev.object)
+        if ev.type != "BOOKMARK":
+            self.events += 1
+            self._apply(kind, ev.type, ev.object)
+            if self.on_change is not None:
+                self.on_change(kind, ev.type, ev.object)
+        if rv is not None:
+            self.resource_versions[kind] = rv
+
+    # ------------------------------------------------------------------ applying objects
+    def _reconcile(self, kind: Kind, items: list[dict[str, Any]], *, initial: bool) -> None:
+        """Apply a full list; on a re-list, also drop what is no longer there."""
+        present = {object_key(o) for o in items}
+        if not initial:
+            if kind == "nodes":
+                for name in [n for n in self.state.row_of if n not in present]:
+                    self.state.remove_node(name)
+            elif kind == "devices":
+                for name in [n for n in self.state.devices if n not in present]:
+                    self.state.remove_devices(name)
+            else:
+                for key in [k for k, r in self.state.pods.items() if k not in present and r.phase != "assumed"]:
+                    self.state.release(key)
+        for obj in items:
+            self._apply(kind, "ADDED", obj)
+
+    def _apply(self, kind: Kind, type_: str, obj: dict[str, Any]) -> None:
+        if kind == "nodes":
+            self._apply_node(type_, obj)
+        elif kind == "devices":
+            self._apply_device(type_, obj)
+        else:
+            self._apply_pod(type_, obj)
+
+    def _apply_node(self, type_: str, obj: dict[str, Any]) -> None:
+        name = str(meta(obj).get("name", ""))
+        if type_ == "DELETED":
+            self.state.remove_node(name)
+            return
+        try:
+            info = parse_node(obj, track_resources=self.track_node_resources)
+        except InvalidInput as e:
+            self.invalid_objects += 1
+            log.warning("ignoring Node %s: %s", name, e)
+            return
+        self.state.upsert_node(info)
+
+    def _apply_device(self, type_: str, obj: dict[str, Any]) -> None:
+        name = str(meta(obj).get("name", ""))
+        if type_ == "DELETED":
+            self.state.remove_devices(name)
+            return
+        try:
+            nd = parse_device(obj)
+        except InvalidInput as e:
+            self.invalid_objects += 1
+            log.warning("ignoring Device %s (keeping what it said before): %s", name, e)
+            return
+        self.state.set_devices(nd)
+
+    def _apply_pod(self, type_: str, obj: dict[str, Any]) -> None:
+        m = meta(obj)
+        key = object_key(obj)
+        rec = self.state.pods.get(key)
+        uid = str(m.get("uid") or "")
+        if rec is not None and uid and rec.pod.uid and rec.pod.uid != uid:
+            self.state.release(key)  # a new pod under an old name: the old one is gone
+            rec = None
+        if type_ == "DELETED":
+            self.state.release(key)
+            return
+        phase = (obj.get("status") or {}).get("phase")
+        if phase in TERMINAL_PHASES:
+            self.state.release(key)
+            return
+        node = (obj.get("spec") or {}).get("nodeName")
+        if not node:
+            if rec is not None and rec.phase == "bound":
+                self.state.release(key)  # cannot be: a bound pod never becomes pending
+            return
+        try:
+            alloc = decode_allocation(m.get("annotations") or {})
+        except InvalidInput as e:
+            self.malformed += 1
+            log.warning("pod %s: cannot use its allocation annotation: %s", key, e)
+            return
+        if alloc is None:
+            return  # not placed by devshare (or asks for no device)
+        if alloc.node != node:
+            self.malformed += 1
+            log.warning("pod %s runs on %s but its allocation names node %s; ignoring the allocation",
+                        key, node, alloc.node)
+            return
+        self._record_bound(key, obj, alloc)
+
+    def _record_bound(self, key: str, obj: dict[str, Any], alloc: PodAllocation) -> None:
+        m = meta(obj)
+        try:
+            pod = parse_pod(obj)
+        except InvalidInput as e:
+            # the allocation is still the truth: record it with what we know of the pod
+            log.warning("pod %s: request does not parse (%s); recording its allocation anyway", key, e)
+            pod = PodRequest(namespace=str(m.get("namespace", "")), name=str(m.get("name", "")),
+                             uid=str(m.get("uid") or ""))
+        reason = self.state.add_bound(pod, alloc)
+        if reason is not None:
+            self.overcommitted += 1
+            log.warning("pod %s is bound to devices that were already full: %s", key, reason)
