@@ -84,3 +84,16 @@ MANAGED_RESOURCES = (
 )
 
 MIN_GPU_MEMORY = 256 * 2**20  # seed 000: MinGPUMemory, too little for a container to run below it
+
+# --- pod-side names read by the dialect parser (model/pod.py)
+POD_GPU_MODEL = "devshare.io/gpu-model"  # pod annotation: allowed GPU models, "A100|H100" (or comma-separated)
+# Every container resource name that asks for a managed device, kubernetes.io/ spellings included
+DEVICE_RESOURCE_NAMES = (
+    *MANAGED_RESOURCES,
+    LEGACY_GPU,
+    LEGACY_GPU_CORE,
+    LEGACY_GPU_MEMORY,
+    LEGACY_GPU_MEMORY_RATIO,
+    LEGACY_RDMA,
+    LEGACY_FPGA,
+)

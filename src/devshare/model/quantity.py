@@ -27,7 +27,7 @@ _DECIMAL = {
     "E": Fraction(10**18),
 }
 _RE = re.compile(
-    r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))"
+    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"  # linear: no overlapping digit runs to backtrack over
     r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<dec>[numkMGTPE]?))$"
 )
 

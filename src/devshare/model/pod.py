@@ -1,0 +1,337 @@
+"""A v1 Pod (a plain dict) read into a :class:`~devshare.model.request.PodRequest`.
+
+- Container resources come from ``resources.requests``, or ``limits`` for a name not in requests.
+- One :class:`ContainerRequest` per app container, in order, those asking nothing included.
+  Init containers are ignored unless they ask for devices, which is refused.
+- Each container asks in one dialect (:mod:`devshare.model.dialects`); ``nvidia.com/gpu`` may sit
+  next to Koordinator's ``rdma``/``fpga``, and the pod's dialect is then ``koordinator`` (the
+  Koordinator annotation carries both). A pod asks in one dialect.
+- Allowed GPU models: the pod annotation ``devshare.io/gpu-model: "A100|H100"`` (``|`` or ``,``),
+  a ``nodeSelector`` on the node label ``devshare.io/gpu-model``, and required node affinity ``In``
+  on that label (when every term constrains it; terms are ORed). All given sources must agree:
+  the allowed models are the ones every source allows.
+- Group: labels ``gputopology.scheduling.koordinator.sh/name`` + ``/replica`` (seed 003); gang:
+  annotations ``gang.scheduling.koordinator.sh/name`` + ``/min-available``. With both, they must
+  agree. A gang alone makes a group of that name and size.
+- ``cpu_milli``/``memory_bytes``: what Kubernetes counts for the node, the larger of the sum over
+  app containers and the largest init container (rounded up).
+
+:func:`read_pod` never raises: it returns what it could read and every problem found.
+:func:`parse_pod` raises them (:class:`~devshare.model.errors.InvalidRequest`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from devshare.model import names, validation
+from devshare.model.dialects import aliyun, koordinator, mgpu, nvidia
+from devshare.model.dialects.problems import Problems
+from devshare.model.errors import InvalidInput
+from devshare.model.quantity import parse_quantity
+from devshare.model.request import ContainerRequest, DeviceRequest, GroupRef, PodRequest
+
+KOORDINATOR, NVIDIA, MGPU, ALIYUN = "koordinator", "nvidia", "mgpu", "aliyun"
+_DIALECT_NAMES = ((KOORDINATOR, koordinator.NAMES), (NVIDIA, nvidia.NAMES), (MGPU, mgpu.NAMES), (ALIYUN, aliyun.NAMES))
+_DEVICE_NAMES = frozenset(names.DEVICE_RESOURCE_NAMES)
+_ZERO = ("0", 0)
+
+
+def requests_devices(pod: Any) -> bool:
+    """Does ``pod`` ask any container (init containers included) for a managed device? A quick
+    look at resource names only, for letting every other pod through untouched."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    if not isinstance(spec, dict):
+        return False
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if not isinstance(containers, list):
+            continue
+        for c in containers:
+            res = c.get("resources") if isinstance(c, dict) else None
+            if not isinstance(res, dict):
+                continue
+            for part in ("requests", "limits"):
+                d = res.get(part)
+                if isinstance(d, dict):
+                    for k, v in d.items():
+                        if k in _DEVICE_NAMES and v not in _ZERO:
+                            return True
+    return False
+
+
+def _str_map(obj: Any, where: str, problems: Problems) -> dict[str, str]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        problems.add(where, "must be a mapping of names to strings")
+        return {}
+    return {str(k): v if isinstance(v, str) else str(v) for k, v in obj.items()}
+
+
+def container_resources(container: dict[str, Any], where: str, problems: Problems) -> dict[str, Any]:
+    """requests over limits: each name's request, or its limit when it has no request."""
+    res = container.get("resources")
+    if res is None:
+        return {}
+    if not isinstance(res, dict):
+        problems.add(where, "resources must be a mapping with requests and limits")
+        return {}
+    merged: dict[str, Any] = {}
+    for part in ("limits", "requests"):
+        d = res.get(part)
+        if d is None:
+            continue
+        if not isinstance(d, dict):
+            problems.add(where, f"resources.{part} must be a mapping of resource names to quantities")
+            continue
+        merged.update({str(k): v for k, v in d.items()})
+    return merged
+
+
+def _dialects_of(resources: dict[str, Any]) -> list[str]:
+    """The dialects a container's resource names belong to (zero values left out)."""
+    found = [d for d, ns in _DIALECT_NAMES if any(k in ns and v not in _ZERO for k, v in resources.items())]
+    if set(found) == {KOORDINATOR, NVIDIA} and not any(
+        k in koordinator.GPU_NAMES and v not in _ZERO for k, v in resources.items()
+    ):
+        return [KOORDINATOR]  # nvidia.com/gpu with Koordinator rdma/fpga: one annotation holds both
+    return found
+
+
+def _device_requests(
+    resources: dict[str, Any], dialect: str, where: str, problems: Problems, mgpu_count: int | None, counts_bad: bool
+) -> list[DeviceRequest]:
+    if dialect == MGPU:
+        return mgpu.parse(resources, where, problems, mgpu_count, counts_bad)
+    if dialect == ALIYUN:
+        return aliyun.parse(resources, where, problems)
+    if dialect == NVIDIA:
+        return nvidia.parse(resources, where, problems)
+    return nvidia.parse(resources, where, problems) + koordinator.parse(resources, where, problems)
+
+
+def _node_resources(resources: dict[str, Any], where: str, problems: Problems) -> tuple[int, int]:
+    out = [0, 0]
+    for i, (name, scale) in enumerate((("cpu", 1000), ("memory", 1))):
+        if name not in resources:
+            continue
+        try:
+            q = parse_quantity(resources[name])
+        except InvalidInput as e:
+            problems.add(where, f"{name}: {e.message}")
+            continue
+        if q < 0:
+            problems.add(where, f"{name} is negative; ask 0 or more")
+            continue
+        out[i] = math.ceil(q * scale)
+    return out[0], out[1]
+
+
+def _models_from_affinity(spec: dict[str, Any]) -> set[str] | None:
+    try:
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(terms, list) or not terms:
+        return None
+    allowed: set[str] = set()
+    for term in terms:
+        exprs = term.get("matchExpressions") if isinstance(term, dict) else None
+        term_models: set[str] | None = None
+        for e in exprs if isinstance(exprs, list) else []:
+            if isinstance(e, dict) and e.get("key") == names.NODE_GPU_MODEL and e.get("operator") == "In":
+                values = e.get("values")
+                vals = {str(v) for v in values} if isinstance(values, list) else set()
+                term_models = vals if term_models is None else term_models & vals
+        if term_models is None:
+            return None  # a term that does not constrain the model: any model can match
+        allowed |= term_models
+    return allowed
+
+
+def _gpu_models(spec: dict[str, Any], annotations: dict[str, str], problems: Problems) -> tuple[str, ...]:
+    sources: list[tuple[str, list[str]]] = []
+    raw = annotations.get(names.POD_GPU_MODEL)
+    if raw is not None:
+        models = [m.strip() for m in raw.replace(",", "|").split("|") if m.strip()]
+        if not models:
+            problems.add(f"annotation {names.POD_GPU_MODEL}", 'is empty: list the allowed GPU models, e.g. "A100|H100"')
+            return ()
+        sources.append((f"annotation {names.POD_GPU_MODEL}", models))
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, dict) and names.NODE_GPU_MODEL in selector:
+        sources.append((f"nodeSelector {names.NODE_GPU_MODEL}", [str(selector[names.NODE_GPU_MODEL])]))
+    from_affinity = _models_from_affinity(spec)
+    if from_affinity is not None:
+        sources.append((f"node affinity on {names.NODE_GPU_MODEL}", sorted(from_affinity)))
+    if not sources:
+        return ()
+    allowed = [m for m in dict.fromkeys(sources[0][1]) if all(m in s for _, s in sources[1:])]
+    if not allowed:
+        problems.add(
+            "GPU model",
+            "no GPU model is allowed by all of "
+            + ", ".join(f"{w} ({'|'.join(s) or 'none'})" for w, s in sources)
+            + ": make them agree",
+        )
+    return tuple(allowed)
+
+
+def _group(labels: dict[str, str], annotations: dict[str, str], problems: Problems) -> GroupRef | None:
+    def pair(src: dict[str, str], name_key: str, count_key: str, kind: str) -> tuple[str | None, int | None]:
+        name = src.get(name_key) or None
+        raw = src.get(count_key) or None
+        msg = validation.group_complete(name, raw, f"{kind} {name_key}", f"{kind} {count_key}")
+        if msg:
+            problems.add("group", msg)
+            return None, None
+        count = None
+        if raw is not None:
+            count, msg = validation.positive_int_text(f"{kind} {count_key}", raw)
+            if msg:
+                problems.add("group", msg)
+                return None, None
+        return name, count
+
+    name, replicas = pair(labels, names.GROUP_NAME, names.GROUP_REPLICA, "label")
+    gang, min_available = pair(annotations, names.GANG_NAME, names.GANG_MIN_AVAILABLE, "annotation")
+    msgs = validation.group_consistent(name, replicas, gang, min_available)
+    if msgs:
+        problems.extend("group", msgs)
+        return None
+    if name is not None and replicas is not None:
+        return GroupRef(name=name, replicas=replicas, gang_name=gang, min_available=min_available)
+    if gang is not None and min_available is not None:
+        return GroupRef(name=gang, replicas=min_available, gang_name=gang, min_available=min_available)
+    return None
+
+
+def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
+    """Read ``pod``; never raises. The request is None only when the pod is not a mapping."""
+    problems = Problems()
+    if not isinstance(pod, dict):
+        problems.add("Pod", "a Pod must be a mapping with metadata and spec")
+        return None, problems
+    meta = pod.get("metadata")
+    if not isinstance(meta, dict):
+        if meta is not None:
+            problems.add("metadata", "must be a mapping")
+        meta = {}
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        if spec is not None:
+            problems.add("spec", "must be a mapping")
+        spec = {}
+    labels = _str_map(meta.get("labels"), "metadata.labels", problems)
+    annotations = _str_map(meta.get("annotations"), "metadata.annotations", problems)
+    raw_containers = spec.get("containers")
+    if raw_containers is None:
+        raw_containers = []
+    if not isinstance(raw_containers, list):
+        problems.add("spec.containers", "must be a list of containers")
+        raw_containers = []
+
+    # the containers' resources and dialects first: the mGPU card counts depend on them
+    rows: list[tuple[str, dict[str, Any], list[str]]] = []
+    for i, c in enumerate(raw_containers):
+        if not isinstance(c, dict):
+            problems.add(f"spec.containers[{i}]", "must be a mapping with name and resources")
+            rows.append((f"#{i}", {}, []))
+            continue
+        name = c.get("name")
+        if not isinstance(name, str) or not name:
+            problems.add(f"spec.containers[{i}]", "name is missing")
+            name = f"#{i}"
+        where = f"container {name!r}"
+        resources = container_resources(c, where, problems)
+        dialects = _dialects_of(resources)
+        msg = validation.one_dialect(dialects, "container")
+        if msg:
+            problems.add(where, msg)
+            dialects = []
+        rows.append((name, resources, dialects))
+
+    counts: list[int] | None = None
+    counts_bad = False
+    multiple = annotations.get(names.MGPU_MULTIPLE)
+    if multiple is not None and any(MGPU in d for _, _, d in rows):
+        counts, msgs = validation.mgpu_count_list(multiple, len(rows))
+        problems.extend(f"annotation {names.MGPU_MULTIPLE}", msgs)
+        counts_bad = counts is None
+
+    containers: list[ContainerRequest] = []
+    cpu = memory = 0
+    for i, (name, resources, dialects) in enumerate(rows):
+        where = f"container {name!r}"
+        devices: list[DeviceRequest] = []
+        for d in dialects:
+            count = counts[i] if counts is not None and d == MGPU else None
+            devices += _device_requests(resources, d, where, problems, count, counts_bad)
+        containers.append(ContainerRequest(name=name, devices=tuple(devices)))
+        c_cpu, c_mem = _node_resources(resources, where, problems)
+        cpu, memory = cpu + c_cpu, memory + c_mem
+
+    init = spec.get("initContainers")
+    for i, c in enumerate(init if isinstance(init, list) else []):
+        if not isinstance(c, dict):
+            continue
+        where = f"init container {c.get('name', i)!r}"
+        resources = container_resources(c, where, problems)
+        asked = sorted(k for k, v in resources.items() if k in _DEVICE_NAMES and v not in _ZERO)
+        msg = validation.init_container_devices(asked)
+        if msg:
+            problems.add(where, msg)
+        i_cpu, i_mem = _node_resources(resources, where, problems)
+        cpu, memory = max(cpu, i_cpu), max(memory, i_mem)
+
+    pod_dialects = [d for _, _, ds in rows for d in ds]
+    if set(pod_dialects) == {KOORDINATOR, NVIDIA}:
+        pod_dialects = [KOORDINATOR]
+    msg = validation.one_dialect(pod_dialects, "pod")
+    if msg:
+        problems.add("Pod", msg)
+    dialect = pod_dialects[0] if pod_dialects and not msg else KOORDINATOR
+
+    policy = annotations.get(names.COMPUTE_POLICY)
+    msg = validation.compute_policy(policy)
+    if msg:
+        problems.add(f"annotation {names.COMPUTE_POLICY}", msg)
+        policy = None
+
+    priority = spec.get("priority")
+    if priority is None:
+        priority = 0
+    elif isinstance(priority, bool) or not isinstance(priority, int):
+        problems.add("spec.priority", f"must be a whole number, got {priority!r}")
+        priority = 0
+
+    ns = meta.get("namespace")
+    pod_name = meta.get("name") or meta.get("generateName") or ""
+    request = PodRequest(
+        namespace=ns if isinstance(ns, str) and ns else "default",
+        name=pod_name if isinstance(pod_name, str) else str(pod_name),
+        uid=str(meta.get("uid") or ""),
+        containers=tuple(containers),
+        dialect=dialect,
+        compute_policy=policy,
+        gpu_models=_gpu_models(spec, annotations, problems),
+        cpu_milli=cpu,
+        memory_bytes=memory,
+        priority=priority,
+        group=_group(labels, annotations, problems),
+    )
+    msg = validation.multi_share_policy(policy, request.multi_card_share())
+    if msg:
+        problems.add(f"annotation {names.COMPUTE_POLICY}", msg)
+    return request, problems
+
+
+def parse_pod(pod: Any) -> PodRequest:
+    """Read ``pod`` (a v1 Pod dict). Raises :class:`~devshare.model.errors.InvalidRequest` with every
+    problem found (what is wrong, where, how to fix it)."""
+    request, problems = read_pod(pod)
+    problems.raise_if_any()
+    assert request is not None  # read_pod records a problem whenever it returns None
+    return request
