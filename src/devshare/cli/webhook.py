@@ -1,0 +1,112 @@
+"""``devshare webhook``: the admission webhook server, and ``devshare webhook cert`` to make its
+serving certificate."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from devshare.cli.common import fail, user_errors
+
+webhook_app = typer.Typer(
+    help="Admission webhook: validate and normalise device pods (POST /validate, POST /mutate).",
+    add_completion=False,
+)
+
+
+@webhook_app.callback(invoke_without_command=True)
+def webhook(
+    ctx: typer.Context,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="PEM serving certificate (re-read when it changes).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of the certificate.")] = None,
+    port: Annotated[int, typer.Option(help="HTTPS port.")] = 9443,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    cluster: Annotated[
+        Path | None,
+        typer.Option(help="Multi-document YAML with Device objects: refuse pods asking for a device type no "
+                     "node has (without it, that check is skipped)."),
+    ] = None,
+    scheduler_name: Annotated[
+        str, typer.Option(help="schedulerName the mutating webhook gives device pods.")
+    ] = "devshare-scheduler",
+    replace_scheduler: Annotated[
+        list[str] | None,
+        typer.Option(help="A schedulerName that was not chosen on purpose and may be replaced (repeatable; "
+                     "default: none set, and default-scheduler)."),
+    ] = None,
+    reload_interval: Annotated[
+        float, typer.Option(help="Seconds between checks of the certificate files for a renewal.")
+    ] = 5.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the webhook over HTTPS: devshare webhook --tls-cert tls.crt --tls-key tls.key."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with user_errors():
+        if tls_cert is None or tls_key is None:
+            raise fail(
+                "--tls-cert and --tls-key are required (the API server only calls webhooks over HTTPS); "
+                "make a pair with: devshare webhook cert --service NAME --namespace NS --out DIR"
+            )
+        if not 0 < port < 65536:
+            raise fail(f"--port must be between 1 and 65535, got {port}")
+        if reload_interval < 0:
+            raise fail(f"--reload-interval must be >= 0, got {reload_interval}")
+        level = getattr(logging, log_level.upper(), None)
+        if not isinstance(level, int):
+            raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+        from devshare.server.tls import load_server_context
+        from devshare.server.webhook.app import WebhookConfig
+        from devshare.server.webhook.cluster import ClusterFileDeviceTypes
+        from devshare.server.webhook.mutate import REPLACEABLE_SCHEDULERS
+        from devshare.server.webhook.serve import serve
+
+        load_server_context(tls_cert, tls_key)  # a bad pair is reported here, as one line
+        config = WebhookConfig(
+            scheduler_name=scheduler_name,
+            replace_schedulers=tuple(replace_scheduler) if replace_scheduler else REPLACEABLE_SCHEDULERS,
+            cluster=ClusterFileDeviceTypes(cluster) if cluster is not None else None,
+        )
+    try:
+        serve(config, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, reload_interval=reload_interval)
+    except OSError as e:
+        raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+@webhook_app.command("cert")
+def cert(
+    service: Annotated[str, typer.Option(help="Name of the webhook's Service.")],
+    namespace: Annotated[str, typer.Option(help="Namespace of the Service.")],
+    out: Annotated[Path, typer.Option(help="Directory to write ca.crt, ca.key, tls.crt, tls.key into.")],
+    days: Annotated[int, typer.Option(help="Validity in days.")] = 3650,
+    extra_name: Annotated[
+        list[str] | None, typer.Option(help="Another DNS name or IP for the certificate (repeatable).")
+    ] = None,
+) -> None:
+    """Make a self-signed CA and a serving certificate for SERVICE.NAMESPACE.svc (needs openssl).
+
+    Prints the caBundle (base64 of ca.crt) on stdout: put it in the webhook configurations'
+    clientConfig.caBundle; store tls.crt/tls.key in the Secret the Deployment mounts."""
+    from devshare.server.tls import make_serving_cert
+
+    with user_errors():
+        made = make_serving_cert(service, namespace, out, days=days, extra_names=tuple(extra_name or ()))
+    typer.echo(f"wrote {made.ca_cert}, {made.ca_key}, {made.cert}, {made.key}", err=True)
+    typer.echo(f"certificate names: {', '.join(made.names)}", err=True)
+    typer.echo(
+        f"next: kubectl -n {namespace} create secret tls {service}-tls --cert {made.cert} --key {made.key}; "
+        "set clientConfig.caBundle in deploy/webhook/webhooks.yaml to the line below",
+        err=True,
+    )
+    typer.echo(made.ca_bundle)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(webhook_app, name="webhook")

@@ -1,0 +1,1 @@
+"""HTTP services around the engine: the admission webhook and the scheduler extender."""

@@ -1,0 +1,176 @@
+"""The webhook's HTTP application: ``POST /validate``, ``POST /mutate``, ``/metrics``, ``/healthz``,
+``/readyz``.
+
+Only ``CREATE`` of a Pod that asks for a managed device is judged; every other review (other
+kinds, updates, deletes, pods without devices) is allowed untouched after one cheap check. A body
+that is not an AdmissionReview gets a 400 with the reason; nothing a client sends gets a 500: a
+failure inside the webhook refuses the pod on /validate (fail closed, with a message saying so)
+and leaves it unchanged on /mutate, and is logged and counted as ``result="error"``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from devshare.model.errors import InvalidInput
+from devshare.model.pod import requests_devices
+from devshare.server.webhook import metrics as m
+from devshare.server.webhook.cluster import DeviceTypes
+from devshare.server.webhook.mutate import DEFAULT_SCHEDULER, REPLACEABLE_SCHEDULERS, mutation
+from devshare.server.webhook.review import (
+    BadReview,
+    Review,
+    allow,
+    bad_review_body,
+    deny,
+    patch,
+    read_review,
+)
+from devshare.server.webhook.validate import judge, refusal, with_identity
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 8 * 2**20  # a Pod is at most ~1.5 MiB in etcd; leave room for the review around it
+JSON = "application/json"
+
+
+@dataclass
+class WebhookConfig:
+    scheduler_name: str = DEFAULT_SCHEDULER
+    replace_schedulers: Collection[str] = REPLACEABLE_SCHEDULERS  # names not chosen "on purpose"
+    cluster: DeviceTypes | None = None  # device types in the cluster; None skips that check
+    metrics: m.Metrics = field(default_factory=m.Metrics)
+
+
+CONFIG = web.AppKey("config", WebhookConfig)
+READY = web.AppKey("ready", list)  # [bool]: a mutable cell, false while starting and draining
+
+
+def _device_pod(review: Review) -> dict[str, Any] | None:
+    """The pod to look at, or None when this review is not ours to judge."""
+    if review.kind != "Pod" or review.operation != "CREATE" or review.sub_resource:
+        return None
+    pod = review.object
+    if not isinstance(pod, dict):
+        return None
+    try:
+        if not requests_devices(pod):
+            return None
+    except InvalidInput:
+        pass  # unreadable resources: let validation say what is wrong
+    return with_identity(pod, review.namespace, review.name)
+
+
+def _answer(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type=JSON)
+
+
+async def _validate(request: web.Request) -> web.Response:
+    config = request.app[CONFIG]
+    started = time.perf_counter()
+    op = "validate"
+    try:
+        review = read_review(await request.read())
+    except BadReview as e:
+        config.metrics.reviews.labels(op, m.MALFORMED).inc()
+        return web.Response(status=400, body=bad_review_body(e), content_type=JSON)
+    try:
+        pod = _device_pod(review)
+        if pod is None:
+            body, result = allow(review), m.SKIPPED
+        else:
+            problems = judge(pod, config.cluster)
+            if problems:
+                for reason in {p.reason for p in problems}:
+                    config.metrics.rejections.labels(reason).inc()
+                body, result = deny(review, refusal(problems)), m.DENIED
+            else:
+                body, result = allow(review), m.ALLOWED
+    except Exception as e:
+        log.exception("validating %s/%s (uid %s) failed", review.namespace, review.name, review.uid)
+        config.metrics.rejections.labels("internal").inc()
+        body, result = (
+            deny(
+                review,
+                f"devshare could not check this pod (internal error: {type(e).__name__}); the webhook's "
+                "log has the details",
+                code=500,
+                reason="InternalError",
+            ),
+            m.ERROR,
+        )
+    config.metrics.reviews.labels(op, result).inc()
+    config.metrics.latency.labels(op).observe(time.perf_counter() - started)
+    return _answer(body)
+
+
+async def _mutate(request: web.Request) -> web.Response:
+    config = request.app[CONFIG]
+    started = time.perf_counter()
+    op = "mutate"
+    try:
+        review = read_review(await request.read())
+    except BadReview as e:
+        config.metrics.reviews.labels(op, m.MALFORMED).inc()
+        return web.Response(status=400, body=bad_review_body(e), content_type=JSON)
+    try:
+        pod = _device_pod(review)
+        if pod is None:
+            body, result = allow(review), m.SKIPPED
+        else:
+            ops, warnings = mutation(
+                pod, scheduler_name=config.scheduler_name, replace_schedulers=config.replace_schedulers
+            )
+            body, result = patch(review, ops, warnings), (m.PATCHED if ops else m.ALLOWED)
+    except Exception as e:
+        log.exception("mutating %s/%s (uid %s) failed", review.namespace, review.name, review.uid)
+        body = allow(review, [f"devshare left this pod unchanged (internal error: {type(e).__name__})"])
+        result = m.ERROR
+    config.metrics.reviews.labels(op, result).inc()
+    config.metrics.latency.labels(op).observe(time.perf_counter() - started)
+    return _answer(body)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = request.app[CONFIG].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    if not request.app[READY][0]:
+        return web.Response(status=503, text="not ready: starting or shutting down\n")
+    return web.Response(text="ok\n")
+
+
+async def _on_startup(app: web.Application) -> None:
+    app[READY][0] = True
+
+
+async def _on_shutdown(app: web.Application) -> None:
+    app[READY][0] = False
+
+
+def make_app(config: WebhookConfig | None = None) -> web.Application:
+    """The aiohttp application (serve it over TLS: the API server only calls webhooks over HTTPS)."""
+    app = web.Application(client_max_size=MAX_BODY)
+    app[CONFIG] = config or WebhookConfig()
+    app[READY] = [False]
+    app.router.add_post("/validate", _validate)
+    app.router.add_post("/mutate", _mutate)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.on_startup.append(_on_startup)
+    app.on_shutdown.append(_on_shutdown)
+    return app

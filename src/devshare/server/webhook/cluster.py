@@ -1,0 +1,92 @@
+"""What the webhook knows about the cluster: the device types some node has.
+
+The validating webhook refuses a pod that asks for a device type no node has. That needs cluster
+knowledge, kept behind :class:`DeviceTypes`; without a source the check is skipped. A source that
+knows no Device object at all also answers ``None`` (skip): a fresh cluster whose node agents have
+not reported yet must not have every device pod refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from devshare.model import names
+from devshare.model.device import parse_device
+from devshare.model.errors import InvalidInput
+
+log = logging.getLogger(__name__)
+
+
+class DeviceTypes(Protocol):
+    """A source of the device types present in the cluster."""
+
+    def known_types(self) -> frozenset[str] | None:
+        """Types some node has (healthy or not); ``None`` when unknown (the check is skipped)."""
+        ...
+
+
+class StaticDeviceTypes:
+    """A fixed set (tests, or a cluster described on the command line)."""
+
+    def __init__(self, types: frozenset[str] | None) -> None:
+        self._types = types
+
+    def known_types(self) -> frozenset[str] | None:
+        return self._types
+
+
+def types_in_documents(docs: list[Any], *, where: str = "") -> frozenset[str] | None:
+    """Device types of the Device objects among ``docs`` (other kinds ignored); None when none."""
+    found: set[str] = set()
+    seen_device = False
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict) or doc.get("kind") != names.DEVICE_KIND:
+            continue
+        seen_device = True
+        try:
+            node = parse_device(doc)
+        except InvalidInput as e:
+            raise InvalidInput(e.message, field=f"{where}document {i + 1}: {e.field or 'Device'}") from None
+        found.update(d.type for d in node.devices)
+    return frozenset(found) if seen_device else None
+
+
+class ClusterFileDeviceTypes:
+    """Device types read from a ``--cluster`` file (multi-document YAML), re-read when it changes."""
+
+    def __init__(self, path: Path | str, *, interval: float = 2.0) -> None:
+        self.path = Path(path)
+        self.interval = interval
+        self._types = self._load()
+        self._mtime = self._stat()
+        self._checked = time.monotonic()
+
+    def _stat(self) -> int:
+        return os.stat(self.path).st_mtime_ns
+
+    def _load(self) -> frozenset[str] | None:
+        text = self.path.read_text()
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as e:
+            raise InvalidInput(f"not valid YAML: {e}", field=str(self.path)) from None
+        return types_in_documents(docs, where=f"{self.path}: ")
+
+    def known_types(self) -> frozenset[str] | None:
+        now = time.monotonic()
+        if now - self._checked >= self.interval:
+            self._checked = now
+            try:
+                mtime = self._stat()
+                if mtime != self._mtime:
+                    self._types = self._load()
+                    self._mtime = mtime
+            except (OSError, InvalidInput) as e:
+                log.warning("keeping the previous device types of %s: %s", self.path, e)
+        return self._types
