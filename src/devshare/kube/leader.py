@@ -145,9 +145,8 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Give the Lease up (on shutdown) so that another candidate takes over without waiting."""
-        was_leader = self.is_leader
         self._set_leader(False)
-        if not was_leader or self._lease is None:
+        if self._lease is None or (self._lease.get("spec") or {}).get("holderIdentity") != self.identity:
             return
         spec = dict(self._lease.get("spec") or {})
         spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=micro_time())

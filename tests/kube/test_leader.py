@@ -1,0 +1,115 @@
+"""Lease-based leader election: one leader at a time, failover after the lease duration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from devshare.kube.backend import Backend
+from devshare.kube.leader import LeaderElector
+from devshare.kube.live import LiveBackend
+from devshare.kube.memory import MemoryBackend
+from fakeapi.server import FakeApiServer
+
+FAST = {"lease_duration": 0.8, "renew_deadline": 0.5, "retry_period": 0.05}
+
+
+@contextlib.asynccontextmanager
+async def running(elector: LeaderElector) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(elector.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def wait_for(cond: object, timeout: float = 5.0) -> float:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while not cond():  # type: ignore[operator]
+        if loop.time() - start > timeout:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
+    return loop.time() - start
+
+
+async def failover(a_backend: Backend, b_backend: Backend) -> None:
+    a = LeaderElector(a_backend, identity="a", **FAST)
+    b = LeaderElector(b_backend, identity="b", **FAST)
+    async with running(a) as ta:
+        await asyncio.wait_for(a.leading.wait(), 2)
+        async with running(b):
+            await asyncio.sleep(1.2)  # longer than the lease: a renews, so b must not take over
+            assert a.is_leader and not b.is_leader
+            ta.cancel()  # a stops renewing (a crash: no release)
+            with contextlib.suppress(asyncio.CancelledError):
+                await ta
+            waited = await wait_for(lambda: b.is_leader)
+            assert waited >= FAST["lease_duration"] * 0.9
+            lease = await b_backend.get_lease(b.namespace, b.name)
+            assert lease is not None
+            assert lease["spec"]["holderIdentity"] == "b"
+            assert lease["spec"]["leaseTransitions"] == 1
+            assert lease["spec"]["leaseDurationSeconds"] == 1
+
+
+async def test_failover_in_memory() -> None:
+    backend = MemoryBackend()
+    await failover(backend, backend)
+
+
+async def test_failover_through_the_api(fake_api: FakeApiServer, fake_kubeconfig: object) -> None:
+    a = LiveBackend.connect(fake_kubeconfig)  # type: ignore[arg-type]
+    b = LiveBackend.connect(fake_kubeconfig)  # type: ignore[arg-type]
+    try:
+        await failover(a, b)
+    finally:
+        await a.close()
+        await b.close()
+    assert fake_api.count("update", "leases") > 5
+
+
+async def test_leader_steps_down_when_its_lease_is_taken() -> None:
+    backend = MemoryBackend()
+    a = LeaderElector(backend, identity="a", **FAST)
+    async with running(a):
+        await asyncio.wait_for(a.leading.wait(), 2)
+        lease = await backend.get_lease(a.namespace, a.name)
+        assert lease is not None
+        await backend.replace_lease(a.namespace, {**lease, "spec": {**lease["spec"], "holderIdentity": "x"}})
+        await wait_for(lambda: not a.is_leader, 1)
+
+
+async def test_leader_steps_down_when_renewals_fail(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
+    changes: list[bool] = []
+    a = LeaderElector(live_backend, identity="a", on_change=changes.append, **FAST)
+    async with running(a):
+        await asyncio.wait_for(a.leading.wait(), 2)
+        fake_api.fail_next("get", "leases", times=1000, code=503)
+        waited = await wait_for(lambda: not a.is_leader, 2)
+        assert waited < FAST["lease_duration"]  # before anyone else could take over
+    assert changes == [True, False]
+
+
+async def test_release_hands_over_without_waiting() -> None:
+    backend = MemoryBackend()
+    a = LeaderElector(backend, identity="a", **{**FAST, "lease_duration": 30, "renew_deadline": 20})
+    b = LeaderElector(backend, identity="b", **{**FAST, "lease_duration": 30, "renew_deadline": 20})
+    async with running(a) as ta:
+        await asyncio.wait_for(a.leading.wait(), 2)
+        ta.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ta
+        await a.release()
+        async with running(b):
+            await asyncio.wait_for(b.leading.wait(), 2)
+
+
+def test_durations_must_be_ordered() -> None:
+    with pytest.raises(ValueError):
+        LeaderElector(MemoryBackend(), identity="a", lease_duration=1, renew_deadline=2, retry_period=0.1)
