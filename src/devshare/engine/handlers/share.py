@@ -57,6 +57,10 @@ def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_contain
         if table.blocked[row, j]:
             out.append(f"{name}: held by another device plugin")
             continue
+        if table.total_core[row, j] < req.core_milli or table.total_mem[row, j] < need_mem[j]:
+            out.append(f"{name}: {human_bytes(int(table.total_mem[row, j]))} and "
+                       f"{_pct(int(table.total_core[row, j]))} compute in all, too small")
+            continue
         free_core = int(table.total_core[row, j] - table.used_core[row, j])
         free_mem = int(table.total_mem[row, j] - table.used_mem[row, j])
         slots = int(table.used_slots[row, j])
@@ -119,8 +123,9 @@ class ShareHandler(DeviceHandler):
             never = (codes == Code.SUCCESS) & (big.sum(axis=1) < req.count)
             codes[never] = Code.UNRESOLVABLE
             for i in np.flatnonzero(never).tolist():
-                reasons[i] = (f"needs {describe_ask(self.type, req)}, but only {int(big[i].sum())} usable "
-                              f"{self.type} device(s) on the node are that large")
+                reasons[i] = (f"needs {describe_ask(self.type, req)}; {int(big[i].sum())} usable {self.type} "
+                              f"device(s) on the node are that large: "
+                              f"{describe_cards(table, int(rows[i]), req, state.max_containers)}")
         mc = state.max_containers
 
         if len(needs) == 1:

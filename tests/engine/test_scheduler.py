@@ -1,0 +1,217 @@
+"""The scheduler on the seeds' own examples and the request shapes the issue lists."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from devshare.engine.handlers import Code
+from devshare.engine.handlers.base import Settings
+from devshare.engine.scheduler import Scheduler, normalize
+from devshare.engine.state import ClusterState
+from devshare.model import names
+from devshare.model.request import DeviceRequest
+from support.cluster import GiB, MiB, add_node, bound, gpu, pod, whole
+
+
+def test_seed002_bind_picks_the_fitting_card_with_least_free_memory() -> None:
+    # seed 002: free GPU0 12207, GPU1 8138, GPU2 4069, GPU3 16276 MiB; ask 8138 -> GPU1
+    st = ClusterState()
+    add_node(st, "n1", 4, memory=16276 * MiB)
+    for minor, free in [(0, 12207), (1, 8138), (2, 4069)]:
+        bound(st, f"pre{minor}", "n1", minor, memory=(16276 - free) * MiB)
+    placed = Scheduler(st).place(pod("x", gpu(memory=8138 * MiB)))
+    assert placed is not None
+    assert placed.allocation.containers[0].devices[0].minor == 1
+
+
+def test_seed002_filter_needs_one_card_with_enough_memory() -> None:
+    # seed 002: three nodes of 2 x 16276 MiB; ask 8138. N1 has 4069 free in all; N2 has 4069 on each
+    # card (8138 in total, on no single card); N3 has 8138 free on GPU0.
+    st = ClusterState()
+    for n in ("N1", "N2", "N3"):
+        add_node(st, n, 2, memory=16276 * MiB)
+    bound(st, "a", "N1", 0, memory=16276 * MiB)
+    bound(st, "b", "N1", 1, memory=12207 * MiB)
+    bound(st, "c", "N2", 0, memory=12207 * MiB)
+    bound(st, "d", "N2", 1, memory=12207 * MiB)
+    bound(st, "e", "N3", 1, memory=16276 * MiB)
+    bound(st, "f", "N3", 0, memory=8138 * MiB)
+    out = Scheduler(st).filter(pod("x", gpu(memory=8138 * MiB)), ["N1", "N2", "N3"])
+    assert out.passed == ["N3"]
+    assert set(out.failed) == {"N1", "N2"}
+    assert "gpu 0: 4.0 GiB free, 7.9 GiB asked" in out.failed["N2"]
+
+
+def test_reason_names_the_card_free_and_asked() -> None:
+    st = ClusterState()
+    add_node(st, "n1", 4, memory=8 * GiB)
+    for m in range(4):
+        bound(st, f"p{m}", "n1", m, memory=6 * GiB)
+    out = Scheduler(st).filter(pod("x", gpu(30, 6 * GiB)))
+    assert "gpu 3: 2 GiB free, 6 GiB asked" in out.failed["n1"]
+
+
+def test_seed000_2_1_3_on_a_four_card_node() -> None:
+    # container 0 on two cards at 50%, container 1 one whole card, container 2 on three cards at 33%
+    st = ClusterState()
+    labels = {names.MULTI_GPU_SHARE: "true", names.COMPUTE_POLICY: "native-burst-share"}
+    add_node(st, "n1", 4, memory=16 * GiB, labels=labels)
+    p = pod("p", gpu(50, 2 * GiB, count=2), whole(1), gpu(33, 1 * GiB, count=3))
+    placed = Scheduler(st).place(p)
+    assert placed is not None
+    a = placed.allocation
+    c0, c1, c2 = (sorted(g.minor for g in c.devices) for c in a.containers)
+    assert len(c0) == 2 and len(c1) == 1 and len(c2) == 3
+    assert c1[0] not in c0 and c1[0] not in c2  # the whole card is nobody else's
+    assert set(c0) <= set(c2)  # binpack: the 50% shares sit on cards the 33% shares already use
+    assert st.why_not(p, a) is None
+    # a node without the multi-share label refuses, as unresolvable, saying which label enables it
+    add_node(st, "plain", 4)
+    out = Scheduler(st).filter(p, ["plain"])
+    assert names.MULTI_GPU_SHARE in out.unresolvable["plain"]
+
+
+def test_several_containers_share_one_card_and_respect_the_container_limit() -> None:
+    st = ClusterState(max_containers_per_device=3)
+    add_node(st, "n1", 1, memory=16 * GiB)
+    ok = pod("p", gpu(10, GiB), gpu(10, GiB), gpu(10, GiB))
+    assert Scheduler(st).place(ok) is not None
+    too_many = pod("q", gpu(10, GiB), gpu(10, GiB), gpu(10, GiB), gpu(10, GiB))
+    assert Scheduler(st).place(too_many) is None
+
+
+def test_mixed_gpu_and_rdma() -> None:
+    st = ClusterState()
+    add_node(st, "n1", 2, rdma=1)
+    add_node(st, "n2", 2)
+    p = pod("p", [gpu(50, GiB), DeviceRequest(type="rdma", core_milli=500)])
+    placed = Scheduler(st).place(p)
+    assert placed is not None and placed.node == "n1"
+    types = sorted(g.type for g in placed.allocation.containers[0].devices)
+    assert types == ["gpu", "rdma"]
+
+
+def test_unhealthy_devices_are_never_used() -> None:
+    st = ClusterState()
+    add_node(st, "n1", 2, unhealthy=[0, 1])
+    add_node(st, "n2", 2, unhealthy=[1])
+    sch = Scheduler(st)
+    for i in range(4):
+        placed = sch.place(pod(f"p{i}", gpu(40, GiB)))
+        if placed is None:
+            break
+        g = placed.allocation.containers[0].devices[0]
+        assert (placed.node, g.minor) == ("n2", 0)
+        st.reserve(pod(f"p{i}", gpu(40, GiB)), placed.allocation, now=0)
+    out = sch.filter(pod("z", gpu(40, GiB)))
+    assert "gpu 0: unhealthy" in out.failed.get("n1", out.unresolvable.get("n1", ""))
+
+
+def test_compute_policy_and_gpu_model_constraints() -> None:
+    st = ClusterState()
+    add_node(st, "fixed", 2, labels={names.COMPUTE_POLICY: "fixed-share", names.NODE_GPU_MODEL: "A100"})
+    add_node(st, "burst", 2, labels={names.COMPUTE_POLICY: "native-burst-share", names.NODE_GPU_MODEL: "T4"})
+    sch = Scheduler(st)
+    p = pod("p", gpu(30, GiB), compute_policy="fixed-share")
+    assert sch.filter(p).passed == ["fixed"]
+    assert "compute policy" in sch.filter(p).unresolvable["burst"]
+    q = pod("q", gpu(30, GiB), gpu_models=("T4",))
+    out = sch.filter(q)
+    assert out.passed == ["burst"] and "A100" in out.unresolvable["fixed"]
+
+
+def test_card_binpack_and_spread() -> None:
+    st = ClusterState()
+    add_node(st, "n1", 4)
+    bound(st, "a", "n1", 2, core=500, memory=8 * GiB)
+    p = pod("p", gpu(20, 2 * GiB))
+    packed = Scheduler(st).place(p)
+    spread = Scheduler(st, settings=Settings(card_binpack=False)).place(p)
+    assert packed is not None and spread is not None
+    assert packed.allocation.containers[0].devices[0].minor == 2
+    assert spread.allocation.containers[0].devices[0].minor != 2
+
+
+def test_node_binpack_and_spread_and_scores_in_range() -> None:
+    st = ClusterState()
+    add_node(st, "busy", 4)
+    add_node(st, "idle", 4)
+    bound(st, "a", "busy", 0, core=1000, memory=16 * GiB)
+    p = pod("p", gpu(20, 2 * GiB))
+    pri = Scheduler(st).prioritize(p)
+    assert pri["busy"] > pri["idle"]
+    pri_spread = Scheduler(st, settings=Settings(node_binpack=False, card_binpack=False)).prioritize(p)
+    assert pri_spread["idle"] > pri_spread["busy"]
+    assert all(0 <= v <= 10 for v in pri.values())
+
+
+def test_normalize_range() -> None:
+    s = np.array([0.2, 0.5, 0.8, 9.0])
+    ok = np.array([True, True, True, False])
+    assert normalize(s, ok).tolist() == [0, 5, 10, 0]
+    assert normalize(np.array([0.3, 0.3]), np.array([True, True])).tolist() == [10, 10]
+
+
+def test_whole_cards_are_exclusive() -> None:
+    st = ClusterState()
+    add_node(st, "n1", 2)
+    bound(st, "a", "n1", 0, core=100, memory=GiB)
+    placed = Scheduler(st).place(pod("p", whole(1)))
+    assert placed is not None and placed.allocation.containers[0].devices[0].minor == 1
+    assert Scheduler(st).place(pod("q", whole(2))) is None
+    out = Scheduler(st).filter(pod("q", whole(2)))
+    assert out.failed["n1"].startswith("needs 2 whole gpu")
+
+
+def test_memory_ratio_becomes_bytes_of_that_card() -> None:
+    st = ClusterState()
+    add_node(st, "n1", [8 * GiB, 32 * GiB])
+    bound(st, "a", "n1", 0, core=100, memory=GiB)  # binpack would prefer card 0
+    placed = Scheduler(st).place(pod("p", gpu(50, ratio_pct=50)))
+    assert placed is not None
+    g = placed.allocation.containers[0].devices[0]
+    total = 8 * GiB if g.minor == 0 else 32 * GiB
+    assert g.memory == total // 2 and g.memory_ratio_milli == 500
+
+
+def test_topology_picks_the_max_bottleneck_set() -> None:
+    m = [
+        [750.48, 48.39, 48.33, 96.41, 15.77, 15.52, 96.40, 15.74],
+        [48.39, 753.38, 96.46, 48.38, 4.64, 16.93, 16.98, 96.39],
+        [48.38, 96.25, 751.92, 96.48, 48.39, 17.57, 17.59, 16.72],
+        [96.25, 48.39, 96.43, 750.48, 15.45, 48.39, 15.88, 14.62],
+        [5.00, 16.81, 48.38, 15.98, 755.56, 96.39, 48.38, 96.44],
+        [15.80, 16.93, 17.50, 48.39, 96.25, 751.92, 96.23, 48.38],
+        [96.42, 16.75, 17.47, 15.89, 48.35, 96.28, 754.10, 48.33],
+        [15.65, 96.20, 16.77, 15.71, 96.25, 48.38, 48.33, 754.83],
+    ]
+    st = ClusterState()
+    add_node(st, "n1", 8, bandwidth=m)
+    placed = Scheduler(st).place(pod("p", whole(4)))
+    assert placed is not None
+    got = sorted(g.minor for g in placed.allocation.containers[0].devices)
+    assert got in ([0, 1, 2, 3], [4, 5, 6, 7])
+
+
+def test_sixteen_containers_on_sixteen_cards_is_fast_and_best() -> None:
+    st = ClusterState()
+    labels = {names.MULTI_GPU_SHARE: "true", names.COMPUTE_POLICY: "native-burst-share"}
+    add_node(st, "n1", 16, labels=labels)
+    for m in range(0, 16, 2):
+        bound(st, f"b{m}", "n1", m, core=300, memory=4 * GiB)
+    asks = [gpu(25 + 5 * (i % 3), GiB, count=1 + (i % 2)) for i in range(16)]
+    p = pod("p", *asks)
+    t0 = time.perf_counter()
+    placed = Scheduler(st).place(p)
+    elapsed = time.perf_counter() - t0
+    assert placed is not None
+    assert st.why_not(p, placed.allocation) is None
+    assert elapsed < 30  # a sanity bound against exponential blow-up, not a benchmark
+
+
+@pytest.mark.parametrize("code", list(Code))
+def test_codes_are_seed_004_values(code: Code) -> None:
+    assert int(code) in (0, 1, 2, 3)

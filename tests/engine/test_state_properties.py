@@ -1,0 +1,133 @@
+"""Invariants of the cluster state that must never break, whatever happens in whatever order:
+
+- no device is ever oversubscribed in compute, memory or container count;
+- release restores exactly what reserve took;
+- a state rebuilt from the allocations (the annotations) equals the live one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from devshare.engine.scheduler import Scheduler
+from devshare.engine.state import ClusterState, Conflict
+from devshare.model import names
+from devshare.model.request import DeviceRequest
+from support.cluster import GiB, add_node, pod
+
+ask = st.one_of(
+    st.builds(
+        lambda c, m, n: DeviceRequest(type="gpu", count=n, core_milli=c, memory=m),
+        st.sampled_from([0, 100, 250, 300, 500, 700]),
+        st.sampled_from([0, GiB, 3 * GiB, 6 * GiB]),
+        st.integers(1, 2),
+    ),
+    st.builds(lambda n: DeviceRequest(type="gpu", count=n, core_milli=1000, memory_ratio_milli=1000), st.integers(1, 2)),
+    st.builds(lambda r: DeviceRequest(type="gpu", core_milli=r, memory_ratio_milli=r), st.sampled_from([100, 500])),
+    st.builds(lambda s: DeviceRequest(type="rdma", core_milli=s), st.sampled_from([250, 500, 1000])),
+)
+containers = st.lists(st.lists(ask, min_size=0, max_size=1), min_size=1, max_size=3)
+
+
+class StateMachine(RuleBasedStateMachine):
+    @initialize(max_containers=st.integers(1, 4))
+    def setup(self, max_containers: int) -> None:
+        self.state = ClusterState(max_containers_per_device=max_containers)
+        labels = {names.MULTI_GPU_SHARE: "true", names.COMPUTE_POLICY: names.MULTI_SHARE_POLICY}
+        add_node(self.state, "a", [8 * GiB, 16 * GiB], labels=labels, rdma=1)
+        add_node(self.state, "b", 3, labels=labels, unhealthy=[2])
+        self.now = 0.0
+        self.n = 0
+
+    def _snapshot(self) -> tuple[object, ...]:
+        return self.state.usage_key()
+
+    @rule(asks=containers, ttl=st.sampled_from([1.0, 5.0, None]))
+    def schedule(self, asks: list[list[DeviceRequest]], ttl: float | None) -> None:
+        self.n += 1
+        p = pod(f"p{self.n}", *asks)
+        placed = Scheduler(self.state).place(p)
+        if placed is None:
+            return
+        before = self._snapshot()
+        self.state.reserve(p, placed.allocation, now=self.now, ttl=ttl)
+        if self.n % 5 == 0:  # sometimes undo at once: must restore exactly
+            self.state.unreserve(p.key)
+            assert self._snapshot() == before
+
+    @rule(data=st.data())
+    def reserve_anything(self, data: st.DataObject) -> None:
+        """Any allocation, fitting or not, is either refused whole or keeps every device in bounds."""
+        keys = list(self.state.pods)
+        if not keys:
+            return
+        rec = self.state.pods[data.draw(st.sampled_from(keys))]
+        self.n += 1
+        clone = pod(f"clone{self.n}", *[list(c.devices) for c in rec.pod.containers])
+        before = self._snapshot()
+        try:
+            self.state.reserve(clone, rec.allocation, now=self.now)
+        except Conflict:
+            assert self._snapshot() == before
+
+    @precondition(lambda self: bool(self.state.pods))
+    @rule(data=st.data())
+    def bind(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.state.pods)))
+        self.state.bind(key)
+
+    @precondition(lambda self: bool(self.state.pods))
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.state.pods)))
+        self.state.release(key)
+
+    @rule(dt=st.floats(0.5, 3.0))
+    def time_passes(self, dt: float) -> None:
+        self.now += dt
+        for key in self.state.expire(self.now):
+            assert key not in self.state.pods
+
+    @invariant()
+    def never_oversubscribed(self) -> None:
+        st_ = self.state
+        for t in st_.tables.values():
+            rows = st_.node_rows()
+            assert (t.used_core[rows] <= t.total_core[rows]).all()
+            assert (t.used_mem[rows] <= t.total_mem[rows]).all()
+            assert (t.used_slots[rows] <= st_.max_containers).all()
+            assert (t.used_core >= 0).all() and (t.used_mem >= 0).all() and (t.used_slots >= 0).all()
+
+    @invariant()
+    def usage_is_the_sum_of_the_records(self) -> None:
+        rebuilt = ClusterState(max_containers_per_device=self.state.max_containers)
+        for info in self.state.nodes.values():
+            rebuilt.upsert_node(info)
+        for nd in self.state.devices.values():
+            rebuilt.set_devices(nd)
+        for rec in self.state.pods.values():
+            assert rebuilt.add_bound(rec.pod, rec.allocation) is None
+        assert rebuilt.usage_key() == self.state.usage_key()
+
+    @invariant()
+    def unhealthy_device_unused(self) -> None:
+        t = self.state.tables["gpu"]
+        row = self.state.row_of["b"]
+        assert t.used_slots[row, 2] == 0
+
+
+StateMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestStateMachine = StateMachine.TestCase
+
+
+def test_release_of_unknown_pod_is_a_no_op() -> None:
+    s = ClusterState()
+    add_node(s, "a", 2)
+    before = s.usage_key()
+    assert s.release("ns/none") is None
+    assert not s.unreserve("ns/none")
+    assert s.usage_key() == before
+    assert np.all(s.tables["gpu"].used_core == 0)

@@ -1,0 +1,68 @@
+"""Builders for engine-level tests: nodes with GPUs, pods with device asks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from devshare.engine.state import ClusterState
+from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
+from devshare.model.device import DeviceInfo, NodeDevices
+from devshare.model.node import node_info_from_labels
+from devshare.model.request import ContainerRequest, DeviceRequest, PodRequest
+
+MiB = 2**20
+GiB = 2**30
+
+
+def add_node(
+    state: ClusterState,
+    name: str,
+    gpus: int | Sequence[int] = 4,
+    *,
+    memory: int = 16 * GiB,
+    labels: dict[str, str] | None = None,
+    rdma: int = 0,
+    unhealthy: Sequence[int] = (),
+    bandwidth: Sequence[Sequence[float]] | None = None,
+    model: str = "",
+) -> None:
+    """A node with ``gpus`` GPUs (a count, or a list of per-GPU memory in bytes)."""
+    mems = [memory] * gpus if isinstance(gpus, int) else list(gpus)
+    devices = [
+        DeviceInfo(type="gpu", minor=i, id=f"GPU-{name}-{i}", memory=m, health=i not in unhealthy, model=model)
+        for i, m in enumerate(mems)
+    ]
+    devices += [DeviceInfo(type="rdma", minor=i, id=f"RDMA-{name}-{i}") for i in range(rdma)]
+    state.upsert_node(node_info_from_labels(name, labels))
+    state.set_devices(
+        NodeDevices(
+            node=name,
+            devices=tuple(devices),
+            gpu_bandwidth=None if bandwidth is None else tuple(tuple(float(x) for x in r) for r in bandwidth),
+        )
+    )
+
+
+def gpu(core_pct: float = 0, memory: int = 0, *, count: int = 1, ratio_pct: float = 0) -> DeviceRequest:
+    return DeviceRequest(
+        type="gpu", count=count, core_milli=round(core_pct * 10), memory=memory, memory_ratio_milli=round(ratio_pct * 10)
+    )
+
+
+def whole(count: int = 1) -> DeviceRequest:
+    return DeviceRequest(type="gpu", count=count, core_milli=1000, memory_ratio_milli=1000)
+
+
+def pod(name: str, *containers: Sequence[DeviceRequest] | DeviceRequest, ns: str = "default", **kw: object) -> PodRequest:
+    cs = []
+    for i, c in enumerate(containers):
+        asks = (c,) if isinstance(c, DeviceRequest) else tuple(c)
+        cs.append(ContainerRequest(name=f"c{i}", devices=asks))
+    return PodRequest(namespace=ns, name=name, containers=tuple(cs), **kw)  # type: ignore[arg-type]
+
+
+def bound(state: ClusterState, name: str, node: str, minor: int, *, core: int = 0, memory: int = 0) -> None:
+    """Record a bound pod holding ``core`` thousandths and ``memory`` bytes of one GPU."""
+    p = pod(name, DeviceRequest(type="gpu", core_milli=core, memory=memory))
+    grant = DeviceGrant(type="gpu", minor=minor, core_milli=core, memory=memory)
+    state.add_bound(p, PodAllocation(node=node, containers=(ContainerAllocation(name="c0", devices=(grant,)),)))
