@@ -25,7 +25,9 @@ ask = st.one_of(
         st.sampled_from([0, GiB, 3 * GiB, 6 * GiB]),
         st.integers(1, 2),
     ),
-    st.builds(lambda n: DeviceRequest(type="gpu", count=n, core_milli=1000, memory_ratio_milli=1000), st.integers(1, 2)),
+    st.builds(
+        lambda n: DeviceRequest(type="gpu", count=n, core_milli=1000, memory_ratio_milli=1000), st.integers(1, 2)
+    ),
     st.builds(lambda r: DeviceRequest(type="gpu", core_milli=r, memory_ratio_milli=r), st.sampled_from([100, 500])),
     st.builds(lambda s: DeviceRequest(type="rdma", core_milli=s), st.sampled_from([250, 500, 1000])),
 )

@@ -45,7 +45,8 @@ def add_node(
 
 def gpu(core_pct: float = 0, memory: int = 0, *, count: int = 1, ratio_pct: float = 0) -> DeviceRequest:
     return DeviceRequest(
-        type="gpu", count=count, core_milli=round(core_pct * 10), memory=memory, memory_ratio_milli=round(ratio_pct * 10)
+        type="gpu", count=count, core_milli=round(core_pct * 10), memory=memory,
+        memory_ratio_milli=round(ratio_pct * 10),
     )
 
 
@@ -53,7 +54,9 @@ def whole(count: int = 1) -> DeviceRequest:
     return DeviceRequest(type="gpu", count=count, core_milli=1000, memory_ratio_milli=1000)
 
 
-def pod(name: str, *containers: Sequence[DeviceRequest] | DeviceRequest, ns: str = "default", **kw: object) -> PodRequest:
+def pod(
+    name: str, *containers: Sequence[DeviceRequest] | DeviceRequest, ns: str = "default", **kw: object
+) -> PodRequest:
     cs = []
     for i, c in enumerate(containers):
         asks = (c,) if isinstance(c, DeviceRequest) else tuple(c)
