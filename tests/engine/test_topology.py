@@ -339,3 +339,9 @@ def test_cli_rejects_bad_files(tmp_path: Path) -> None:
     assert code == 2 and err.startswith(f"error: {bad}: not valid JSON")
     code, _, err = cli("--matrix", str(tmp_path), "--count", "1")
     assert code == 2 and err.startswith("error: ") and "Traceback" not in err
+
+
+def test_subset_tables_are_lexicographic() -> None:
+    for m in (1, 5, 16, 17):  # 16: from bitmasks; 17: from itertools
+        for k in (1, 2, m // 2, m):
+            assert topology._combinations(m, k).tolist() == [list(c) for c in itertools.combinations(range(m), k)]

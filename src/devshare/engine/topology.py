@@ -125,15 +125,40 @@ def _exact_argmax(rows: F64, exact: bool) -> IDX:
     return winners
 
 
+MASK_TABLE_MAX = 16  # up to this many free GPUs, subsets are generated from all 2^m bitmasks at once
+
+
+@lru_cache(maxsize=MASK_TABLE_MAX + 1)
+def _popcounts(m: int) -> npt.NDArray[np.uint8]:
+    """Bit counts of 0 .. 2^m - 1."""
+    pc = np.zeros(1, np.uint8)
+    for _ in range(m):
+        pc = np.concatenate((pc, pc + 1))
+    pc.setflags(write=False)
+    return pc
+
+
+@lru_cache(maxsize=1024)
+def _combinations(m: int, k: int) -> IDX:
+    """All k-subsets of range(m), ascending inside each row, rows in lexicographic order."""
+    if m <= MASK_TABLE_MAX:
+        # GPU j is bit m-1-j: a larger mask is a lexicographically smaller set, so sort descending
+        masks = np.flatnonzero(_popcounts(m) == k)[::-1].astype(">u2")
+        bits = np.unpackbits(masks.view(np.uint8).reshape(-1, 2), axis=1)[:, 16 - m:]  # column j = GPU j
+        out = np.nonzero(bits)[1].astype(np.intp).reshape(masks.size, k)
+    else:
+        out = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(m), k)),
+                          dtype=np.intp, count=math.comb(m, k) * k).reshape(-1, k)
+    out.setflags(write=False)
+    return out
+
+
 @lru_cache(maxsize=256)
 def _subsets(m: int, k: int) -> tuple[IDX, IDX]:
     """All k-subsets of range(m) in lexicographic order, and their pairs as flat indices into m x m."""
-    count = math.comb(m, k)
-    combos = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(m), k)),
-                         dtype=np.intp, count=count * k).reshape(count, k)
+    combos = _combinations(m, k)
     pi, pj = np.triu_indices(k, 1)
     flat = combos[:, pi] * m + combos[:, pj]
-    combos.setflags(write=False)
     flat.setflags(write=False)
     return combos, flat
 
