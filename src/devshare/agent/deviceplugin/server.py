@@ -1,0 +1,231 @@
+"""The device plugin servers: one gRPC server per resource on its own unix socket, registered
+with kubelet, re-registered when kubelet restarts (kubelet then wipes the plugin directory and
+recreates its own socket)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+
+from devshare.agent.deviceplugin import deviceplugin_v1beta1_pb2 as pb
+from devshare.agent.deviceplugin import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from devshare.agent.deviceplugin.allocator import Allocator
+from devshare.agent.inventory import Inventory
+from devshare.agent.matching import AllocateError
+from devshare.agent.resources import MAX_LIST_BYTES, PluginResource, fake_devices
+
+log = logging.getLogger("devshare.agent.deviceplugin")
+
+API_VERSION = "v1beta1"
+DEFAULT_DIR = Path("/var/lib/kubelet/device-plugins")
+KUBELET_SOCKET = "kubelet.sock"
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+
+
+def list_response(resource: PluginResource, inv: Inventory) -> pb.ListAndWatchResponse:
+    devices = []
+    for d in fake_devices(resource, inv):
+        dev = pb.Device(ID=d.id, health=HEALTHY if d.healthy else UNHEALTHY)
+        if d.numa_node >= 0:
+            dev.topology.nodes.append(pb.NUMANode(ID=d.numa_node))
+        devices.append(dev)
+    return pb.ListAndWatchResponse(devices=devices)
+
+
+def servable(resource: PluginResource, inv: Inventory) -> str | None:
+    """Why ``resource`` cannot be served as a device plugin on this inventory, or None when it can."""
+    response = list_response(resource, inv)
+    if not response.devices:
+        return "no such device on this node"
+    size = response.ByteSize()
+    if size > MAX_LIST_BYTES:
+        return (f"its {len(response.devices)} ids take {size} bytes, more than kubelet accepts in one "
+                "ListAndWatch message")
+    return None
+
+
+class DevicePluginService(pb_grpc.DevicePluginServicer):
+    """The DevicePlugin gRPC service of one resource."""
+
+    def __init__(self, resource: PluginResource, allocator: Allocator, inventory: Callable[[], Inventory],
+                 changed: threading.Condition, version: Callable[[], int], stopping: threading.Event) -> None:
+        self.resource = resource
+        self.allocator = allocator
+        self.inventory = inventory
+        self.changed = changed
+        self.version = version
+        self.stopping = stopping
+
+    def GetDevicePluginOptions(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.DevicePluginOptions:
+        return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=False)
+
+    def ListAndWatch(self, request: pb.Empty, context: grpc.ServicerContext) -> Iterator[pb.ListAndWatchResponse]:
+        seen = -1
+        last: pb.ListAndWatchResponse | None = None
+        while context.is_active() and not self.stopping.is_set():
+            with self.changed:
+                if self.version() == seen:
+                    self.changed.wait(timeout=1.0)
+                    continue
+                seen = self.version()
+            response = list_response(self.resource, self.inventory())
+            if response != last:
+                last = response
+                yield response
+
+    def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> pb.PreferredAllocationResponse:
+        out = pb.PreferredAllocationResponse()
+        for c in request.container_requests:
+            ids = list(c.must_include_deviceIDs)
+            ids += [i for i in c.available_deviceIDs if i not in ids][: max(0, c.allocation_size - len(ids))]
+            out.container_responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return out
+
+    def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
+        try:
+            answers = self.allocator.allocate(self.resource, [list(c.devices_ids) for c in request.container_requests])
+        except AllocateError as e:
+            log.warning("Allocate %s refused: %s", self.resource.name, e)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"devshare: {e}")
+        response = pb.AllocateResponse()
+        for a in answers:
+            r = pb.ContainerAllocateResponse(envs=a.envs)
+            for f in a.device_files:
+                r.devices.append(pb.DeviceSpec(container_path=f, host_path=f, permissions="rw"))
+            response.container_responses.append(r)
+        return response
+
+    def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()
+
+
+class DevicePlugins:
+    """Every plugin of the node: serve, register, watch for kubelet restarts, push health changes."""
+
+    def __init__(
+        self,
+        resources: Sequence[PluginResource],
+        allocator: Allocator,
+        inventory: Callable[[], Inventory],
+        *,
+        plugin_dir: Path = DEFAULT_DIR,
+        kubelet_socket: Path | None = None,
+        watch_interval: float = 1.0,
+    ) -> None:
+        self.resources = list(resources)
+        self.allocator = allocator
+        self.inventory = inventory
+        self.plugin_dir = plugin_dir
+        self.kubelet_socket = kubelet_socket or plugin_dir / KUBELET_SOCKET
+        self.watch_interval = watch_interval
+        self.changed = threading.Condition()
+        self._version = 0
+        self._stopping = threading.Event()
+        self._stop_serving = threading.Event()
+        self._kubelet_id: tuple[int, int] | None = None
+        self._watcher: threading.Thread | None = None
+        self._servers: list[grpc.Server] = []
+        self.registrations = 0
+
+    def notify(self) -> None:
+        """The inventory changed (health): every ListAndWatch stream sends the new list."""
+        with self.changed:
+            self._version += 1
+            self.changed.notify_all()
+
+    def _socket(self, r: PluginResource) -> Path:
+        return self.plugin_dir / r.socket_name()
+
+    def _serve(self) -> None:
+        """One gRPC server per resource, each on its own socket (kubelet dials the endpoint it registered)."""
+        self._stop_serving = threading.Event()
+        servers = []
+        for r in self.resources:
+            path = self._socket(r)
+            if path.exists():
+                path.unlink()
+            s = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+            pb_grpc.add_DevicePluginServicer_to_server(
+                DevicePluginService(r, self.allocator, self.inventory, self.changed, lambda: self._version,
+                                    self._stop_serving), s)
+            s.add_insecure_port(f"unix://{path}")
+            s.start()
+            servers.append(s)
+        self._servers = servers
+
+    def _register(self) -> None:
+        with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
+            stub = pb_grpc.RegistrationStub(channel)
+            for r in self.resources:
+                stub.Register(
+                    pb.RegisterRequest(version=API_VERSION, endpoint=r.socket_name(), resource_name=r.name,
+                                       options=pb.DevicePluginOptions()),
+                    timeout=10,
+                )
+                log.info("registered %s with kubelet (%s)", r.name, r.socket_name())
+        self.registrations += 1
+
+    def _kubelet_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.kubelet_socket)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns)
+
+    def _stop_servers(self) -> None:
+        self._stop_serving.set()
+        for s in self._servers:
+            s.stop(grace=0.5)
+        self._servers = []
+
+    def start(self) -> None:
+        """Serve every resource and register it; then watch kubelet's socket in the background."""
+        self._serve()
+        self._kubelet_id = self._kubelet_identity()
+        if self._kubelet_id is not None:
+            self._register_logged()
+        self._watcher = threading.Thread(target=self._watch, name="devshare-kubelet-watch", daemon=True)
+        self._watcher.start()
+
+    def _register_logged(self) -> bool:
+        try:
+            self._register()
+            return True
+        except grpc.RpcError as e:
+            log.error("registration with kubelet failed (will retry): %s", e)
+            return False
+
+    def _watch(self) -> None:
+        pending = False
+        while not self._stopping.wait(self.watch_interval):
+            ident = self._kubelet_identity()
+            ours_gone = any(not self._socket(r).exists() for r in self.resources)
+            if ident is None:
+                continue
+            if ident != self._kubelet_id or ours_gone or pending:
+                log.info("kubelet restarted (its socket was recreated): serving and registering again")
+                self._kubelet_id = ident
+                if ours_gone or not pending:
+                    self._stop_servers()
+                    self._serve()
+                pending = not self._register_logged()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.notify()
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
+        self._stop_servers()
+        for r in self.resources:
+            self._socket(r).unlink(missing_ok=True)

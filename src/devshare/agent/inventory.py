@@ -1,0 +1,64 @@
+"""What discovery found on a node: GPUs, the links between them, and other devices."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import msgspec
+
+from devshare.model.links import Link
+
+
+class Gpu(msgspec.Struct, frozen=True, kw_only=True):
+    """One GPU as discovery sees it."""
+
+    minor: int
+    uuid: str
+    model: str = ""
+    memory: int = 0  # bytes
+    pci_bus_id: str = ""
+    numa_node: int = -1  # -1: unknown
+    healthy: bool = True
+
+
+class OtherDevice(msgspec.Struct, frozen=True, kw_only=True):
+    """An RDMA or FPGA device, from the agent's configuration file."""
+
+    type: str  # "rdma" | "fpga"
+    minor: int
+    id: str
+    healthy: bool = True
+    paths: tuple[str, ...] = ()  # device files handed to the container (e.g. /dev/infiniband/uverbs0)
+
+
+class Inventory(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything discovered on a node at one moment."""
+
+    gpus: tuple[Gpu, ...] = ()
+    # interconnect per GPU pair, by position in `gpus` (NVLink count, PCIe common-ancestor level)
+    links: tuple[Link, ...] = ()
+    # bandwidth matrix (GB/s) in the order of `gpus`; None: none known (computed from links later)
+    bandwidth: tuple[tuple[float, ...], ...] | None = None
+    others: tuple[OtherDevice, ...] = ()
+
+    def gpu_by_minor(self, minor: int) -> Gpu | None:
+        for g in self.gpus:
+            if g.minor == minor:
+                return g
+        return None
+
+
+class Backend(Protocol):
+    """A source of device inventories (NVML, or a fake description)."""
+
+    def discover(self) -> Inventory:
+        """Everything present now (GPU health included)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def with_health(gpus: Sequence[Gpu], unhealthy: set[str]) -> tuple[Gpu, ...]:
+    """The GPUs with those whose uuid is in ``unhealthy`` marked unhealthy."""
+    return tuple(msgspec.structs.replace(g, healthy=False) if g.uuid in unhealthy else g for g in gpus)

@@ -1,0 +1,64 @@
+"""The :class:`~devshare.agent.client.AgentClient` over a real API server (lightkube).
+
+The only module of the agent that imports lightkube.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube import ApiError, Client
+from lightkube.generic_resource import create_global_resource
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from devshare.model import names
+
+Device = create_global_resource(group="devshare.io", version="v1alpha1", kind=names.DEVICE_KIND, plural="devices")
+FIELD_MANAGER = "devshare-agent"
+
+
+def _dict(obj: Any) -> dict[str, Any]:
+    data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    return dict(data)
+
+
+class LightkubeClient:
+    """Talks to the API server with the in-cluster config (or the kubeconfig of ``lightkube.Client()``)."""
+
+    def __init__(self, client: Client | None = None) -> None:
+        self.client = client or Client(field_manager=FIELD_MANAGER)
+
+    def get_device(self, name: str) -> dict[str, Any] | None:
+        try:
+            return _dict(self.client.get(Device, name))
+        except ApiError as e:
+            if e.status.code == 404:
+                return None
+            raise
+
+    def put_device(self, obj: dict[str, Any]) -> None:
+        current = self.get_device(obj["metadata"]["name"])
+        if current is None:
+            self.client.create(Device.from_dict(obj))
+            return
+        merged = dict(obj)
+        meta = dict(obj["metadata"])
+        meta["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+        annotations = dict((current.get("metadata") or {}).get("annotations") or {})
+        annotations.pop(names.DEVICE_CHECKPOINTS, None)  # ours: absent now means none held outside
+        annotations.update(obj["metadata"].get("annotations") or {})
+        meta["annotations"] = annotations
+        merged["metadata"] = meta
+        self.client.replace(Device.from_dict(merged))
+
+    def patch_node_status(self, node: str, capacity: dict[str, str], allocatable: dict[str, str]) -> None:
+        self.client.patch(Node.Status, node, {"status": {"capacity": capacity, "allocatable": allocatable}},
+                          patch_type=PatchType.MERGE)
+
+    def list_node_pods(self, node: str) -> list[dict[str, Any]]:
+        return [_dict(p) for p in self.client.list(Pod, namespace="*", fields={"spec.nodeName": node})]
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        self.client.patch(Pod, name, {"metadata": {"annotations": annotations}}, namespace=namespace,
+                          patch_type=PatchType.MERGE)

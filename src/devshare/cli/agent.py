@@ -1,0 +1,175 @@
+"""``devshare agent``: the node agent (device reporter and kubelet device plugin)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from devshare.cli.common import emit, fail, user_errors
+from devshare.model.errors import InvalidInput
+
+agent_app = typer.Typer(name="agent", help="The node agent: device reporter and kubelet device plugin.",
+                        no_args_is_help=True)
+
+NodeOpt = Annotated[str, typer.Option("--node", help="Node name (default: $NODE_NAME, else the host name).")]
+FakeOpt = Annotated[Path | None, typer.Option("--fake", help="Fake device description (YAML/JSON) instead of NVML; "
+                                               "a shared/topologies file works.")]
+DevicesOpt = Annotated[Path | None, typer.Option("--devices", help="RDMA/FPGA configuration file (YAML/JSON).")]
+BandwidthOpt = Annotated[Path | None, typer.Option("--bandwidth", help="Measured bandwidth matrix (a topology file "
+                                                    "with bandwidth_gbps) overriding the link model.")]
+CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="kubelet's device plugin checkpoint "
+                                                    "(default: /var/lib/kubelet/device-plugins/"
+                                                    "kubelet_internal_checkpoint when it exists).")]
+XidsOpt = Annotated[str, typer.Option("--ignore-xids", help="XIDs that do not make a GPU unhealthy (comma list).")]
+
+
+def _node(node: str) -> str:
+    return node or os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def _backend(fake: Path | None, devices: Path | None, node: str, ignore_xids: str, *, watch_health: bool):  # type: ignore[no-untyped-def]
+    from devshare.agent.others import load_other_devices
+
+    others = load_other_devices(devices) if devices is not None else ()
+    if fake is not None:
+        from devshare.agent.fake import FakeBackend
+
+        if others:
+            raise InvalidInput("--devices cannot be combined with --fake: list rdma/fpga in the fake file")
+        return FakeBackend(fake, node=node)
+    from devshare.agent.nvml import DEFAULT_IGNORED_XIDS, NvmlBackend, parse_xids
+
+    try:
+        xids = parse_xids(ignore_xids) if ignore_xids else DEFAULT_IGNORED_XIDS
+    except ValueError:
+        raise InvalidInput(f"--ignore-xids must be a comma separated list of numbers, got {ignore_xids!r}") from None
+    try:
+        return NvmlBackend(ignored_xids=xids, others=others, watch_health=watch_health)
+    except Exception as e:  # pynvml.NVMLError and friends: no driver, no library
+        raise InvalidInput(f"NVML is not available ({e}); on a machine without NVIDIA GPUs use --fake FILE") from None
+
+
+def _override(bandwidth: Path | None) -> list[list[float]] | None:
+    if bandwidth is None:
+        return None
+    from devshare.model.links import load_topology_file
+
+    return load_topology_file(bandwidth).matrix
+
+
+def _checkpoint(path: Path | None) -> Path | None:
+    from devshare.agent.checkpoint import DEFAULT_PATH
+
+    if path is not None:
+        if not path.exists():
+            raise InvalidInput("no such file", field=f"--checkpoint {path}")
+        return path
+    return DEFAULT_PATH if DEFAULT_PATH.exists() else None
+
+
+def _client():  # type: ignore[no-untyped-def]
+    from devshare.agent.kubeclient import LightkubeClient
+
+    try:
+        return LightkubeClient()
+    except Exception as e:
+        raise InvalidInput(f"cannot reach the API server ({e}); run in a cluster, set KUBECONFIG, or use --once")  \
+            from None
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+@agent_app.command("report")
+def report(
+    once: Annotated[bool, typer.Option("--once", help="Print the Device object once and exit.")] = False,
+    fake: FakeOpt = None,
+    node: NodeOpt = "",
+    output: Annotated[str, typer.Option("-o", "--output", help="yaml or json (with --once).")] = "yaml",
+    devices: DevicesOpt = None,
+    bandwidth: BandwidthOpt = None,
+    checkpoint: CheckpointOpt = None,
+    ignore_xids: XidsOpt = "",
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between reports.")] = 2.0,
+) -> None:
+    """Report the node's devices: print the Device object (--once), or keep it up to date in the API."""
+    from devshare.agent.reporter import Reporter
+
+    if output not in ("yaml", "json"):
+        raise fail(f"unknown output format {output!r}: use json or yaml")
+    with user_errors():
+        name = _node(node)
+        backend = _backend(fake, devices, name, ignore_xids, watch_health=not once)
+        try:
+            reporter = Reporter(backend, name, client=None if once else _client(), override=_override(bandwidth),
+                                checkpoint=_checkpoint(checkpoint))
+            if once:
+                emit(reporter.build(), output)
+                return
+        except BaseException:
+            backend.close()
+            raise
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        reporter.run(_stop_on_signals(), interval=interval)
+    finally:
+        backend.close()
+
+
+@agent_app.command("run")
+def run(
+    fake: FakeOpt = None,
+    node: NodeOpt = "",
+    devices: DevicesOpt = None,
+    bandwidth: BandwidthOpt = None,
+    checkpoint: CheckpointOpt = None,
+    ignore_xids: XidsOpt = "",
+    plugin_dir: Annotated[Path, typer.Option("--plugin-dir", help="kubelet's device plugin directory.")] = Path(
+        "/var/lib/kubelet/device-plugins"),
+    resources: Annotated[str, typer.Option("--resources", help="Resource names to serve as device plugins "
+                                           "(comma list; default: all devshare serves).")] = "",
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between reports.")] = 2.0,
+) -> None:
+    """Run the agent: the reporter and the kubelet device plugins."""
+    from devshare.agent.resources import PLUGIN_RESOURCES
+    from devshare.agent.run import Agent
+
+    with user_errors():
+        chosen = list(PLUGIN_RESOURCES)
+        if resources:
+            wanted = [r.strip() for r in resources.split(",") if r.strip()]
+            known = {r.name: r for r in PLUGIN_RESOURCES}
+            unknown = [w for w in wanted if w not in known]
+            if unknown:
+                raise InvalidInput(f"unknown resource(s) {', '.join(unknown)}: use some of {', '.join(known)}",
+                                   field="--resources")
+            chosen = [known[w] for w in wanted]
+        if not plugin_dir.is_dir():
+            raise InvalidInput("not a directory (mount kubelet's device plugin directory here)",
+                               field=f"--plugin-dir {plugin_dir}")
+        name = _node(node)
+        backend = _backend(fake, devices, name, ignore_xids, watch_health=True)
+        try:
+            agent = Agent(backend, name, _client(), resources=chosen, plugin_dir=plugin_dir,
+                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint))
+        except BaseException:
+            backend.close()
+            raise
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    agent.start()
+    agent.run_until(_stop_on_signals(), interval=interval)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(agent_app, name="agent")
