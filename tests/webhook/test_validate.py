@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import Client
+from webhook_http import Client
 from webhook_pods import (
     ALIYUN_ALLOWED,
     ALIYUN_REFUSED,

@@ -12,7 +12,7 @@
    - Koordinator's ``gpu: N`` becomes ``gpu-core: N`` + ``gpu-memory-ratio: N`` (seed 001: "the
      scheduler will convert it"), which are the names nodes advertise.
 
-   A rename that would overwrite a name the container already sets is not made: the pod is left as
+   A map that gives a name in both spellings, or ``gpu`` next to another GPU dimension, is left as
    written, for the validating webhook to judge (mutation runs before validation).
 
 Mutation never refuses a pod; it returns RFC 6902 operations and human-readable warnings.
@@ -48,10 +48,15 @@ REPLACEABLE_SCHEDULERS = ("", "default-scheduler")
 
 
 def normalise_resources(resources: dict[str, Any]) -> dict[str, Any]:
-    """The resource map with the names normalised (a new dict; the input is not changed)."""
+    """The resource map with the names normalised (a new dict; the input is not changed).
+
+    A map that gives some name in both spellings is returned as it is (which one is meant is for
+    validation to say), so that normalising is idempotent."""
     out = dict(resources)
+    if any(legacy in out and koord in out for legacy, koord in _LEGACY_TO_KOORD):
+        return out
     for legacy, koord in _LEGACY_TO_KOORD:
-        if legacy in out and koord not in out:
+        if legacy in out:
             out[koord] = out.pop(legacy)
     if names.KOORD_GPU in out and not any(k in out for k in _GPU_DIMENSIONS):
         value = out.pop(names.KOORD_GPU)

@@ -1,0 +1,127 @@
+"""The extender's HTTP application.
+
+``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` (kube-scheduler's extender protocol),
+``GET /inspect`` (the JSON of ``devshare inspect -o json``), ``/metrics``, ``/healthz``, ``/readyz``.
+
+A body that is not the verb's type gets HTTP 400 with a one-line message (never a 500). Logical
+refusals are HTTP 200 with ``Error`` set, which kube-scheduler shows in the pod's events. Before
+the state is synced, filter and bind answer ``Error: "not ready: state not synced"``, prioritize
+and preempt a 503, and ``/readyz`` a 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from devshare.server.extender.metrics import MALFORMED, NOT_READY, OK, ExtenderMetrics
+from devshare.server.extender.service import Extender, NotReady, result_of
+from devshare.server.extender.wire import (
+    BadRequest,
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderPreemptionArgs,
+    decode,
+    encode,
+)
+from devshare.server.metrics import metrics_response
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 64 * 2**20  # a full NodeList of thousands of nodes is large
+JSON = "application/json"
+
+EXTENDER = web.AppKey("extender", Extender)
+
+Handler = Callable[[Extender, bytes], Awaitable[tuple[Any, str]]]
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    return web.Response(body=encode(value), status=status, content_type=JSON)
+
+
+def _error_body(message: str) -> dict[str, str]:
+    return {"error": message}
+
+
+def _verb(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def serve(request: web.Request) -> web.Response:
+        ext = request.app[EXTENDER]
+        metrics: ExtenderMetrics = ext.metrics
+        body = await request.read()
+        started = time.perf_counter()
+        try:
+            answer, result = await handler(ext, body)
+            response = _json(answer)
+        except BadRequest as e:
+            result = MALFORMED
+            response = _json(_error_body(f"{name}: {e}"), 400)
+        except NotReady as e:
+            result = NOT_READY
+            response = _json(_error_body(str(e)), 503)
+        except Exception as e:  # a bug: say so without a stack trace on the wire
+            log.exception("%s failed", name)
+            result = "internal"
+            response = _json(_error_body(f"{name} failed inside devshare ({type(e).__name__}); see its log"), 500)
+        metrics.requests.labels(name, result).inc()
+        metrics.latency.labels(name).observe(time.perf_counter() - started)
+        return response
+
+    return serve
+
+
+async def _filter(ext: Extender, body: bytes) -> tuple[Any, str]:
+    answer = ext.filter(decode(body, ExtenderArgs))
+    return answer, (NOT_READY if answer.error.startswith("not ready") else result_of(answer))
+
+
+async def _prioritize(ext: Extender, body: bytes) -> tuple[Any, str]:
+    return ext.prioritize(decode(body, ExtenderArgs)), OK
+
+
+async def _bind(ext: Extender, body: bytes) -> tuple[Any, str]:
+    answer = await ext.bind(decode(body, ExtenderBindingArgs))
+    return answer, result_of(answer)
+
+
+async def _preempt(ext: Extender, body: bytes) -> tuple[Any, str]:
+    return ext.preempt(decode(body, ExtenderPreemptionArgs)), OK
+
+
+async def _inspect(request: web.Request) -> web.Response:
+    ext = request.app[EXTENDER]
+    if not ext.is_synced():
+        return _json(_error_body("not ready: state not synced"), 503)
+    return _json(ext.state.inspect())
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    return metrics_response(request.app[EXTENDER].metrics.registry)
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    if not request.app[EXTENDER].is_synced():
+        return web.Response(status=503, text="not ready: state not synced\n")
+    return web.Response(text="ok\n")
+
+
+def make_app(extender: Extender) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY)
+    app[EXTENDER] = extender
+    app.router.add_post("/filter", _verb("filter", _filter))
+    app.router.add_post("/prioritize", _verb("prioritize", _prioritize))
+    app.router.add_post("/bind", _verb("bind", _bind))
+    app.router.add_post("/preempt", _verb("preempt", _preempt))
+    app.router.add_get("/inspect", _inspect)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    return app

@@ -1,0 +1,134 @@
+"""The extender's Prometheus metrics, in a registry of their own (one per server).
+
+- ``devshare_extender_requests_total{verb, result}``: every answer; result is ``ok``, ``error``
+  (an answer carrying an Error), ``malformed`` (400) or ``not_ready``;
+- ``devshare_extender_request_seconds{verb}``: latency from body read to answer built;
+- ``devshare_extender_failures_total{verb, reason}``: per-node filter failures and bind errors by
+  reason class (:func:`reason_class`);
+- ``devshare_device_allocated_ratio{node, type, minor, resource}``: share of each device's compute
+  (``core``) and memory (``memory``) that is allocated, read from the state at scrape time;
+- ``devshare_extender_pods{phase}``, ``devshare_extender_synced``, ``devshare_extender_leader``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
+from functools import lru_cache
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from devshare.engine.state import ClusterState
+from devshare.server.metrics import LATENCY_BUCKETS
+
+OK = "ok"
+ERROR = "error"
+MALFORMED = "malformed"
+NOT_READY = "not_ready"
+
+# (substring of the reason, class): first match wins
+_CLASSES: tuple[tuple[str, str], ...] = (
+    ("not ready", "not-ready"),
+    ("not the leader", "not-leader"),
+    ("not known to devshare", "unknown-node"),
+    ("is not known", "unknown-node"),
+    ("unschedulable", "cordoned"),
+    ("compute free", "compute"),
+    ("in use, a whole device", "device-in-use"),
+    (" free, ", "device-memory"),
+    ("containers, at most", "container-limit"),
+    ("unhealthy", "unhealthy"),
+    ("held by another", "held-outside"),
+    ("node has no", "no-devices"),
+    ("device(s), a container asks", "device-count"),
+    ("not enough CPU", "node-cpu"),
+    ("not enough memory", "node-memory"),
+    ("model", "gpu-model"),
+    ("policy", "compute-policy"),
+    ("invalid request", "invalid-request"),
+    ("not found", "pod-not-found"),
+    ("already", "conflict"),
+    ("API server", "backend"),
+)
+
+
+@lru_cache(maxsize=8192)
+def reason_class(reason: str) -> str:
+    """A short, bounded label for a reason (reasons themselves name nodes and sizes)."""
+    for needle, cls in _CLASSES:
+        if needle in reason:
+            return cls
+    return "other"
+
+
+class _StateCollector(Collector):
+    def __init__(self, state: Callable[[], ClusterState], synced: Callable[[], bool],
+                 leader: Callable[[], bool]) -> None:
+        self._state = state
+        self._synced = synced
+        self._leader = leader
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self._state()
+        ratio = GaugeMetricFamily(
+            "devshare_device_allocated_ratio",
+            "Allocated share of each device (0..1), by resource: core (compute) or memory.",
+            labels=["node", "type", "minor", "resource"],
+        )
+        for name, row in sorted(state.row_of.items()):
+            for dtype in sorted(state.tables):
+                t = state.tables[dtype]
+                for col in range(t.count(row)):
+                    minor = str(int(t.minor[row, col]))
+                    total_core = int(t.total_core[row, col])
+                    if total_core:
+                        ratio.add_metric([name, dtype, minor, "core"], int(t.used_core[row, col]) / total_core)
+                    total_mem = int(t.total_mem[row, col])
+                    if total_mem:
+                        ratio.add_metric([name, dtype, minor, "memory"], int(t.used_mem[row, col]) / total_mem)
+        yield ratio
+        pods = GaugeMetricFamily("devshare_extender_pods", "Pods holding devices, by phase (assumed, bound).",
+                                 labels=["phase"])
+        counts = {"assumed": 0, "bound": 0}
+        for rec in state.pods.values():
+            counts[rec.phase] = counts.get(rec.phase, 0) + 1
+        for phase, n in sorted(counts.items()):
+            pods.add_metric([phase], n)
+        yield pods
+        yield GaugeMetricFamily("devshare_extender_synced", "1 once the state is synced with the cluster.",
+                                value=1 if self._synced() else 0)
+        yield GaugeMetricFamily("devshare_extender_leader", "1 while this extender holds the leader lease.",
+                                value=1 if self._leader() else 0)
+
+
+class ExtenderMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "devshare_extender_requests", "Extender requests answered, by verb and result.",
+            ["verb", "result"], registry=self.registry,
+        )
+        self.latency = Histogram(
+            "devshare_extender_request_seconds", "Time to answer one extender request (body read to answer).",
+            ["verb"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.failures = Counter(
+            "devshare_extender_failures",
+            "Nodes refused by filter and binds refused, by verb and reason class.",
+            ["verb", "reason"], registry=self.registry,
+        )
+
+    def watch_state(self, state: Callable[[], ClusterState], synced: Callable[[], bool],
+                    leader: Callable[[], bool]) -> None:
+        """Export the state's gauges (read at scrape time)."""
+        self.registry.register(_StateCollector(state, synced, leader))
+
+    def fail(self, verb: str, reasons: Iterable[str]) -> None:
+        counts: dict[str, int] = {}
+        for r, n in Tally(reasons).items():  # distinct reasons are few; classify each once
+            c = reason_class(r)
+            counts[c] = counts.get(c, 0) + n
+        for c, n in counts.items():
+            self.failures.labels(verb, c).inc(n)

@@ -1,0 +1,152 @@
+"""Preempt: of the victims kube-scheduler proposes on each node, the fewest the pod really needs.
+
+kube-scheduler picks victims by its own view (CPU, memory, counts of extended resources) and asks
+the extender which of them to keep. For each node, in one synchronous call on the live state:
+
+1. take the victims devshare holds devices for, lowest priority first, and release them one by
+   one until :meth:`Scheduler.allocate_on` finds room for the pod; if even all of them do not make
+   room, the node is left out of the answer;
+2. then try giving each released victim its devices back (highest priority first): one the pod
+   still fits without is spared;
+3. restore every released victim exactly as it was (bound or assumed, same expiry).
+
+Victims devshare holds nothing for (no devices) are kept as kube-scheduler proposed them: they
+were chosen for kube-scheduler's own reasons, which devshare cannot judge. ``NumPDBViolations`` is
+passed through, capped at the number of victims kept (it counts victims, devshare cannot tell
+which of them violate a budget). A pod that asks for no device gets its victims back unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from devshare.engine.scheduler import Scheduler
+from devshare.engine.state import ClusterState, PodRecord
+from devshare.kube.backend import meta
+from devshare.model.allocation import PodAllocation
+from devshare.model.errors import InvalidInput
+from devshare.model.request import PodRequest
+from devshare.server.extender.wire import (
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
+    MetaPod,
+    MetaVictims,
+)
+
+
+class Victim:
+    __slots__ = ("index", "key", "priority", "uid")
+
+    def __init__(self, uid: str, key: str | None, priority: int, index: int) -> None:
+        self.uid = uid
+        self.key = key  # ns/name of a pod the state holds devices for, else None
+        self.priority = priority
+        self.index = index  # position in kube-scheduler's list (ties keep that order)
+
+
+def _victims_of(state: ClusterState, args: ExtenderPreemptionArgs) -> dict[str, tuple[list[Victim], int]]:
+    """Per node: the proposed victims and the proposed NumPDBViolations."""
+    by_uid = {rec.pod.uid: key for key, rec in state.pods.items() if rec.pod.uid}
+    out: dict[str, tuple[list[Victim], int]] = {}
+    if args.node_name_to_meta_victims is not None:
+        for node, mv in args.node_name_to_meta_victims.items():
+            vs = []
+            for i, p in enumerate(mv.pods):
+                key = by_uid.get(p.uid)
+                prio = state.pods[key].pod.priority if key is not None else 0
+                vs.append(Victim(p.uid, key, prio, i))
+            out[node] = (vs, mv.num_pdb_violations)
+    if args.node_name_to_victims is not None:
+        for node, v in args.node_name_to_victims.items():
+            if node in out:
+                continue
+            vs = []
+            for i, pod in enumerate(v.pods):
+                m = meta(pod)
+                uid = str(m.get("uid") or "")
+                key: str | None = f"{m.get('namespace') or 'default'}/{m.get('name')}"
+                if key not in state.pods or (uid and state.pods[key].pod.uid not in ("", uid)):
+                    key = by_uid.get(uid)
+                spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+                prio = spec.get("priority") if isinstance(spec, dict) else None
+                if not isinstance(prio, int):
+                    prio = state.pods[key].pod.priority if key is not None else 0
+                vs.append(Victim(uid, key, prio, i))
+            out[node] = (vs, v.num_pdb_violations)
+    return out
+
+
+def _restore(state: ClusterState, key: str, rec: PodRecord, now: float) -> None:
+    """Put a released record back exactly as it was."""
+    if rec.phase == "bound":
+        state.add_bound(rec.pod, rec.allocation)
+        return
+    ttl = None if rec.expires_at is None else rec.expires_at - now
+    state.reserve(rec.pod, rec.allocation, now=now, ttl=ttl)
+    state.pods[key].expires_at = rec.expires_at
+
+
+def needed_victims(scheduler: Scheduler, pod: PodRequest, node: str, keys: list[str],
+                   now: float) -> list[str] | None:
+    """The fewest of ``keys`` (ordered lowest priority first) to release so that ``pod`` fits on
+    ``node``, or None when releasing all of them is not enough. The state is left as it was."""
+    state = scheduler.state
+
+    def fits() -> bool:
+        return isinstance(scheduler.allocate_on(pod, node), PodAllocation)
+
+    if fits():
+        return []
+    released: list[tuple[str, PodRecord]] = []
+    try:
+        ok = False
+        for key in keys:
+            rec = state.release(key)
+            if rec is None:
+                continue
+            released.append((key, rec))
+            if fits():
+                ok = True
+                break
+        if not ok:
+            return None
+        needed: list[str] = []
+        spared: list[tuple[str, PodRecord]] = []
+        for key, rec in reversed(released):  # highest priority first: the ones most worth sparing
+            _restore(state, key, rec, now)
+            if fits():
+                spared.append((key, rec))
+            else:
+                state.release(key)
+                needed.append(key)
+        for item in spared:
+            released.remove(item)
+        needed.reverse()
+        return needed
+    finally:
+        for key, rec in released:
+            _restore(state, key, rec, now)
+
+
+def preempt(scheduler: Scheduler, args: ExtenderPreemptionArgs, *, parse: Callable[[dict[str, Any]], PodRequest],
+            clock: Callable[[], float]) -> ExtenderPreemptionResult:
+    state = scheduler.state
+    proposed = _victims_of(state, args)
+    try:
+        pod = parse(args.pod)
+    except InvalidInput:
+        return ExtenderPreemptionResult()  # the pod cannot be placed anywhere: no candidates
+    out: dict[str, MetaVictims] = {}
+    for node, (victims, pdb) in proposed.items():
+        if not pod.has_devices():
+            kept = victims
+        else:
+            holders = sorted((v for v in victims if v.key is not None), key=lambda v: (v.priority, v.index))
+            needed = needed_victims(scheduler, pod, node, [v.key for v in holders if v.key], clock())
+            if needed is None:
+                continue
+            chosen = set(needed)
+            kept = [v for v in victims if v.key is None or v.key in chosen]
+        out[node] = MetaVictims(pods=[MetaPod(uid=v.uid) for v in kept], num_pdb_violations=min(pdb, len(kept)))
+    return ExtenderPreemptionResult(node_name_to_meta_victims=out)

@@ -1,0 +1,116 @@
+"""Assembling and running the extender: state + sync + (leader election) + expiry + HTTP app.
+
+:func:`build_app` wires everything to a backend and returns the aiohttp application; its startup
+hook starts the state sync, the leader election (when asked) and the expiry task, its cleanup hook
+stops them (and saves a ``--cluster`` file when asked). :func:`serve` runs it until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
+from devshare.kube.backend import Backend
+from devshare.kube.leader import LeaderElector
+from devshare.kube.memory import MemoryBackend
+from devshare.kube.sync import StateSync
+from devshare.server.extender.app import make_app
+from devshare.server.extender.metrics import ExtenderMetrics
+from devshare.server.extender.service import Extender
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExtenderOptions:
+    leader_election: bool = False  # campaign for the Lease; without it this extender always binds
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    lease_name: str = "devshare-extender"
+    assume_ttl: float = DEFAULT_ASSUME_TTL
+    expire_interval: float = 5.0
+    save: Callable[[], None] | None = None  # called after each bind and on shutdown (--save)
+
+
+@dataclass
+class Runtime:
+    """What :func:`build_app` started; tests reach into it."""
+
+    state: ClusterState
+    sync: StateSync
+    extender: Extender
+    elector: LeaderElector | None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+RUNTIME = web.AppKey("runtime", Runtime)
+
+
+def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.Application:
+    opts = options or ExtenderOptions()
+    state = ClusterState()
+    sync = StateSync(backend, state)
+    elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name)
+               if opts.leader_election else None)
+    metrics = ExtenderMetrics()
+    extender = Extender(
+        state, backend,
+        is_synced=lambda: sync.is_synced,
+        is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+        metrics=metrics,
+        assume_ttl=opts.assume_ttl,
+        after_bind=opts.save,
+    )
+    metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
+    runtime = Runtime(state, sync, extender, elector)
+    app = make_app(extender)
+    app[RUNTIME] = runtime
+
+    async def start(app: web.Application) -> None:
+        runtime.tasks.append(sync.start())
+        if elector is not None:
+            runtime.tasks.append(asyncio.create_task(elector.run(), name="devshare-leader-election"))
+        runtime.tasks.append(asyncio.create_task(extender.expire_forever(opts.expire_interval),
+                                                 name="devshare-expire-reservations"))
+
+    async def stop(app: web.Application) -> None:
+        for t in runtime.tasks:
+            t.cancel()
+        for t in runtime.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        runtime.tasks.clear()
+        if elector is not None:
+            await elector.release()
+        if opts.save is not None:
+            opts.save()
+        await backend.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    return app
+
+
+def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str = "127.0.0.1",
+          port: int = 8888) -> None:
+    """Serve until SIGINT/SIGTERM (plain HTTP: kube-scheduler's extender config sets enableHTTPS)."""
+    app = build_app(backend, options)
+    log.info("devshare extender on http://%s:%d", host, port)
+    web.run_app(app, host=host, port=port, access_log=None, print=None)
+
+
+def cluster_saver(backend: MemoryBackend, path: Path) -> Callable[[], None]:
+    """A ``save`` callback writing the memory backend's objects back to ``path`` (``--save``)."""
+
+    def write() -> None:
+        backend.save(path)
+
+    return write

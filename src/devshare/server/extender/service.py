@@ -1,0 +1,325 @@
+"""The extender's verbs over the engine: filter, prioritize, bind, preempt.
+
+Every engine call is synchronous and made on the event loop's thread, so two requests never
+interleave inside the engine. Bind is the only verb that awaits (the API server): it picks the
+devices and *reserves* them in one synchronous step, so a concurrent bind of another pod already
+sees them taken; then it writes the annotations and creates the Binding, and undoes the
+reservation if either fails. A reservation whose bind never completes (the process stalled, the
+API server hung) expires after ``assume_ttl`` seconds (:meth:`Extender.expire`, called
+periodically).
+
+Answers follow kube-scheduler's rules: a node that could fit once other pods leave (devices in
+use) is a ``FailedNodes`` entry (preemption may help); one that can never fit as things are
+(no such devices, unhealthy, cordoned, unknown node, invalid request) is in
+``FailedAndUnresolvableNodes``. Logical failures are answered with HTTP 200 and ``Error`` (that is
+how kube-scheduler reads them); only a body that is not the protocol's type gets a 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from devshare.engine.scheduler import Scheduler
+from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
+from devshare.kube.backend import Backend, meta
+from devshare.kube.errors import BackendError
+from devshare.model.allocation import PodAllocation
+from devshare.model.codecs import encode_annotations
+from devshare.model.errors import InvalidInput
+from devshare.model.pod import parse_pod
+from devshare.model.request import PodRequest
+from devshare.server.extender import preempt as _preempt
+from devshare.server.extender.metrics import ERROR, OK, ExtenderMetrics
+from devshare.server.extender.wire import (
+    BadRequest,
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    ExtenderPreemptionArgs,
+    ExtenderPreemptionResult,
+    HostPriority,
+)
+
+log = logging.getLogger(__name__)
+
+NOT_READY = "not ready: state not synced"
+NOT_LEADER = "not the leader"
+
+
+class NotReady(Exception):
+    """The state is not synced yet: the verb cannot be answered (prioritize gets a 503)."""
+
+
+@dataclass
+class Candidates:
+    """The nodes of a filter/prioritize call: their names, and the full NodeList when one was sent."""
+
+    names: list[str]
+    node_list: dict[str, Any] | None = None  # the request's v1 NodeList (nodeCacheCapable: false)
+    items: list[dict[str, Any]] | None = None
+
+
+def candidates(args: ExtenderArgs) -> Candidates:
+    """Node names from ``NodeNames`` (nodeCacheCapable) or from the ``Nodes`` NodeList."""
+    if args.node_names is not None:
+        return Candidates(list(args.node_names))
+    if args.nodes is None:
+        raise BadRequest("neither NodeNames nor Nodes is given: send the candidate nodes in one of them")
+    items = args.nodes.get("items")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise BadRequest("Nodes.items must be a list of v1 Node objects")
+    names: list[str] = []
+    for i, node in enumerate(items):
+        name = meta(node).get("name") if isinstance(node, dict) else None
+        if not isinstance(name, str) or not name:
+            raise BadRequest(f"Nodes.items[{i}] has no metadata.name")
+        names.append(name)
+    return Candidates(names, args.nodes, items)
+
+
+def invalid_request(e: InvalidInput) -> str:
+    return f"invalid request: {e}"
+
+
+class Extender:
+    """The four verbs. ``is_synced``/``is_leader`` are read on every call (they change at runtime)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        backend: Backend,
+        *,
+        scheduler: Scheduler | None = None,
+        is_synced: Callable[[], bool] = lambda: True,
+        is_leader: Callable[[], bool] = lambda: True,
+        metrics: ExtenderMetrics | None = None,
+        assume_ttl: float = DEFAULT_ASSUME_TTL,
+        clock: Callable[[], float] = time.monotonic,
+        after_bind: Callable[[], None] | None = None,
+    ) -> None:
+        self.state = state
+        self.backend = backend
+        self.scheduler = scheduler or Scheduler(state)
+        self.is_synced = is_synced
+        self.is_leader = is_leader
+        self.metrics = metrics or ExtenderMetrics()
+        self.assume_ttl = assume_ttl
+        self.clock = clock
+        self.after_bind = after_bind  # e.g. save the --cluster file
+        self._binding: set[str] = set()  # pods with a bind in flight
+        self._parsed: dict[tuple[str, str, str], PodRequest] = {}  # (key, uid, resourceVersion) -> request
+
+    # ------------------------------------------------------------------ helpers
+    def parse(self, pod: dict[str, Any]) -> PodRequest:
+        """The pod's request (cached per uid and resourceVersion: filter then prioritize parse it once)."""
+        m = meta(pod)
+        rv = m.get("resourceVersion")
+        cache_key = (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""), str(rv or ""))
+        if rv and cache_key in self._parsed:
+            return self._parsed[cache_key]
+        req = parse_pod(pod)
+        if rv:
+            if len(self._parsed) >= 1024:
+                self._parsed.clear()
+            self._parsed[cache_key] = req
+        return req
+
+    # ------------------------------------------------------------------ filter
+    def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        nodes = candidates(args)
+        if not self.is_synced():
+            return ExtenderFilterResult(error=NOT_READY)
+        try:
+            pod = self.parse(args.pod)
+        except InvalidInput as e:
+            reason = invalid_request(e)
+            self.metrics.fail("filter", [reason])
+            return self._answer(nodes, [], {}, dict.fromkeys(nodes.names, reason))
+        if not pod.has_devices():
+            return self._answer(nodes, nodes.names, {}, {})
+        out = self.scheduler.filter(pod, nodes.names)
+        if out.failed or out.unresolvable:
+            self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
+        return self._answer(nodes, out.passed, out.failed, out.unresolvable)
+
+    @staticmethod
+    def _answer(nodes: Candidates, passed: list[str], failed: dict[str, str],
+                unresolvable: dict[str, str]) -> ExtenderFilterResult:
+        if nodes.node_list is None:
+            return ExtenderFilterResult(node_names=passed, failed_nodes=failed,
+                                        failed_and_unresolvable_nodes=unresolvable)
+        keep = set(passed)
+        items = [n for n, name in zip(nodes.items or [], nodes.names, strict=True) if name in keep]
+        node_list = {**nodes.node_list, "items": items}
+        return ExtenderFilterResult(nodes=node_list, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
+
+    # ------------------------------------------------------------------ prioritize
+    def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
+        nodes = candidates(args)
+        if not self.is_synced():
+            raise NotReady(NOT_READY)
+        try:
+            pod = self.parse(args.pod)
+        except InvalidInput:
+            return [HostPriority(host=n, score=0) for n in nodes.names]
+        if not pod.has_devices():
+            return [HostPriority(host=n, score=0) for n in nodes.names]
+        scores = self.scheduler.prioritize(pod, nodes.names)
+        return [HostPriority(host=n, score=scores.get(n, 0)) for n in nodes.names]
+
+    # ------------------------------------------------------------------ bind
+    async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        error = await self._bind(args)
+        if error:
+            self.metrics.fail("bind", [error])
+            log.info("bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, error)
+        return ExtenderBindingResult(error=error)
+
+    async def _bind(self, args: ExtenderBindingArgs) -> str:
+        ns, name, node = args.pod_namespace, args.pod_name, args.node
+        key = f"{ns}/{name}"
+        if not self.is_synced():
+            return NOT_READY
+        if not self.is_leader():
+            return NOT_LEADER
+        if key in self._binding:
+            return f"pod {key}: a bind is already in progress"
+        self._binding.add(key)
+        try:
+            return await self._bind_one(ns, name, node, args.pod_uid)
+        finally:
+            self._binding.discard(key)
+
+    async def _bind_one(self, ns: str, name: str, node: str, uid: str) -> str:
+        key = f"{ns}/{name}"
+        try:
+            obj = await self.backend.get_pod(ns, name)
+        except BackendError as e:
+            return f"reading pod {key} from the API server failed: {e}"
+        if obj is None:
+            return f"pod {key} not found"
+        m = meta(obj)
+        if uid and m.get("uid") and m.get("uid") != uid:
+            return f"pod {key} has uid {m.get('uid')}, not {uid}: it was deleted and re-created"
+        bound_to = (obj.get("spec") or {}).get("nodeName")
+        if bound_to:
+            return f"pod {key} is already bound to node {bound_to}"
+        try:
+            pod = parse_pod(obj)
+        except InvalidInput as e:
+            return invalid_request(e)
+        if not pod.has_devices():
+            return await self._create_binding(ns, name, node, uid)
+
+        # ---- synchronous: choose and reserve (no await in between) ----
+        stale = self.state.pods.get(key)
+        if stale is not None:
+            if stale.phase == "bound":
+                return f"pod {key} already holds devices on node {stale.allocation.node}"
+            self.state.unreserve(key)  # a leftover reservation of an earlier attempt
+        alloc = self.scheduler.allocate_on(pod, node)
+        if isinstance(alloc, str):
+            return f"pod {key} does not fit on node {node}: {alloc}"
+        try:
+            self.state.reserve(pod, alloc, now=self.clock(), ttl=self.assume_ttl)
+        except Conflict as e:
+            return f"pod {key}: {e}"
+        annotations = encode_annotations(pod, alloc, now_ns=time.time_ns(),
+                                         device_memory=self._device_memory(node))
+        # ---- asynchronous: write the decision, then bind ----
+        done = False
+        try:
+            try:
+                await self.backend.patch_pod_annotations(ns, name, annotations)
+            except BackendError as e:
+                return f"writing the allocation annotations of pod {key} failed: {e}"
+            error = await self._create_binding(ns, name, node, uid)
+            if error:
+                await self._forget_annotations(ns, name, annotations)
+                return error
+            done = True
+        finally:
+            if not done:
+                self._undo(key, alloc)
+        self._confirm(pod, alloc)
+        return ""
+
+    async def _create_binding(self, ns: str, name: str, node: str, uid: str) -> str:
+        try:
+            await self.backend.bind_pod(ns, name, node, uid=uid or None)
+        except BackendError as e:
+            return f"binding pod {ns}/{name} to node {node} failed: {e}"
+        if self.after_bind is not None:
+            self.after_bind()
+        return ""
+
+    def _undo(self, key: str, alloc: PodAllocation) -> None:
+        rec = self.state.pods.get(key)
+        if rec is not None and rec.phase == "assumed" and rec.allocation == alloc:
+            self.state.unreserve(key)
+
+    def _confirm(self, pod: PodRequest, alloc: PodAllocation) -> None:
+        """The Binding exists: the allocation is bound (even if its reservation expired meanwhile)."""
+        rec = self.state.pods.get(pod.key)
+        if rec is not None and rec.phase == "bound":
+            return  # the watch saw the bound pod first and recorded its annotation
+        if rec is not None and rec.allocation == alloc:
+            self.state.bind(pod.key)
+            return
+        reason = self.state.add_bound(pod, alloc)  # the annotation is the truth
+        if reason is not None:
+            log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
+                        pod.key, reason)
+
+    async def _forget_annotations(self, ns: str, name: str, annotations: dict[str, str]) -> None:
+        """Best effort: take our annotations off a pod left unbound (unless someone else bound it)."""
+        try:
+            obj = await self.backend.get_pod(ns, name)
+            if obj is not None and not (obj.get("spec") or {}).get("nodeName"):
+                await self.backend.patch_pod_annotations(ns, name, dict.fromkeys(annotations))
+        except BackendError as e:
+            log.info("could not remove the annotations of unbound pod %s/%s: %s", ns, name, e)
+
+    def _device_memory(self, node: str) -> dict[int, int]:
+        """Total memory of each GPU of ``node`` by minor (the Aliyun annotations carry it)."""
+        row = self.state.row_of.get(node)
+        t = self.state.tables.get("gpu")
+        if row is None or t is None:
+            return {}
+        return {int(t.minor[row, c]): int(t.total_mem[row, c]) for c in range(t.count(row))}
+
+    # ------------------------------------------------------------------ preempt
+    def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
+        if not self.is_synced():
+            raise NotReady(NOT_READY)
+        return _preempt.preempt(self.scheduler, args, parse=self.parse, clock=self.clock)
+
+    # ------------------------------------------------------------------ expiry
+    def expire(self) -> list[str]:
+        """Drop reservations whose bind never completed (not those with a bind in flight)."""
+        now = self.clock()
+        gone = [k for k, r in self.state.pods.items()
+                if r.phase == "assumed" and r.expires_at is not None and r.expires_at <= now
+                and k not in self._binding]
+        for k in gone:
+            self.state.release(k)
+        if gone:
+            log.warning("reservations expired without a bind: %s", ", ".join(gone))
+        return gone
+
+    async def expire_forever(self, interval: float = 5.0) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.expire()
+
+
+def result_of(answer: ExtenderFilterResult | ExtenderBindingResult) -> str:
+    return ERROR if answer.error else OK

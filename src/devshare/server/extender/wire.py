@@ -1,0 +1,162 @@
+"""The wire types of kube-scheduler's extender protocol (``k8s.io/kube-scheduler/extender/v1``).
+
+The Go structs carry no json tags, so encoding/json writes the field names as they are
+(PascalCase: ``Pod``, ``NodeNames``, ``FailedAndUnresolvableNodes``, ``PodUID``...) and reads keys
+case-insensitively. We write PascalCase and accept any case of a field name (``nodeNames``,
+``podUid``, ``NODENAMES``) at every level of these types. ``Pod`` and ``Nodes`` are Kubernetes
+objects (camelCase JSON) and are kept as plain dicts for the model's parsers.
+
+A body that is not one of these gets :class:`BadRequest` (HTTP 400 with its message).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+Obj = dict[str, Any]
+
+
+class BadRequest(Exception):
+    """The body is not the extender type the verb takes. ``str(err)`` says what is wrong."""
+
+
+_ACRONYMS = {"pod_uid": "PodUID", "uid": "UID", "num_pdb_violations": "NumPDBViolations"}
+
+
+def _pascal(name: str) -> str:
+    """Go's field name for a snake_case attribute (``node_names`` -> ``NodeNames``)."""
+    return _ACRONYMS.get(name) or "".join(part.capitalize() for part in name.split("_"))
+
+
+class _Wire(msgspec.Struct, rename=_pascal):
+    pass
+
+
+# --------------------------------------------------------------------- requests
+class ExtenderArgs(_Wire, kw_only=True):
+    """Body of filter and prioritize. ``NodeNames`` with ``nodeCacheCapable: true`` (``Nodes`` is then
+    null), a full v1 NodeList in ``Nodes`` otherwise."""
+
+    pod: Obj
+    nodes: Obj | None = None
+    node_names: list[str] | None = None
+
+
+class ExtenderBindingArgs(_Wire, kw_only=True):
+    pod_name: str
+    pod_namespace: str
+    node: str
+    pod_uid: str = ""
+
+
+class MetaPod(_Wire, kw_only=True):
+    uid: str
+
+
+class MetaVictims(_Wire, kw_only=True):
+    pods: list[MetaPod] = msgspec.field(default_factory=list)
+    num_pdb_violations: int = 0
+
+
+class Victims(_Wire, kw_only=True):
+    pods: list[Obj] = msgspec.field(default_factory=list)
+    num_pdb_violations: int = 0
+
+
+class ExtenderPreemptionArgs(_Wire, kw_only=True):
+    pod: Obj
+    node_name_to_victims: dict[str, Victims] | None = None
+    node_name_to_meta_victims: dict[str, MetaVictims] | None = None
+
+
+# --------------------------------------------------------------------- answers
+class ExtenderFilterResult(_Wire, kw_only=True):
+    nodes: Obj | None = None
+    node_names: list[str] | None = None
+    failed_nodes: dict[str, str] = msgspec.field(default_factory=dict)
+    failed_and_unresolvable_nodes: dict[str, str] = msgspec.field(default_factory=dict)
+    error: str = ""
+
+
+class HostPriority(_Wire, kw_only=True):
+    host: str
+    score: int
+
+
+class ExtenderBindingResult(_Wire, kw_only=True):
+    error: str = ""
+
+
+class ExtenderPreemptionResult(_Wire, kw_only=True):
+    node_name_to_meta_victims: dict[str, MetaVictims] = msgspec.field(default_factory=dict)
+
+
+# --------------------------------------------------------------------- decoding
+T = TypeVar("T", bound=_Wire)
+
+# wire name (lower case) -> wire name, per struct; the nested struct types to descend into
+_NESTED: dict[type[Any], dict[str, tuple[str, type[Any]]]] = {
+    ExtenderPreemptionArgs: {"NodeNameToVictims": ("map", Victims), "NodeNameToMetaVictims": ("map", MetaVictims)},
+    MetaVictims: {"Pods": ("list", MetaPod)},
+}
+
+
+def _wire_names(cls: type[Any]) -> dict[str, str]:
+    info = msgspec.structs.fields(cls)
+    return {f.encode_name.lower(): f.encode_name for f in info}
+
+
+_NAMES: dict[type[Any], dict[str, str]] = {}
+
+
+def _canonical(value: Any, cls: type[Any], where: str) -> Any:
+    """Rename the keys of ``value`` (a JSON object meant as a ``cls``) to their wire spelling."""
+    if not isinstance(value, dict):
+        return value  # msgspec.convert reports the wrong type
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = _wire_names(cls)
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        name = names.get(k.lower(), k) if isinstance(k, str) else k
+        if name in out:
+            raise BadRequest(f"{where}: field {name} is given twice (keys differing only in case)")
+        out[name] = v
+    for name, (shape, sub) in _NESTED.get(cls, {}).items():
+        v = out.get(name)
+        if shape == "map" and isinstance(v, dict):
+            out[name] = {n: _canonical(x, sub, f"{where}.{name}[{n}]") for n, x in v.items()}
+        elif shape == "list" and isinstance(v, list):
+            out[name] = [_canonical(x, sub, f"{where}.{name}[{i}]") for i, x in enumerate(v)]
+    return out
+
+
+def decode(body: bytes, cls: type[T]) -> T:
+    """Decode a request body into ``cls``; any case of the field names is accepted."""
+    what = cls.__name__
+    if not body.strip():
+        raise BadRequest(f"empty body: expected a JSON object of type {what}")
+    try:
+        return msgspec.json.decode(body, type=cls)  # the usual case: PascalCase keys
+    except msgspec.ValidationError:
+        pass  # maybe another spelling of the keys; the slow path says what is wrong
+    except msgspec.DecodeError as e:
+        raise BadRequest(f"body is not valid JSON ({e}): expected a JSON object of type {what}") from None
+    raw = msgspec.json.decode(body)
+    if not isinstance(raw, dict):
+        raise BadRequest(f"body must be a JSON object of type {what}, got a JSON {_json_kind(raw)}")
+    try:
+        return msgspec.convert(_canonical(raw, cls, what), cls)
+    except msgspec.ValidationError as e:
+        raise BadRequest(f"not a valid {what}: {e}") from None
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+        type(value), "null")
+
+
+def encode(value: Any) -> bytes:
+    return msgspec.json.encode(value)
