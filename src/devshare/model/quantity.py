@@ -28,7 +28,8 @@ _DECIMAL = {
 }
 _RE = re.compile(
     r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"  # linear: no overlapping digit runs to backtrack over
-    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<dec>[numkMGTPE]?))$"
+    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<dec>[numkMGTPE]?))$",
+    re.ASCII,  # Kubernetes digits are 0-9 only (\d would also match e.g. Arabic-Indic digits)
 )
 
 MIB = 2**20

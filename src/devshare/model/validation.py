@@ -144,10 +144,12 @@ def mgpu_min_memory(core: int, memory: int | None) -> str | None:
 
     Seed 000 states the rule for core in (0, 100) but illustrates it with core 120; a core above
     100 that is not a multiple of 100 is refused by rule 3 anyway, so the memory check is applied
-    to every share and both problems are reported."""
+    to every share given a memory, and both problems are reported."""
     if core <= 0 or core % CARD == 0:
         return None
     if memory is None:
+        if core > CARD:
+            return None  # rule 3 says what to do (whole cards, or the multiple-gpu annotation)
         return (
             f"{names.MGPU_CORE}={core} asks for a share of a card but {names.MGPU_MEMORY} is not set: "
             f"add {names.MGPU_MEMORY} of at least {MIN_MIB} (MiB)"

@@ -23,9 +23,11 @@ NAMES = frozenset(p + d for p in names.KOORD_PREFIXES for d in DIMENSIONS)
 GPU_NAMES = frozenset(p + d for p in names.KOORD_PREFIXES for d in DIMENSIONS[:4])
 
 
-def _read(resources: dict[str, Any], where: str, problems: Problems) -> dict[str, tuple[str, int]]:
-    """dimension -> (the name as written, value) for every dimension asked with a value above 0."""
+def _read(resources: dict[str, Any], where: str, problems: Problems) -> tuple[dict[str, tuple[str, int]], set[str]]:
+    """dimension -> (the name as written, value) for every dimension asked with a value above 0;
+    and the dimensions given with a value that was refused (their problems are recorded)."""
     out: dict[str, tuple[str, int]] = {}
+    bad: set[str] = set()
     for dim in DIMENSIONS:
         spellings = [(p + dim, resources[p + dim]) for p in names.KOORD_PREFIXES if p + dim in resources]
         if not spellings:
@@ -33,24 +35,24 @@ def _read(resources: dict[str, Any], where: str, problems: Problems) -> dict[str
         msg = validation.koord_spelling(dim, spellings)
         if msg:
             problems.add(where, msg)
+            bad.add(dim)
             continue
         name = spellings[0][0]
         unit = "bytes" if dim == "gpu-memory" else "percent"
         value = read_whole(resources, name, where, problems, unit)
         if value is None:
+            bad.add(dim)
             continue
         if dim == "gpu-memory":
-            if value < 0:
-                problems.add(where, f"{name} is {value}; it must be above 0 (bytes of GPU memory, e.g. 4Gi)")
-                continue
+            msg = f"{name} is {value}; it must be above 0 (bytes of GPU memory, e.g. 4Gi)" if value < 0 else None
         else:
             msg = validation.percent_value(name, value)
-            if msg:
-                problems.add(where, msg)
-                continue
-        if value > 0:
+        if msg:
+            problems.add(where, msg)
+            bad.add(dim)
+        elif value > 0:
             out[dim] = (name, value)
-    return out
+    return out, bad
 
 
 def _gpu(asked: dict[str, tuple[str, int]], where: str, problems: Problems) -> DeviceRequest | None:
@@ -97,11 +99,12 @@ def _gpu(asked: dict[str, tuple[str, int]], where: str, problems: Problems) -> D
 
 def parse(resources: dict[str, Any], where: str, problems: Problems) -> list[DeviceRequest]:
     """The device requests of one container's Koordinator names (problems go to ``problems``)."""
-    asked = _read(resources, where, problems)
+    asked, bad = _read(resources, where, problems)
     out: list[DeviceRequest] = []
-    gpu = _gpu(asked, where, problems)
-    if gpu is not None:
-        out.append(gpu)
+    if not bad & set(DIMENSIONS[:4]):  # combinations are checked once every GPU value is readable
+        gpu = _gpu(asked, where, problems)
+        if gpu is not None:
+            out.append(gpu)
     for dtype in (names.RDMA, names.FPGA):
         if dtype in asked:
             n = validation.devices_for(asked[dtype][1])
