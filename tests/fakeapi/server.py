@@ -175,6 +175,9 @@ class FakeApiServer:
         delete, bind) on ``plural`` with HTTP ``code`` (0: close the connection without answering)."""
         self._failures[verb, plural].extend([code] * times)
 
+    def clear_failures(self) -> None:
+        self._failures.clear()
+
     def watch_count(self) -> int:
         return len(self._watches)
 

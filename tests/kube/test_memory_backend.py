@@ -88,7 +88,8 @@ def test_list_documents_are_flattened(tmp_path: Path) -> None:
     ([{**device("a"), "apiVersion": "v1"}], "document 1: apiVersion of a Device must be devshare.io/v1alpha1"),
     ([device("a"), {**device("b"), "spec": {"devices": [{"type": "gpu", "minor": -1}]}}],
      "document 2: Device b: spec.devices[0]: minor must be an integer >= 0"),
-    ([node("a", {"devshare.io/gpu-compute-policy": "bogus"})], "document 1: Node a: label devshare.io/gpu-compute-policy"),
+    ([node("a", {"devshare.io/gpu-compute-policy": "bogus"})],
+     "document 1: Node a: label devshare.io/gpu-compute-policy"),
     ([{**pod("p"), "metadata": {"name": "p", "annotations": {"a": 1}}}], "document 1: Pod p: metadata.annotations"),
     ([{"kind": "List", "items": [node("a"), {"kind": "Foo"}]}], "document 1, items[1]: kind 'Foo'"),
 ])

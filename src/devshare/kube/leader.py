@@ -109,7 +109,7 @@ class LeaderElector:
             return False  # someone else holds a live lease
         mine = holder == self.identity
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
-        acquire = spec.get("acquireTime") if mine and spec.get("acquireTime") else micro_time()
+        acquire = str(spec["acquireTime"]) if mine and spec.get("acquireTime") else micro_time()
         body = {**lease, "spec": {**spec, **self._spec(self.identity, acquire=acquire, transitions=transitions)}}
         self._lease = await self.backend.replace_lease(self.namespace, body)
         self._observed, self._observed_at = self._lease["spec"], now

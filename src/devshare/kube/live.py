@@ -51,7 +51,7 @@ class Event(GenericNamespacedResource):
     _api_info = create_api_info("", "v1", "Event", "events")
 
 
-class PodBinding(lkres.NamespacedSubResource, Generic):
+class PodBinding(lkres.NamespacedSubResource, Generic):  # type: ignore[misc]
     _api_info = lkres.ApiInfo(
         resource=lkres.ResourceDef("", "v1", "Binding"),
         parent=lkres.ResourceDef("", "v1", "Pod"),
@@ -99,7 +99,8 @@ class LiveBackend:
     """A Kubernetes API server. ``watch_timeout``: seconds the server keeps one watch request open."""
 
     def __init__(self, client: AsyncClient, *, namespace: str | None = None, watch_timeout: int = 300) -> None:
-        self.client = client
+        # typed Any: lightkube's overloads describe its typed models, not the dict-backed resources used here
+        self.client: Any = client
         self._namespace = namespace or client.namespace or "default"
         self.watch_timeout = watch_timeout
 
@@ -163,7 +164,7 @@ class LiveBackend:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         with _translated():
-            await self.client.create(PodBinding(body), name=name, namespace=namespace)
+            await self.client.create(PodBinding(**body), name=name, namespace=namespace)
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -174,15 +175,15 @@ class LiveBackend:
 
     async def create_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
         with _translated():
-            return dict(await self.client.create(Lease(_in(lease, namespace)), namespace=namespace))
+            return dict(await self.client.create(Lease(**_in(lease, namespace)), namespace=namespace))
 
     async def replace_lease(self, namespace: str, lease: dict[str, Any]) -> dict[str, Any]:
         with _translated():
-            return dict(await self.client.replace(Lease(_in(lease, namespace)), namespace=namespace))
+            return dict(await self.client.replace(Lease(**_in(lease, namespace)), namespace=namespace))
 
     async def record_event(self, namespace: str, event: dict[str, Any]) -> None:
         with _translated():
-            await self.client.create(Event(_in(event, namespace)), namespace=namespace)
+            await self.client.create(Event(**_in(event, namespace)), namespace=namespace)
 
     async def close(self) -> None:
         await self.client.close()

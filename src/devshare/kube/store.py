@@ -13,6 +13,7 @@ out and kept in history stay valid snapshots. Callers must not mutate them eithe
 from __future__ import annotations
 
 import asyncio
+import builtins
 import copy
 from typing import Any, NamedTuple
 
@@ -46,17 +47,17 @@ class ObjectStore:
         self.compacted = 0  # events with rv <= compacted are no longer in history
         self.history_limit = history_limit
         self.objects: dict[str, dict[str, dict[str, Any]]] = {}
-        self.history: list[StoredEvent] = []
-        self._waiters: list[asyncio.Event] = []
+        self.history: builtins.list[StoredEvent] = []
+        self._waiters: builtins.list[asyncio.Event] = []
 
     # ------------------------------------------------------------------ reads
     def get(self, resource: str, key: str) -> dict[str, Any] | None:
         return self.objects.get(resource, {}).get(key)
 
-    def list(self, resource: str) -> tuple[list[dict[str, Any]], str]:
+    def list(self, resource: str) -> tuple[builtins.list[dict[str, Any]], str]:
         return list(self.objects.get(resource, {}).values()), str(self.rv)
 
-    def events_since(self, resource: str, rv: int) -> list[StoredEvent]:
+    def events_since(self, resource: str, rv: int) -> builtins.list[StoredEvent]:
         """Events of ``resource`` after version ``rv``. Gone if history no longer reaches back there."""
         if rv < self.compacted:
             raise Gone(f"too old resource version: {rv} ({self.compacted})", code=410)

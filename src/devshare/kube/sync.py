@@ -55,7 +55,7 @@ class Backoff:
     def next_delay(self) -> float:
         delay = min(self.maximum, self.initial * 2 ** self.attempts)
         self.attempts += 1
-        return delay * (1 + self.jitter * random.random())
+        return float(delay * (1 + self.jitter * random.random()))
 
     def reset(self) -> None:
         self.attempts = 0
@@ -127,7 +127,7 @@ class StateSync:
                 log.warning("listing %s failed (%s); retrying in %.1fs", kind, e, delay)
                 await asyncio.sleep(delay)
                 continue
-            self._reconcile(kind, result.items, initial=initial)
+            self.reconcile(kind, result.items, initial=initial)
             self.resource_versions[kind] = result.resource_version
             return
 
@@ -137,7 +137,7 @@ class StateSync:
             try:
                 async for ev in self.backend.watch(kind, self.resource_versions[kind]):
                     backoff.reset()
-                    self._apply_event(kind, ev)
+                    self.apply_event(kind, ev)
             except Gone:
                 self.relists += 1
                 log.info("watch of %s: history compacted (410 Gone); re-listing", kind)
@@ -149,7 +149,7 @@ class StateSync:
                 log.log(level, "watch of %s broke (%s); reconnecting in %.1fs", kind, e, delay)
                 await asyncio.sleep(delay)
 
-    def _apply_event(self, kind: Kind, ev: WatchEvent) -> None:
+    def apply_event(self, kind: Kind, ev: WatchEvent) -> None:
         rv = resource_version(ev.object)
         if ev.type != "BOOKMARK":
             self.events += 1
@@ -160,7 +160,7 @@ class StateSync:
             self.resource_versions[kind] = rv
 
     # ------------------------------------------------------------------ applying objects
-    def _reconcile(self, kind: Kind, items: list[dict[str, Any]], *, initial: bool) -> None:
+    def reconcile(self, kind: Kind, items: list[dict[str, Any]], *, initial: bool) -> None:
         """Apply a full list; on a re-list, also drop what is no longer there."""
         present = {object_key(o) for o in items}
         if not initial:

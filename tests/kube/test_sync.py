@@ -1,0 +1,358 @@
+"""StateSync: list, watch, resume, re-list on 410, reconnect, restart recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from devshare.engine.state import ClusterState
+from devshare.kube.backend import Backend, Kind, WatchEvent
+from devshare.kube.live import LiveBackend
+from devshare.kube.memory import MemoryBackend
+from devshare.kube.sync import Backoff, StateSync
+from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
+from devshare.model.codecs import encode_canonical
+from devshare.model.pod import parse_pod
+from fakeapi.server import FakeApiServer
+
+from .objects import GiB, device, node, pod
+
+
+def fast_backoff() -> Backoff:
+    return Backoff(initial=0.01, maximum=0.05)
+
+
+@dataclass
+class World:
+    """A backend plus a way to change the cluster behind the sync's back."""
+
+    backend: Backend
+    put: Callable[[dict[str, Any]], Any]
+    delete: Callable[[Kind, str], Any]
+
+
+@pytest.fixture(params=["memory", "live"])
+async def world(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[World]:
+    if request.param == "memory":
+        mb = MemoryBackend()
+        yield World(mb, mb.apply, mb.delete)
+        return
+    server = await FakeApiServer().start()
+    backend = LiveBackend.connect(server.write_kubeconfig(tmp_path / "kc"), watch_timeout=30)
+    try:
+        yield World(backend, server.put, server.delete)
+    finally:
+        await backend.close()
+        await server.stop()
+
+
+@contextlib.asynccontextmanager
+async def syncing(backend: Backend, state: ClusterState | None = None) -> AsyncIterator[StateSync]:
+    sync = StateSync(backend, state or ClusterState(), backoff=fast_backoff)
+    sync.start()
+    try:
+        await asyncio.wait_for(sync.synced.wait(), 5)
+        yield sync
+    finally:
+        await sync.stop()
+
+
+async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+def used(state: ClusterState, node_name: str, minor: int) -> tuple[float, int]:
+    for n in state.inspect()["nodes"]:
+        if n["name"] == node_name:
+            for d in n["devices"]:
+                if d["minor"] == minor:
+                    return d["used"]["core"], d["used"]["memory"]
+    raise AssertionError(f"no gpu {minor} on {node_name}")
+
+
+def health(state: ClusterState, node_name: str, minor: int) -> bool:
+    n = next(n for n in state.inspect()["nodes"] if n["name"] == node_name)
+    return bool(next(d for d in n["devices"] if d["minor"] == minor)["health"])
+
+
+def seed(world: World) -> None:
+    for n in ("n1", "n2"):
+        world.put(node(n))
+        world.put(device(n))
+    world.put(pod("a", node_name="n1", grants=[(0, 50, 8)]))
+    world.put(pod("b", node_name="n1", grants=[(0, 30, 4)], ns="team"))
+    world.put(pod("c", node_name="n2", grants=[(1, 100, 16)], core=100, memory_gib=16))
+    world.put(pod("pending"))
+    world.put(pod("done", node_name="n2", grants=[(2, 50, 8)], phase="Succeeded"))
+    world.put(pod("plain", node_name="n2"))  # bound without devshare: not ours
+
+
+async def test_sync_from_list(world: World) -> None:
+    seed(world)
+    async with syncing(world.backend) as sync:
+        state = sync.state
+        assert sync.is_synced
+        assert sorted(state.pods) == ["default/a", "default/c", "team/b"]
+        assert all(r.phase == "bound" for r in state.pods.values())
+        assert used(state, "n1", 0) == (80.0, 12 * GiB)
+        assert used(state, "n2", 1) == (100.0, 16 * GiB)
+        assert used(state, "n2", 2) == (0.0, 0)
+        assert sync.malformed == 0
+
+
+async def test_watch_events_update_the_state(world: World) -> None:
+    seed(world)
+    async with syncing(world.backend) as sync:
+        state = sync.state
+        world.put(pod("d", node_name="n2", grants=[(3, 20, 2)]))
+        await eventually(lambda: "default/d" in state.pods)
+        assert used(state, "n2", 3) == (20.0, 2 * GiB)
+
+        world.put(pod("d", node_name="n2", grants=[(3, 20, 2)], phase="Failed"))
+        await eventually(lambda: "default/d" not in state.pods)
+        assert used(state, "n2", 3) == (0.0, 0)
+
+        world.delete("pods", "team/b")
+        await eventually(lambda: "team/b" not in state.pods)
+        assert used(state, "n1", 0) == (50.0, 8 * GiB)
+
+        # device health change takes effect at once
+        world.put(device("n1", unhealthy=[2]))
+        await eventually(lambda: not health(state, "n1", 2))
+        assert health(state, "n1", 0)
+
+        # Device deleted: the node has no devices; pods keep their records
+        world.delete("devices", "n2")
+        await eventually(lambda: "n2" not in state.devices)
+        assert "default/c" in state.pods
+
+
+async def test_node_deletion_keeps_pod_records(world: World) -> None:
+    seed(world)
+    async with syncing(world.backend) as sync:
+        state = sync.state
+        before = state.usage_key()
+        world.delete("nodes", "n2")
+        await eventually(lambda: "n2" not in state.nodes)
+        assert "default/c" in state.pods  # never freed silently
+        world.put(node("n2"))
+        await eventually(lambda: "n2" in state.nodes)
+        assert state.usage_key() == before
+
+
+async def test_malformed_annotations_are_counted_not_fatal(world: World) -> None:
+    world.put(node("n1"))
+    world.put(device("n1"))
+    world.put(pod("bad", node_name="n1", annotations={"devshare.io/allocation": "{not json"}))
+    world.put(pod("elsewhere", node_name="n1", grants=[(0, 10, 1)]))
+    async with syncing(world.backend) as sync:
+        assert sync.malformed == 1
+        assert "default/elsewhere" in sync.state.pods
+        wrong = pod("moved", node_name="n1", grants=[(0, 10, 1)])
+        wrong["spec"]["nodeName"] = "n9"  # the allocation names another node
+        world.put(wrong)
+        await eventually(lambda: sync.malformed == 2)
+        assert "default/moved" not in sync.state.pods
+
+
+async def test_sync_waits_until_the_api_answers(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
+    fake_api.put(node("n1"))
+    fake_api.fail_next("list", "nodes", times=3, code=503)
+    fake_api.fail_next("list", "pods", times=1, code=0)
+    sync = StateSync(live_backend, ClusterState(), backoff=fast_backoff)
+    sync.start()
+    try:
+        assert not sync.is_synced
+        await asyncio.wait_for(sync.synced.wait(), 5)
+        assert "n1" in sync.state.nodes
+        assert fake_api.count("list", "nodes") == 4
+    finally:
+        await sync.stop()
+
+
+def pod_watches(fake_api: FakeApiServer) -> list[dict[str, str]]:
+    return [q for m, p, q in fake_api.requests if p == "/api/v1/pods" and q.get("watch") == "true"]
+
+
+async def test_watch_resumes_from_the_last_version_after_a_dropped_connection(
+    fake_api: FakeApiServer, live_backend: LiveBackend
+) -> None:
+    seed(fake_api)  # type: ignore[arg-type]
+    async with syncing(live_backend) as sync:
+        listed_rv = sync.resource_versions["pods"]
+        await eventually(lambda: len(pod_watches(fake_api)) == 1)
+        assert pod_watches(fake_api)[0]["resourceVersion"] == listed_rv
+
+        added = fake_api.put(pod("d", node_name="n2", grants=[(3, 20, 2)]))
+        await eventually(lambda: "default/d" in sync.state.pods)
+        last_rv = added["metadata"]["resourceVersion"]
+        await eventually(lambda: sync.resource_versions["pods"] == last_rv)
+
+        fake_api.fail_next("watch", "pods", times=2, code=503)
+        assert fake_api.drop_watches() == 3
+        fake_api.put(pod("e", node_name="n2", grants=[(3, 20, 2)]))  # happens while disconnected
+        await eventually(lambda: "default/e" in sync.state.pods)
+        assert sync.reconnects >= 3
+        assert sync.relists == 0
+        assert fake_api.count("list", "pods") == 1  # resumed, never re-listed
+        assert all(q["resourceVersion"] == last_rv for q in pod_watches(fake_api)[1:])
+        assert used(sync.state, "n2", 3) == (40.0, 4 * GiB)
+
+
+@pytest.mark.parametrize("gone_as_http", [False, True])
+async def test_relist_on_410_reconciles_and_keeps_assumed_pods(
+    fake_api: FakeApiServer, live_backend: LiveBackend, gone_as_http: bool
+) -> None:
+    fake_api.gone_as_http = gone_as_http
+    seed(fake_api)  # type: ignore[arg-type]
+    async with syncing(live_backend) as sync:
+        state = sync.state
+        # a bind in flight: reserved by the scheduler, not yet visible as bound
+        inflight = parse_pod(pod("pending"))
+        alloc = PodAllocation(node="n2", containers=(
+            ContainerAllocation(name="main", devices=(DeviceGrant(type="gpu", minor=0, core_milli=500,
+                                                                  memory=8 * GiB),)),))
+        state.reserve(inflight, alloc, now=0.0, ttl=None)
+        # one kube-scheduler knows before our watch does (created after our list)
+        ghost = parse_pod(pod("ghost", core=10, memory_gib=1))
+        state.reserve(ghost, PodAllocation(node="n2", containers=(ContainerAllocation(name="main", devices=(
+            DeviceGrant(type="gpu", minor=0, core_milli=100, memory=GiB),)),)), now=0.0, ttl=None)
+
+        for plural in ("nodes", "pods", "devices"):
+            fake_api.fail_next("watch", plural, times=1000, code=503)
+        fake_api.drop_watches()
+        # changes the watches never see: history is compacted behind them
+        fake_api.delete("pods", "default/a")
+        fake_api.delete("nodes", "n1")
+        fake_api.delete("devices", "n1")
+        fake_api.put(pod("new", node_name="n2", grants=[(3, 10, 1)]))
+        fake_api.compact()
+        fake_api.clear_failures()
+
+        await eventually(lambda: sync.relists >= 3)
+        await eventually(lambda: "default/new" in state.pods and "default/a" not in state.pods)
+        assert "n1" not in state.nodes and "n1" not in state.devices
+        assert "team/b" in state.pods  # on a removed node, but not deleted
+        assert state.pods["default/pending"].phase == "assumed"
+        assert state.pods["default/ghost"].phase == "assumed"
+        assert used(state, "n2", 0) == (60.0, 9 * GiB)
+        assert fake_api.count("list", "pods") == 2
+
+
+async def test_expired_watch_event_triggers_relist(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
+    seed(fake_api)  # type: ignore[arg-type]
+    async with syncing(live_backend) as sync:
+        await eventually(lambda: fake_api.watch_count() == 3)
+        fake_api.expire_watches()
+        await eventually(lambda: sync.relists == 3)
+        fake_api.put(pod("late", node_name="n1", grants=[(1, 10, 1)]))
+        await eventually(lambda: "default/late" in sync.state.pods)
+
+
+async def test_bookmarks_advance_the_version(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
+    fake_api.put(node("n1"))
+    async with syncing(live_backend) as sync:
+        await eventually(lambda: fake_api.watch_count() == 3)
+        fake_api.put(pod("x"))  # a pod event moves the global version
+        await eventually(lambda: sync.resource_versions["pods"] == str(fake_api.store.rv))
+        before = sync.events
+        fake_api.send_bookmarks()
+        await eventually(lambda: sync.resource_versions["nodes"] == str(fake_api.store.rv))
+        assert sync.events == before
+
+
+async def bind_through(backend: Backend, state: ClusterState, obj: dict[str, Any], node_name: str,
+                       grants: list[tuple[int, int, int]]) -> None:
+    """What the extender does: reserve, annotate, bind, mark bound."""
+    req = parse_pod(obj)
+    alloc = PodAllocation(node=node_name, containers=(ContainerAllocation(name="main", devices=tuple(
+        DeviceGrant(type="gpu", minor=m, id=f"GPU-{node_name}-{m}", core_milli=c * 10, memory=g * GiB)
+        for m, c, g in grants)),))
+    state.reserve(req, alloc, now=0.0)
+    await backend.patch_pod_annotations(req.namespace, req.name, encode_canonical(alloc))
+    await backend.bind_pod(req.namespace, req.name, node_name)
+    state.bind(req.key)
+
+
+async def test_restart_rebuilds_the_same_usage(world: World) -> None:
+    seed(world)
+    world.put(pod("p1", ns="team"))
+    world.put(pod("p2", core=100, memory_gib=16))
+    async with syncing(world.backend) as first:
+        await bind_through(world.backend, first.state, pod("p1", ns="team"), "n1", [(1, 50, 8)])
+        await bind_through(world.backend, first.state, pod("p2", core=100, memory_gib=16), "n2",
+                           [(0, 100, 16)])
+        await eventually(lambda: first.events >= 4)  # the patches and binds came back through the watch
+        await asyncio.sleep(0.05)
+        live = first.state.usage_key()
+        live_pods = {k: (r.allocation, r.phase) for k, r in first.state.pods.items()}
+
+    async with syncing(world.backend) as second:  # a restart: a fresh state over the same cluster
+        assert second.state.usage_key() == live
+        assert {k: (r.allocation, r.phase) for k, r in second.state.pods.items()} == live_pods
+        assert second.overcommitted == 0
+        # events about pods it already holds never count them twice
+        world.put({**pod("p2", core=100, memory_gib=16, node_name="n2", grants=[(0, 100, 16)]),
+                   "status": {"phase": "Running"}})
+        await eventually(lambda: second.events >= 1)
+        await asyncio.sleep(0.05)
+        assert second.state.usage_key() == live
+
+
+# --------------------------------------------------------------------------- property
+ops = st.lists(
+    st.tuples(st.sampled_from(["bind", "delete", "finish", "touch", "device"]), st.integers(0, 5),
+              st.sampled_from(["n1", "n2"]), st.integers(0, 3), st.integers(1, 60)),
+    max_size=30,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops)
+def test_incremental_state_equals_a_rebuilt_one(script: list[tuple[str, int, str, int, int]]) -> None:
+    """Whatever happens to pods and devices, the state fed by watch events equals the state rebuilt
+    from a fresh list (the restart guarantee), and no device usage is negative."""
+    mb = MemoryBackend()
+    for n in ("n1", "n2"):
+        mb.apply(node(n))
+        mb.apply(device(n))
+    live = StateSync(mb, ClusterState())
+    for kind in ("nodes", "devices", "pods"):
+        live.reconcile(kind, mb.store.list(kind)[0], initial=True)
+    seen = mb.store.rv
+    for op, i, n, minor, pct in script:
+        name = f"p{i}"
+        if op == "bind":
+            mb.apply(pod(name, node_name=n, grants=[(minor, pct, 1)], core=pct, memory_gib=1))
+        elif op == "delete" and mb.store.get("pods", f"default/{name}"):
+            mb.delete("pods", f"default/{name}")
+        elif op == "finish" and mb.store.get("pods", f"default/{name}"):
+            mb.apply({**mb.store.get("pods", f"default/{name}"), "status": {"phase": "Succeeded"}})
+        elif op == "touch" and mb.store.get("pods", f"default/{name}"):
+            mb.store.patch("pods", f"default/{name}", {"metadata": {"labels": {"t": str(pct)}}})
+        elif op == "device":
+            mb.apply(device(n, unhealthy=[minor] if pct % 2 else []))
+        for kind in ("nodes", "devices", "pods"):
+            for ev in mb.store.events_since(kind, seen):
+                live.apply_event(kind, WatchEvent(ev.type, ev.object))
+        seen = mb.store.rv
+    rebuilt = StateSync(mb, ClusterState())
+    for kind in ("nodes", "devices", "pods"):
+        rebuilt.reconcile(kind, mb.store.list(kind)[0], initial=True)
+    assert live.state.usage_key() == rebuilt.state.usage_key()
+    assert set(live.state.pods) == set(rebuilt.state.pods)
+    for t in live.state.tables.values():
+        assert (t.used_core >= 0).all() and (t.used_mem >= 0).all() and (t.used_slots >= 0).all()
