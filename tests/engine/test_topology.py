@@ -345,3 +345,14 @@ def test_subset_tables_are_lexicographic() -> None:
     for m in (1, 5, 16, 17):  # 16: from bitmasks; 17: from itertools
         for k in (1, 2, m // 2, m):
             assert topology._combinations(m, k).tolist() == [list(c) for c in itertools.combinations(range(m), k)]
+
+
+def test_exact_sums_group_multisets_and_survive_fingerprint_collisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    rows = rng.choice([0.1, 0.2, 0.3, 48.33, 1e-300, 1e300], size=(300, 6))
+    want = [math.fsum(r) for r in rows.tolist()]
+    assert topology._exact_sums(rows).tolist() == want
+    monkeypatch.setattr(topology, "_MIX", np.zeros(256, dtype=np.uint64))  # every fingerprint collides
+    assert topology._exact_sums(rows).tolist() == want
+    same = np.tile([0.1, 0.2, 0.3], (50, 1))
+    assert topology._exact_sums(same).tolist() == [math.fsum([0.1, 0.2, 0.3])] * 50

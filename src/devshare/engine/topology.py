@@ -109,6 +109,31 @@ def _dyadic(values: F64) -> bool:
     return bool(np.all(scaled == np.floor(scaled)) and np.abs(scaled).sum() < 2.0**50)
 
 
+_MIX = np.random.default_rng(20230314).integers(1, 2**63, size=256, dtype=np.uint64) | np.uint64(1)
+
+
+def _exact_sums(rows: F64) -> F64:
+    """``math.fsum`` of every row, computed once per distinct multiset of values.
+
+    Rows that hold the same values in another order (every set of a uniform matrix) have the
+    same exact sum; they are grouped by a fingerprint of their sorted values, the grouping is
+    verified (a fingerprint collision falls back to one fsum per row).
+    """
+    if rows.shape[0] <= 8 or rows.shape[1] > _MIX.size:
+        return np.array([math.fsum(r) for r in rows.tolist()])
+    ordered = np.sort(rows, axis=1)
+    prints = ordered.view(np.uint64) @ _MIX[: rows.shape[1]]  # wraps modulo 2^64
+    _, first, inverse = np.unique(prints, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    same = (ordered == ordered[first[0]]).all() if first.size == 1 else np.array_equal(
+        ordered, ordered[first[inverse]])
+    if not same:
+        return np.array([math.fsum(r) for r in rows.tolist()])
+    sums = np.array([math.fsum(r) for r in ordered[first].tolist()])
+    out: F64 = sums[inverse]
+    return out
+
+
 def _exact_argmax(rows: F64, exact: bool) -> IDX:
     """Indices of the rows whose sum is the largest, exactly (fsum where float sums may round)."""
     approx = rows.sum(axis=1)
@@ -116,11 +141,12 @@ def _exact_argmax(rows: F64, exact: bool) -> IDX:
     if exact:
         return np.flatnonzero(approx == best)
     width = rows.shape[1]
-    slack = 4.0 * width * np.finfo(np.float64).eps * max(float(np.abs(rows).sum(axis=1).max()), 1.0)
+    largest = max(float(rows.max()), -float(rows.min()), 1.0)
+    slack = 4.0 * width * width * np.finfo(np.float64).eps * largest  # >= the rounding of two sums
     near = np.flatnonzero(approx >= best - slack)
     if near.size == 1:
         return near
-    sums = np.array([math.fsum(r) for r in rows[near].tolist()])
+    sums = _exact_sums(rows[near])
     winners: IDX = near[sums == sums.max()]
     return winners
 
@@ -183,7 +209,8 @@ def _enumerate(b: F64, avail: IDX, k: int, pref: F64 | None) -> TopologyResult:
     bottleneck = bottlenecks.max()
     cand = np.flatnonzero(bottlenecks == bottleneck)
     if cand.size > 1:
-        cand = cand[_exact_argmax(vals[cand], _dyadic(sub))]
+        rows = vals if cand.size == vals.shape[0] else vals[cand]  # no copy when every subset ties
+        cand = cand[_exact_argmax(rows, _dyadic(sub))]
     if cand.size > 1 and pref is not None:
         p = pref[avail][combos[cand]]
         cand = cand[_exact_argmax(p, _dyadic(p))]
