@@ -1,0 +1,490 @@
+"""Pod groups and gangs (seed 003): a plan for the whole group, held in the cluster state until its
+members come, and all-or-nothing binding for gangs.
+
+Lifecycle of a group ``<ns>/<name>`` (pods with the same ``GroupRef``; members must be identical):
+
+- The first member that asks (:meth:`GroupPlanner.assign`, from the extender's filter/prioritize)
+  makes the plan: :func:`devshare.engine.groups.plan_layout` over the nodes it may use. Each planned
+  member's devices are reserved in the state at once under a placeholder key
+  ``<ns>/<name>#plan#<i>`` (an assumed allocation expiring with the plan), so no other pod can take
+  them. The member is given a slot; the planned node scores 10, every other node 0, and filter
+  passes the planned node alone.
+- A member's bind (:meth:`GroupPlanner.claim`) turns its slot's placeholder into the member's own
+  reservation. A group binds as soon as ``quorum`` members hold one: 1 for a plain group, the gang's
+  ``min-available`` for a gang. Until then the bind is answered with :class:`Wait` (the extender
+  answers kube-scheduler's bind with an error, and kube-scheduler retries). When the quorum is
+  reached every claimed member is bound in the state together (:class:`Bind` lists them all: the
+  caller writes their annotations and binds each), so a gang is never partly bound. Members that
+  come after that bind at once.
+- Plans are checked whenever a member asks: a slot whose node is gone, cordoned, or whose devices no
+  longer fit (taken, unhealthy) is invalid. If no member of the group is bound yet the whole group is
+  planned again; otherwise only the invalid slots are.
+- :meth:`GroupPlanner.expire` drops plans past their time: every placeholder and every claimed but
+  unbound member reservation is released. Bound members stay; later members are then planned one
+  by one. A plan's time is pushed back (``now + ttl``) each time a new member claims, never by a
+  member asking again, so a gang that cannot complete does expire.
+
+Bound members are read from the state (records whose pod carries the group), so after a restart
+the planner knows what is bound from the annotations alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+
+from devshare.engine.groups import Layout, gpu_minors, plan_layout
+from devshare.engine.scheduler import FilterOutcome, Scheduler
+from devshare.engine.state import Conflict, PodRecord
+from devshare.model import names
+from devshare.model.allocation import PodAllocation
+from devshare.model.request import PodRequest
+
+DEFAULT_PLAN_TTL = 120.0  # seconds a plan holds devices for members that have not come
+PLAN = "#plan#"
+PLANNED_SCORE = 10
+
+SlotPhase = Literal["planned", "claimed", "bound", "lost"]
+
+
+@dataclass
+class Slot:
+    """One member's place in a plan. ``planned``: devices held by the placeholder; ``claimed``: held
+    by the member's own (assumed) reservation; ``bound``: the member is bound; ``lost``: no place."""
+
+    index: int
+    node: str | None = None
+    allocation: PodAllocation | None = None
+    member: str | None = None  # pod key of the member given this slot
+    phase: SlotPhase = "lost"
+
+
+@dataclass
+class GroupPlan:
+    namespace: str
+    name: str
+    template: PodRequest  # the first member's request; every member must match it
+    replicas: int
+    quorum: int  # members that must hold devices before any binds (1 unless a gang)
+    expires_at: float
+    slots: list[Slot] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def placeholder(self, index: int) -> str:
+        return f"{self.namespace}/{self.name}{PLAN}{index}"
+
+    def slot_of(self, member: str) -> Slot | None:
+        for s in self.slots:
+            if s.member == member:
+                return s
+        return None
+
+    def holder(self, s: Slot) -> str | None:
+        """The state key holding the slot's devices (None when nothing is held)."""
+        if s.phase == "planned":
+            return self.placeholder(s.index)
+        if s.phase in ("claimed", "bound") and s.member is not None:
+            return s.member
+        return None
+
+
+@dataclass(frozen=True)
+class MemberPlacement:
+    """A member's node and devices, and what the topology annotation needs."""
+
+    pod: str
+    node: str
+    allocation: PodAllocation
+    visible_gpus: tuple[int, ...]  # the GPUs of the whole group on that node
+
+    @property
+    def allocated_gpus(self) -> dict[int, list[int]]:
+        """Container index -> GPU minors (containers that got GPUs)."""
+        out: dict[int, list[int]] = {}
+        for i, c in enumerate(self.allocation.containers):
+            minors = [g.minor for g in c.devices if g.type == names.GPU]
+            if minors:
+                out[i] = minors
+        return out
+
+
+@dataclass(frozen=True)
+class Bind:
+    """Bind these members now (already bound in the state): the asking member, and at a gang's
+    quorum every member that was waiting."""
+
+    members: tuple[MemberPlacement, ...]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Not yet: answer the bind with an error; kube-scheduler retries the pod."""
+
+    reason: str
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """The member cannot be placed (or is not a valid member)."""
+
+    reason: str
+
+
+Decision = Bind | Wait | Refuse
+
+
+def group_key(pod: PodRequest) -> str | None:
+    return f"{pod.namespace}/{pod.group.name}" if pod.group is not None else None
+
+
+def quorum_of(pod: PodRequest) -> int:
+    g = pod.group
+    if g is None or g.gang_name is None:
+        return 1
+    return max(1, min(g.min_available or g.replicas, g.replicas))
+
+
+def _shape(pod: PodRequest) -> tuple[object, ...]:
+    g = pod.group
+    return (pod.containers, pod.cpu_milli, pod.memory_bytes, pod.gpu_models, pod.compute_policy,
+            g.replicas if g else None, g.gang_name if g else None, g.min_available if g else None)
+
+
+def _differs(pod: PodRequest, other: PodRequest) -> str | None:
+    if _shape(pod) == _shape(other):
+        return None
+    what = []
+    if pod.containers != other.containers:
+        what.append("containers and device requests")
+    if (pod.cpu_milli, pod.memory_bytes) != (other.cpu_milli, other.memory_bytes):
+        what.append("CPU/memory")
+    if (pod.gpu_models, pod.compute_policy) != (other.gpu_models, other.compute_policy):
+        what.append("GPU model or compute policy")
+    if _shape(pod)[5:] != _shape(other)[5:]:
+        what.append("replica/min-available count")
+    grp = pod.group.name if pod.group else "?"
+    return (f"pod {pod.key} differs from {other.key} in {', '.join(what) or 'its request'}; every member "
+            f"of group {grp} must ask for the same resources (members are planned as identical pods)")
+
+
+class GroupPlanner:
+    """Group plans over a :class:`Scheduler`'s state (see the module docstring)."""
+
+    def __init__(self, scheduler: Scheduler, *, ttl: float = DEFAULT_PLAN_TTL) -> None:
+        self.scheduler = scheduler
+        self.state = scheduler.state
+        self.ttl = ttl
+        self.plans: dict[str, GroupPlan] = {}
+
+    # ------------------------------------------------------------------ queries
+    def members_in_state(self, namespace: str, name: str) -> dict[str, PodRecord]:
+        """Records of the group's pods in the state (placeholders excluded)."""
+        return {k: r for k, r in self.state.pods.items()
+                if r.pod.group is not None and r.pod.group.name == name and r.pod.namespace == namespace
+                and PLAN not in k}
+
+    def bound_members(self, namespace: str, name: str) -> list[str]:
+        return sorted(k for k, r in self.members_in_state(namespace, name).items() if r.phase == "bound")
+
+    def may_bind(self, key: str) -> bool:
+        """True when the member ``key`` is bound in the state (its gang reached its quorum)."""
+        rec = self.state.pods.get(key)
+        return rec is not None and rec.phase == "bound"
+
+    def visible_gpus(self, namespace: str, name: str, node: str) -> tuple[int, ...]:
+        """GPUs given to the group on ``node``: its members' and its placeholders'."""
+        out: set[int] = set()
+        for rec in self.state.pods.values():
+            g = rec.pod.group
+            if g is not None and g.name == name and rec.pod.namespace == namespace and rec.allocation.node == node:
+                out.update(gpu_minors(rec.allocation))
+        return tuple(sorted(out))
+
+    def placement(self, namespace: str, group: str, key: str, node: str, alloc: PodAllocation) -> MemberPlacement:
+        return MemberPlacement(key, node, alloc, self.visible_gpus(namespace, group, node))
+
+    # ------------------------------------------------------------------ holdings
+    def _placeholder_pod(self, plan: GroupPlan, index: int) -> PodRequest:
+        return msgspec.structs.replace(plan.template, name=f"{plan.name}{PLAN}{index}", uid="")
+
+    def _hold(self, plan: GroupPlan, s: Slot, pod: PodRequest, now: float) -> str | None:
+        """Reserve ``s.allocation`` for ``pod`` until the plan expires; the reason when it fails."""
+        assert s.allocation is not None
+        try:
+            self.state.reserve(pod, s.allocation, now=now, ttl=max(plan.expires_at - now, 0.0))
+        except Conflict as e:
+            return str(e)
+        return None
+
+    def _drop(self, plan: GroupPlan, s: Slot) -> None:
+        """Release what the slot holds, unless bound."""
+        if s.phase in ("planned", "claimed"):
+            key = plan.holder(s)
+            if key is not None:
+                self.state.release(key)
+            s.phase = "lost"
+            s.node = None
+            s.allocation = None
+
+    def _invalid(self, plan: GroupPlan, s: Slot) -> str | None:
+        """Why a planned or claimed slot is no longer good (None when it is)."""
+        if s.phase not in ("planned", "claimed"):
+            return None
+        key = plan.holder(s)
+        rec = self.state.pods.get(key) if key else None
+        if rec is None or s.allocation is None or rec.allocation != s.allocation:
+            return "its reservation is gone (expired)"
+        return self.state.why_not(rec.pod, s.allocation, ignore=key)
+
+    def _set_expiry(self, plan: GroupPlan, expires_at: float) -> None:
+        plan.expires_at = expires_at
+        for s in plan.slots:
+            if s.phase in ("planned", "claimed"):
+                rec = self.state.pods.get(plan.holder(s) or "")
+                if rec is not None and rec.phase == "assumed":
+                    rec.expires_at = expires_at
+
+    # ------------------------------------------------------------------ planning
+    def _lay_out(self, plan: GroupPlan, count: int, nodes: Sequence[str] | None, now: float) -> Layout | str:
+        """Plan ``count`` members over ``nodes`` into fresh slots (all placeholders reserved)."""
+        layout = plan_layout(self.scheduler, plan.template, count, self.state.node_rows(nodes))
+        if not layout.allocations:
+            why = self.scheduler.why_unschedulable(plan.template, nodes) or "no node fits"
+            return f"group {plan.key}: no member fits now: {why}"
+        if len(layout.allocations) < plan.quorum:
+            return (f"group {plan.key}: {len(layout.allocations)} of {count} members fit now, the gang needs "
+                    f"{plan.quorum} together; nothing is held")
+        plan.slots = []
+        for i, alloc in enumerate(layout.allocations):
+            s = Slot(i, alloc.node, alloc, None, "planned")
+            plan.slots.append(s)
+            failed = self._hold(plan, s, self._placeholder_pod(plan, i), now)
+            if failed is not None:  # cannot happen: the layout was computed on this state
+                for t in plan.slots:
+                    self._drop(plan, t)
+                plan.slots = []
+                return f"group {plan.key}: planned devices could not be held ({failed})"
+        plan.slots.extend(Slot(len(plan.slots) + i) for i in range(layout.missing))
+        return layout
+
+    def _place_one(self, plan: GroupPlan, s: Slot, nodes: Sequence[str] | None, now: float) -> str | None:
+        """Place one slot on its own (the group is partly bound): the scheduler's best node."""
+        self._drop(plan, s)
+        pod = self._placeholder_pod(plan, s.index)
+        p = self.scheduler.place(pod, nodes)
+        if p is None:
+            return self.scheduler.why_unschedulable(pod, nodes) or "no node fits"
+        s.node, s.allocation, s.phase = p.node, p.allocation, "planned"
+        why = self._hold(plan, s, pod, now)
+        if why is not None:
+            s.node, s.allocation, s.phase = None, None, "lost"
+        return why
+
+    def _replan_whole(self, plan: GroupPlan, nodes: Sequence[str] | None, now: float) -> str | None:
+        for s in plan.slots:
+            self._drop(plan, s)
+        plan.slots = []
+        out = self._lay_out(plan, plan.replicas, nodes, now)
+        return out if isinstance(out, str) else None
+
+    def _refresh(self, plan: GroupPlan, bound: int, nodes: Sequence[str] | None, now: float) -> str | None:
+        """Re-plan what is no longer valid: everything when nothing is bound, else slot by slot."""
+        bad = [s for s in plan.slots if self._invalid(plan, s) is not None]
+        if not bad:
+            return None
+        if bound == 0:
+            return self._replan_whole(plan, nodes, now)
+        for s in bad:
+            self._place_one(plan, s, nodes, now)
+        return None
+
+    def _new_plan(self, pod: PodRequest, bound: int, nodes: Sequence[str] | None, now: float) -> GroupPlan | str:
+        g = pod.group
+        assert g is not None
+        template = msgspec.structs.replace(pod, uid="")
+        plan = GroupPlan(pod.namespace, g.name, template, g.replicas, quorum_of(pod), now + self.ttl)
+        if bound == 0:
+            out = self._lay_out(plan, plan.replicas, nodes, now)
+            if isinstance(out, str):
+                return out
+        self.plans[plan.key] = plan
+        return plan
+
+    # ------------------------------------------------------------------ verbs
+    def assign(self, pod: PodRequest, nodes: Sequence[str] | None = None, *, now: float) -> MemberPlacement | Refuse:
+        """The member's planned node and devices (planning the group first when needed)."""
+        g = pod.group
+        if g is None:
+            return Refuse(f"pod {pod.key} is not in a group")
+        key = pod.key
+        rec = self.state.pods.get(key)
+        if rec is not None and rec.phase == "bound":
+            return self.placement(pod.namespace, g.name, key, rec.allocation.node, rec.allocation)
+        gkey = f"{pod.namespace}/{g.name}"
+        members = self.members_in_state(pod.namespace, g.name)
+        bound = sum(1 for r in members.values() if r.phase == "bound")
+        plan = self.plans.get(gkey)
+        first = plan.template if plan is not None else next(
+            (r.pod for r in members.values() if r.pod.key != key), None)
+        if first is not None:
+            why = _differs(pod, first)
+            if why is not None:
+                return Refuse(why)
+        if plan is None:
+            made = self._new_plan(pod, bound, nodes, now)
+            if isinstance(made, str):
+                return Refuse(made)
+            plan = made
+        else:
+            why = self._refresh(plan, bound, nodes, now)
+            if why is not None:
+                self._forget_plan(plan)
+                return Refuse(why)
+        allowed = set(nodes) if nodes is not None else None
+        s = plan.slot_of(key)
+        if s is None:
+            free = [t for t in plan.slots if t.member is None and t.phase in ("planned", "lost")]
+            if not free:
+                if bound + len([t for t in plan.slots if t.phase != "bound"]) >= plan.replicas:
+                    return Refuse(f"group {gkey} already has its {plan.replicas} members "
+                                  f"(label {names.GROUP_REPLICA})")
+                s = Slot(max((t.index for t in plan.slots), default=-1) + 1)
+                plan.slots.append(s)
+                free = [s]
+            s = next((t for t in free if t.phase == "planned" and (allowed is None or t.node in allowed)), free[0])
+            s.member = key
+        if s.phase in ("planned", "claimed") and allowed is not None and s.node not in allowed:
+            # kube-scheduler says this member cannot use its planned node
+            if bound == 0 and s.phase == "planned":
+                why = self._replan_whole(plan, nodes, now)
+                if why is not None:
+                    self._forget_plan(plan)
+                    return Refuse(why)
+                free = [t for t in plan.slots if t.phase == "planned"]
+                s = free[0] if free else plan.slots[0]
+                s.member = key
+            else:
+                self._drop(plan, s)
+        if s.phase == "lost":
+            why = self._place_one(plan, s, nodes, now)
+            if why is not None:
+                return Refuse(f"group {gkey}: no place for member {key}: {why}")
+        assert s.node is not None and s.allocation is not None
+        return self.placement(plan.namespace, plan.name, key, s.node, s.allocation)
+
+    def filter(self, pod: PodRequest, nodes: Sequence[str] | None, *, now: float) -> FilterOutcome:
+        """The member's planned node passes; every other node fails with the reason."""
+        names_ = list(nodes) if nodes is not None else sorted(self.state.row_of)
+        out = FilterOutcome()
+        r = self.assign(pod, nodes, now=now)
+        for n in names_:
+            if isinstance(r, Refuse):
+                out.failed[n] = r.reason
+            elif n == r.node:
+                out.passed.append(n)
+            else:
+                out.failed[n] = f"group {pod.group.name if pod.group else ''}: member planned on node {r.node}"
+        return out
+
+    def prioritize(self, pod: PodRequest, nodes: Sequence[str] | None, *, now: float) -> dict[str, int]:
+        """10 for the member's planned node, 0 for the others."""
+        names_ = list(nodes) if nodes is not None else sorted(self.state.row_of)
+        r = self.assign(pod, nodes, now=now)
+        planned = r.node if isinstance(r, MemberPlacement) else None
+        return {n: PLANNED_SCORE if n == planned else 0 for n in names_}
+
+    def claim(self, pod: PodRequest, node: str | None = None, *, now: float) -> Decision:
+        """The member asks to bind (on ``node``, when given). See the module docstring."""
+        r = self.assign(pod, None, now=now)
+        if isinstance(r, Refuse):
+            return r
+        key = pod.key
+        rec = self.state.pods.get(key)
+        if rec is not None and rec.phase == "bound":
+            return Bind((r,))
+        assert pod.group is not None
+        plan = self.plans[f"{pod.namespace}/{pod.group.name}"]
+        s = plan.slot_of(key)
+        assert s is not None and s.allocation is not None
+        if node is not None and s.node != node:
+            return Wait(f"group {plan.key}: member {key} is planned on node {s.node}, not {node}", s.node)
+        if s.phase == "planned":
+            self.state.release(plan.placeholder(s.index))
+            self._set_expiry(plan, max(plan.expires_at, now + self.ttl))
+            why = self._hold(plan, s, pod, now)
+            if why is not None:
+                self._hold(plan, s, self._placeholder_pod(plan, s.index), now)
+                return Refuse(f"group {plan.key}: member {key} cannot take its planned devices: {why}")
+            s.phase = "claimed"
+        bound = len(self.bound_members(plan.namespace, plan.name))
+        claimed = [t for t in plan.slots if t.phase == "claimed"]
+        if bound + len(claimed) < plan.quorum:
+            return Wait(f"gang {plan.name}: {bound + len(claimed)} of {plan.quorum} members have their "
+                        f"devices; no member binds until {plan.quorum} do", s.node)
+        out: list[MemberPlacement] = []
+        for t in sorted(claimed, key=lambda t: (t.member != key, t.index)):
+            assert t.member is not None and t.node is not None and t.allocation is not None
+            self.state.bind(t.member)
+            t.phase = "bound"
+            out.append(self.placement(plan.namespace, plan.name, t.member, t.node, t.allocation))
+        return Bind(tuple(out))
+
+    def schedule(self, pod: PodRequest, nodes: Sequence[str] | None = None, *, now: float) -> Decision:
+        """assign + claim in one step (``devshare schedule``, the simulator)."""
+        r = self.assign(pod, nodes, now=now)
+        if isinstance(r, Refuse):
+            return r
+        return self.claim(pod, r.node, now=now)
+
+    def bind_failed(self, key: str, *, now: float) -> bool:
+        """The API binding of a member failed. A plain group's member goes back to its slot's
+        placeholder (True); a gang member stays bound (False): the gang's decision stands, the
+        caller retries the binding (or calls :meth:`forget` when the pod is gone)."""
+        for plan in self.plans.values():
+            s = plan.slot_of(key)
+            if s is None or s.phase != "bound":
+                continue
+            if plan.quorum > 1:
+                return False
+            rec = self.state.release(key)
+            if rec is None or s.allocation is None:
+                s.phase = "lost"
+                return True
+            s.phase = "planned"
+            if self._hold(plan, s, self._placeholder_pod(plan, s.index), now) is not None:
+                s.phase, s.node, s.allocation = "lost", None, None
+            return True
+        rec = self.state.pods.get(key)
+        if rec is not None and rec.pod.group is not None and quorum_of(rec.pod) == 1:
+            self.state.release(key)
+            return True
+        return False
+
+    def forget(self, key: str) -> None:
+        """The member pod is gone: release what it holds; its slot waits for a replacement."""
+        self.state.release(key)
+        for plan in self.plans.values():
+            s = plan.slot_of(key)
+            if s is not None:
+                s.member = None
+                if s.phase in ("claimed", "bound"):
+                    s.phase, s.node, s.allocation = "lost", None, None
+
+    def _forget_plan(self, plan: GroupPlan) -> None:
+        for s in plan.slots:
+            self._drop(plan, s)
+        self.plans.pop(plan.key, None)
+
+    def expire(self, now: float) -> list[str]:
+        """Drop plans past their time (every placeholder and unbound claim released). Returns their keys."""
+        gone = [k for k, p in self.plans.items() if p.expires_at <= now]
+        for k in gone:
+            self._forget_plan(self.plans[k])
+        return gone
