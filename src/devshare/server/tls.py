@@ -17,6 +17,7 @@ import base64
 import ipaddress
 import logging
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -141,6 +142,9 @@ def service_names(service: str, namespace: str) -> tuple[str, ...]:
     )
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 def _openssl() -> str:
     path = shutil.which("openssl")
     if path is None:
@@ -176,8 +180,11 @@ def make_serving_cert(
 ) -> ServingCert:
     """Write ca.crt, ca.key, tls.crt, tls.key for ``service.namespace.svc`` under ``out``."""
     for label, value in (("service", service), ("namespace", namespace)):
-        if not value or not all(c.isalnum() or c in "-." for c in value) or value[0] in "-.":
-            raise InvalidInput(f"{label} {value!r} is not a valid Kubernetes name (letters, digits, '-')")
+        if not _DNS_LABEL.fullmatch(value):
+            raise InvalidInput(
+                f"{label} {value!r} is not a valid Kubernetes name: lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit"
+            )
     if days <= 0:
         raise InvalidInput(f"days must be positive, got {days}")
     openssl = _openssl()

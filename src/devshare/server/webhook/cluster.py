@@ -57,6 +57,13 @@ def types_in_documents(docs: list[Any], *, where: str = "") -> frozenset[str] | 
     return frozenset(found) if seen_device else None
 
 
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error on one line: what and where."""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    mark = getattr(e, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
 class ClusterFileDeviceTypes:
     """Device types read from a ``--cluster`` file (multi-document YAML), re-read when it changes."""
 
@@ -75,7 +82,7 @@ class ClusterFileDeviceTypes:
         try:
             docs = [d for d in yaml.safe_load_all(text) if d is not None]
         except yaml.YAMLError as e:
-            raise InvalidInput(f"not valid YAML: {e}", field=str(self.path)) from None
+            raise InvalidInput(f"not valid YAML: {_yaml_problem(e)}", field=str(self.path)) from None
         return types_in_documents(docs, where=f"{self.path}: ")
 
     def known_types(self) -> frozenset[str] | None:
