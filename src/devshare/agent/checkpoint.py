@@ -64,7 +64,9 @@ def parse_checkpoint(data: str | bytes | dict[str, Any], *, source: str = "check
     body = data.get("Data", data)
     if not isinstance(body, dict):
         raise InvalidInput("Data must be an object", field=source)
-    raw_entries = body.get("PodDeviceEntries") or []
+    raw_entries = body.get("PodDeviceEntries")
+    if raw_entries is None:
+        raw_entries = []
     if not isinstance(raw_entries, list):
         raise InvalidInput("Data.PodDeviceEntries must be a list", field=source)
     out: list[CheckpointEntry] = []

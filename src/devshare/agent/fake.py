@@ -8,7 +8,8 @@ count, and ``links`` or ``bandwidth_gbps``); everything else is optional::
     memory: 16Gi                  # default memory per GPU (default: 16Gi)
     gpus: 8                       # a count, or a list of GPUs:
     #  - {minor: 0, uuid: GPU-..., model: ..., memory: 32Gi, pciBusId: "0000:3b:00.0", numa: 0, health: true}
-    links: [...]                  # per pair: {a, b, nvlinks, pcie, via} (shared/topologies format)
+    links: [...]                  # per pair: {a, b, nvlinks, pcie, via} (shared/topologies format);
+                                  # a and b are positions in the GPU list (the minors when 0..n-1)
     bandwidth_gbps: [[...]]       # or a measured matrix (GB/s)
     unhealthy: [3]                # minors reported unhealthy
     rdma: [{id: mlx5_0}]          # RDMA / FPGA devices (see devshare.agent.others)

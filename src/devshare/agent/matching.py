@@ -128,10 +128,6 @@ def next_container(pod: PendingPod, resource: str, served: Served) -> ContainerA
     return None
 
 
-def in_progress(pod: PendingPod, served: Served) -> bool:
-    return any(uid == pod.uid for uid, _, _ in served)
-
-
 def complete(pod: PendingPod, served: Served, resources: Collection[str]) -> bool:
     """Every container got every one of ``resources`` it asks for."""
     return all(
@@ -139,8 +135,13 @@ def complete(pod: PendingPod, served: Served, resources: Collection[str]) -> boo
     )
 
 
-def match(resource: str, count: int, pods: Iterable[PendingPod], served: Served) -> Match:
-    """The container an Allocate call for ``count`` units of ``resource`` is for (module doc)."""
+def match(
+    resource: str, count: int, pods: Iterable[PendingPod], served: Served, started: Collection[str] = ()
+) -> Match:
+    """The container an Allocate call for ``count`` units of ``resource`` is for (module doc).
+
+    ``started``: UIDs of the pods kubelet is in the middle of allocating.
+    """
     candidates: list[tuple[PendingPod, ContainerAsk]] = []
     waiting: list[str] = []
     for pod in pods:
@@ -157,9 +158,9 @@ def match(resource: str, count: int, pods: Iterable[PendingPod], served: Served)
             "(it needs the devshare.io/allocation annotation for this node)?"
         )
     if len(candidates) > 1:
-        started = [pc for pc in candidates if in_progress(pc[0], served)]
-        if len(started) == 1:
-            candidates = started
+        current = [pc for pc in candidates if pc[0].uid in started]
+        if len(current) == 1:
+            candidates = current
     if len(candidates) > 1:
         names = ", ".join(sorted(f"{p.key}/{c.name}" for p, c in candidates))
         raise AllocateError(
