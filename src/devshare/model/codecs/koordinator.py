@@ -79,7 +79,9 @@ def _grant(dtype: str, entry: Any) -> DeviceGrant:
     minor = entry.get("minor", 0)
     if isinstance(minor, bool) or not isinstance(minor, int) or minor < 0:
         raise InvalidAnnotation(f"{dtype} minor must be an integer >= 0, got {minor!r}", field=FIELD)
-    resources = entry.get("resources", entry.get("resouurces")) or {}
+    resources = entry.get("resources", entry.get("resouurces"))
+    if resources is None:
+        resources = {}
     if not isinstance(resources, dict):
         raise InvalidAnnotation(f"{dtype} {minor}: resources must be an object", field=FIELD)
     core = memory = ratio = 0

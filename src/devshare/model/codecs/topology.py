@@ -39,8 +39,8 @@ def decode_topology(annotations: dict[str, str]) -> tuple[dict[int, list[int]], 
         raise InvalidAnnotation(f"not JSON ({e})", field=FIELD) from e
     if not isinstance(doc, dict):
         raise InvalidAnnotation('must be {"allocatedGPUs": {...}, "visibleGPUs": [...]}', field=FIELD)
-    allocated = doc.get("allocatedGPUs") or {}
-    visible = doc.get("visibleGPUs") or []
+    allocated = doc.get("allocatedGPUs", {})
+    visible = doc.get("visibleGPUs", [])
     if not isinstance(allocated, dict) or not isinstance(visible, list):
         raise InvalidAnnotation("allocatedGPUs must be an object and visibleGPUs a list", field=FIELD)
     out: dict[int, list[int]] = {}

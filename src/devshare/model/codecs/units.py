@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from devshare.model.errors import InvalidAnnotation
+
+MAX_PERCENT = 10**9  # far above any device's 100 percent; keeps the numbers finite
 
 
 def percent(milli: int) -> int | float:
@@ -19,8 +20,8 @@ def percent_text(milli: int) -> str:
 
 def milli_of(value: Any, *, field: str) -> int:
     """A percent number read back into thousandths (>= 0)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise InvalidAnnotation(f"expected a percent number >= 0, got {value!r}", field=field)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_PERCENT:
+        raise InvalidAnnotation(f"expected a percent number from 0 to {MAX_PERCENT}, got {value!r}", field=field)
     return round(value * 10)
 
 
