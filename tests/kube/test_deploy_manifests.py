@@ -76,6 +76,8 @@ def test_extender_url_and_scheduler_name_match_the_deployment() -> None:
     assert ext["args"][:1] == ["extender"]
     assert ext["args"][ext["args"].index("--port") + 1] == str(port)
     assert ext["ports"][0]["containerPort"] == port
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert f"127.0.0.1:{port}/" in " ".join(ext[probe]["exec"]["command"])
     sched = containers["kube-scheduler"]
     assert re.fullmatch(r"registry\.k8s\.io/kube-scheduler:v1\.(\d+)\.\d+", sched["image"])
     assert int(sched["image"].split(".")[3]) >= 25  # config v1 needs 1.25+
