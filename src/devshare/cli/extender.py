@@ -1,0 +1,87 @@
+"""``devshare extender``: the scheduler extender (kube-scheduler's extender protocol over HTTP)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from devshare.cli.common import fail, user_errors
+
+
+def extender(
+    cluster: Annotated[
+        Path | None,
+        typer.Option(help="Serve a cluster from a multi-document YAML of Node, Device and Pod objects (in memory); "
+                     "pods without spec.nodeName are pending and get bound in memory on /bind."),
+    ] = None,
+    save: Annotated[
+        Path | None,
+        typer.Option(help="With --cluster: write the objects back to this file after each bind and on shutdown."),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="Kubeconfig of a real cluster (default without --cluster: in-cluster, $KUBECONFIG or "
+                     "~/.kube/config)."),
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="Kubeconfig context to use.")] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="Namespace devshare runs in (its leader Lease lives there).")
+    ] = None,
+    port: Annotated[int, typer.Option(help="HTTP port (kube-scheduler's extender urlPrefix points here).")] = 8888,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    leader_elect: Annotated[
+        bool | None,
+        typer.Option("--leader-elect/--no-leader-elect",
+                     help="Campaign for the Lease; only the leader binds (default: on with a real cluster, off "
+                     "with --cluster)."),
+    ] = None,
+    assume_ttl: Annotated[
+        float, typer.Option(help="Seconds a reservation waits for its bind before its devices are freed.")
+    ] = 60.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
+    /healthz, /readyz."""
+    with user_errors():
+        if cluster is not None and kubeconfig is not None:
+            raise fail("give either --cluster FILE or --kubeconfig PATH, not both")
+        if save is not None and cluster is None:
+            raise fail("--save writes a --cluster file back: it needs --cluster")
+        if not 0 < port < 65536:
+            raise fail(f"--port must be between 1 and 65535, got {port}")
+        if assume_ttl <= 0:
+            raise fail(f"--assume-ttl must be > 0, got {assume_ttl}")
+        level = getattr(logging, log_level.upper(), None)
+        if not isinstance(level, int):
+            raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+        from devshare.kube.backend import Backend
+        from devshare.server.extender.serve import ExtenderOptions, cluster_saver, serve
+
+        backend: Backend
+        options = ExtenderOptions(assume_ttl=assume_ttl)
+        if cluster is not None:
+            from devshare.kube.memory import MemoryBackend
+
+            memory = MemoryBackend.load(cluster)
+            backend = memory
+            if save is not None:
+                options.save = cluster_saver(memory, save)
+            options.leader_election = bool(leader_elect)
+        else:
+            from devshare.kube.live import LiveBackend
+
+            backend = LiveBackend.connect(kubeconfig, context=context, namespace=namespace)
+            options.leader_election = True if leader_elect is None else leader_elect
+    try:
+        serve(backend, options, host=host, port=port)
+    except OSError as e:
+        raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("extender")(extender)

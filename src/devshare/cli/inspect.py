@@ -1,0 +1,98 @@
+"""``devshare inspect``: per node, per device, what is used and by whom."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from devshare.cli.common import emit, fail, user_errors
+from devshare.engine.state import ClusterState
+from devshare.kube.backend import Backend
+from devshare.model.quantity import human_bytes
+
+
+async def load_state(backend: Backend, timeout: float = 60.0) -> ClusterState:
+    """List the cluster once into a fresh state (allocations rebuilt from bound pods' annotations)."""
+    from devshare.kube.sync import StateSync
+
+    state = ClusterState()
+    sync = StateSync(backend, state)
+    sync.start()
+    try:
+        await asyncio.wait_for(sync.synced.wait(), timeout)
+    except TimeoutError:
+        raise fail(f"could not read the cluster within {timeout:g} seconds (see the log for why)") from None
+    finally:
+        await sync.stop()
+        await backend.close()
+    return state
+
+
+def _cell(used: dict[str, Any], total: dict[str, Any], key: str, fmt: Any) -> str:
+    if key not in total:
+        return "-"
+    return f"{fmt(used.get(key, 0))} / {fmt(total[key])}"
+
+
+def _table(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for col in ("node", "device", "id", "health", "compute", "memory", "pods"):
+        table.add_column(col)
+    for n in data["nodes"]:
+        if not n["devices"]:
+            table.add_row(n["name"], "-", "", "", "", "", "")
+        for i, d in enumerate(n["devices"]):
+            health = "ok" if d["health"] else "UNHEALTHY"
+            if d.get("heldOutside"):
+                health += " (held outside)"
+            table.add_row(
+                n["name"] if i == 0 else "",
+                f"{d['type']} {d['minor']}",
+                d["id"],
+                health,
+                _cell(d["used"], d["total"], "core", lambda v: f"{v:g}%"),
+                _cell(d["used"], d["total"], "memory", human_bytes),
+                ", ".join(d["pods"]),
+            )
+    Console().print(table)
+
+
+def inspect(
+    cluster: Annotated[
+        Path | None, typer.Option(help="Multi-document YAML of Node, Device and Pod objects.")
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="Kubeconfig of a real cluster (default without --cluster: in-cluster, $KUBECONFIG or "
+                     "~/.kube/config)."),
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="Kubeconfig context to use.")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="json, yaml or table.")] = "table",
+) -> None:
+    """Per node, per device: total, used, and the pods (ns/name/container) using it."""
+    with user_errors():
+        if cluster is not None and kubeconfig is not None:
+            raise fail("give either --cluster FILE or --kubeconfig PATH, not both")
+        if output not in ("json", "yaml", "table"):
+            raise fail(f"unknown output format {output!r}: use json, yaml or table")
+        backend: Backend
+        if cluster is not None:
+            from devshare.kube.memory import MemoryBackend
+
+            backend = MemoryBackend.load(cluster)
+        else:
+            from devshare.kube.live import LiveBackend
+
+            backend = LiveBackend.connect(kubeconfig, context=context)
+        state = asyncio.run(load_state(backend))
+        emit(state.inspect(), output, _table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("inspect")(inspect)
