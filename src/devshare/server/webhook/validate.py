@@ -57,24 +57,23 @@ def _reason(message: str) -> str:
 def judge(pod: dict[str, Any], cluster: DeviceTypes | None = None) -> list[Problem]:
     """Every reason to refuse ``pod`` (a pod that asks for managed devices); empty = allowed."""
     problems = [Problem(_reason(p), p) for p in validate_pod(pod)]
-    if problems:
+    known = cluster.known_types() if cluster is not None else None
+    if problems or known is None:
         return problems
     try:
         request = parse_pod(pod)
     except InvalidInput as e:  # validate_pod and parse_pod should agree; never let it become a 500
         return [Problem(REQUEST, str(e))]
-    known = cluster.known_types() if cluster is not None else None
-    if known is not None:
-        missing = [t for t in request.device_types() if t not in known]
-        if missing:
-            have = ", ".join(sorted(known)) or "none"
-            problems.append(
-                Problem(
-                    DEVICE_TYPE,
-                    f"no node in the cluster has a device of type {', '.join(map(repr, missing))} "
-                    f"(types present: {have}): the pod could never be scheduled",
-                )
+    missing = [t for t in request.device_types() if t not in known]
+    if missing:
+        have = ", ".join(sorted(known)) or "none"
+        problems.append(
+            Problem(
+                DEVICE_TYPE,
+                f"no node in the cluster has a device of type {', '.join(map(repr, missing))} "
+                f"(types present: {have}): the pod could never be scheduled",
             )
+        )
     return problems
 
 
