@@ -30,6 +30,7 @@ from devshare.model.codecs import (
 from devshare.model.errors import InvalidAnnotation
 from devshare.model.pod import parse_pod
 from devshare.model.quantity import GIB, MIB
+from devshare.model.request import PodRequest
 
 # ------------------------------------------------------------------ strategies
 
@@ -414,3 +415,30 @@ def test_decoders_raise_only_invalid_annotation(annotations: dict[str, str]) -> 
     for decode in (decode_allocation, decode_koordinator, decode_topology, decode_mgpu, decode_aliyun):
         with contextlib.suppress(InvalidAnnotation):
             decode(annotations)
+
+
+@given(allocations(), st.sampled_from(["koordinator", "nvidia", "mgpu", "aliyun"]), st.booleans())
+def test_encode_annotations_round_trip(alloc: PodAllocation, dialect: str, topology: bool) -> None:
+    """Whatever the dialect, the canonical annotation gives the allocation back, and the dialect's
+    own annotation agrees with it."""
+    pod = PodRequest(namespace="ns", name="p", dialect=dialect)
+    visible = sorted(set(alloc.minors("gpu"))) if topology else None
+    out = encode_annotations(pod, alloc, now_ns=5, visible_gpus=visible)
+    assert decode_allocation(out) == alloc
+    if not alloc.grants() or (dialect in ("mgpu", "aliyun") and not alloc.minors("gpu")):
+        assert set(out) - {names.TOPOLOGY_GPU} == {names.ALLOCATION}
+    elif dialect in ("koordinator", "nvidia"):
+        assert decode_koordinator(out) == device_totals(alloc)
+    elif dialect == "mgpu":
+        assert decode_mgpu(out) == {
+            c.name: [g.minor for g in c.devices if g.type == "gpu"]
+            for c in alloc.containers
+            if any(g.type == "gpu" for g in c.devices)
+        }
+    else:
+        a = decode_aliyun(out)
+        assert a is not None and list(a.minors) == alloc.minors("gpu") and a.assume_time_ns == 5 and not a.assigned
+    if topology:
+        decoded = decode_topology(out)
+        assert decoded is not None and decoded[1] == visible
+        assert [m for ms in decoded[0].values() for m in ms] == [g.minor for _, g in alloc.grants() if g.type == "gpu"]

@@ -55,13 +55,13 @@ def encode_annotations(
     given to the pod's group (adds the topology annotation); ``device_memory``: GPU minor -> total
     bytes (Aliyun's DEV)."""
     out = encode_canonical(alloc)
-    if alloc.grants():
-        if pod.dialect in ("koordinator", "nvidia"):
-            out.update(encode_koordinator(alloc))
-        elif pod.dialect == "mgpu":
-            out.update(encode_mgpu(alloc))
-        elif pod.dialect == "aliyun":
-            out.update(encode_aliyun(aliyun_allocation(pod, alloc, now_ns=now_ns, device_memory=device_memory)))
+    has_gpus = bool(alloc.minors(names.GPU))  # mGPU and Aliyun only ever describe GPUs
+    if pod.dialect in ("koordinator", "nvidia") and alloc.grants():
+        out.update(encode_koordinator(alloc))
+    elif pod.dialect == "mgpu" and has_gpus:
+        out.update(encode_mgpu(alloc))
+    elif pod.dialect == "aliyun" and has_gpus:
+        out.update(encode_aliyun(aliyun_allocation(pod, alloc, now_ns=now_ns, device_memory=device_memory)))
     if visible_gpus is not None:
         out.update(encode_topology(container_gpus(alloc), visible_gpus))
     return out
