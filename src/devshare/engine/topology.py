@@ -9,10 +9,13 @@ count ``k``, :func:`best_set` returns the set ``S`` of ``k`` free GPUs that maxi
    better to take: e.g. GPUs whose PCIe switch is already busy, to keep whole switches free);
 4. then the lowest indices (the lexicographically smallest sorted tuple).
 
-Totals and preferences are compared exactly: near-equal float sums are recomputed with
-``math.fsum`` (correctly rounded, independent of summation order) before deciding, so the order
-is a true function of the set. For ``k == 1`` there are no pairs: the bottleneck and total are
-reported as 0.0 and the GPU with the best preference (then the lowest index) is taken.
+Totals and preferences are compared exactly, so the order is a true function of the set: when
+every value lies on a 1/1024 grid (link-model matrices, integers) float sums are already exact;
+otherwise near-equal sums are recomputed with ``math.fsum`` (correctly rounded, independent of
+summation order), once per distinct multiset of values (every set of a uniform matrix ties).
+
+For ``k == 1`` there are no pairs: the bottleneck and total are reported as 0.0 and the GPU with
+the best preference (then the lowest index) is taken.
 
 Two search methods, both exact:
 
@@ -23,7 +26,8 @@ Two search methods, both exact:
   pair bandwidths, asking at each threshold whether the graph of pairs at or above it holds a
   k-clique (bitmask branch and bound, pruned by degree). The total is then maximized over the
   k-cliques of the graph at the bottleneck by a depth-first branch and bound in index order, with
-  the bound ``total(S) + top-r of (gain(v) + (r-1)/2 * rowmax(v))`` for r picks left. The search
+  the bound ``total(S) + top-r of (gain(v) + half the r-1 largest pairs of v among the candidates)``
+  for r picks left. The search
   stops after SEARCH_NODE_LIMIT nodes; the result then says ``exact=False``: its bottleneck is
   still exact, its total the best found.
 
@@ -49,7 +53,7 @@ F64 = npt.NDArray[np.float64]
 IDX = npt.NDArray[np.intp]
 
 ENUMERATE_LIMIT = 25_000
-SEARCH_NODE_LIMIT = 200_000
+SEARCH_NODE_LIMIT = 5_000
 Method = Literal["auto", "enumerate", "search"]
 
 
@@ -283,7 +287,6 @@ class _Search:
         masked = np.where(self.sub >= bottleneck, self.sub, 0.0)
         np.fill_diagonal(masked, 0.0)
         self.masked = masked
-        self.rowmax = masked.max(axis=1)
         self.pref = pref
         self.exact_sums = _dyadic(masked) and (self.pref is None or _dyadic(self.pref))
         self.margin = 0.0 if self.exact_sums else 1e-9
@@ -294,8 +297,17 @@ class _Search:
         self.complete = True
 
     def _bound(self, total: float, gain: F64, cand: list[int], r: int) -> float:
-        ub = gain[cand] + (r - 1) / 2.0 * self.rowmax[cand]
-        top = ub if len(cand) <= r else np.partition(ub, len(cand) - r)[len(cand) - r:]
+        # each pick v adds gain[v] (its pairs with the chosen) and half of its pairs with the other
+        # r-1 picks, at most half its r-1 largest values towards the candidates
+        c = len(cand)
+        if r > 1:
+            among = self.masked[np.ix_(cand, cand)]
+            if r - 1 < c:
+                among = np.partition(among, c - (r - 1), axis=1)[:, c - (r - 1):]
+            ub = gain[cand] + among.sum(axis=1) / 2.0
+        else:
+            ub = gain[cand]
+        top = ub if c <= r else np.partition(ub, c - r)[c - r:]
         return (total + float(top.sum())) * (1.0 + self.margin) + self.margin
 
     def _pref_bound(self, chosen: list[int], cand: list[int], r: int) -> float:
@@ -337,6 +349,13 @@ class _Search:
             if (ub <= self.best_total and tuple(chosen) > self.best[: len(chosen)]
                     and self._pref_bound(chosen, cand, r) <= self.best_pref):
                 return  # can at best tie, and every set below comes after the best one
+        if r == 1:  # the last pick: a leaf's total is total + gain[v], no need to descend
+            for v in cand:
+                if (total + float(gain[v])) * (1.0 + self.margin) + self.margin >= self.best_total:
+                    chosen.append(v)
+                    self._leaf(chosen)
+                    chosen.pop()
+            return
         for pos, v in enumerate(cand):
             if len(cand) - pos < r:
                 break
