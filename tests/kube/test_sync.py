@@ -356,3 +356,26 @@ def test_incremental_state_equals_a_rebuilt_one(script: list[tuple[str, int, str
     assert set(live.state.pods) == set(rebuilt.state.pods)
     for t in live.state.tables.values():
         assert (t.used_core >= 0).all() and (t.used_mem >= 0).all() and (t.used_slots >= 0).all()
+
+
+async def test_an_object_that_breaks_the_handler_does_not_stop_the_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    import devshare.kube.sync as sync_module
+
+    def exploding(obj: dict[str, Any]) -> Any:
+        if obj["metadata"]["name"] == "boom":
+            raise RuntimeError("a bug")
+        return parse_pod(obj)
+
+    monkeypatch.setattr(sync_module, "parse_pod", exploding)
+    mb = MemoryBackend()
+    mb.apply(node("n1"))
+    mb.apply(device("n1"))
+    async with syncing(mb) as sync:
+        weird = pod("weird", node_name="n1", grants=[(0, 10, 1)])
+        weird["metadata"]["annotations"] = ["not", "a", "mapping"]
+        mb.store.put("pods", "default/weird", weird)
+        mb.apply(pod("boom", node_name="n1", grants=[(0, 10, 1)]))
+        mb.apply(pod("fine", node_name="n1", grants=[(1, 10, 1)]))
+        await eventually(lambda: "default/fine" in sync.state.pods)
+        assert (sync.malformed, sync.apply_errors) == (1, 1)
+        assert "default/boom" not in sync.state.pods

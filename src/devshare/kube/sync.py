@@ -85,6 +85,7 @@ class StateSync:
         self.relists = 0  # re-lists after 410 Gone
         self.reconnects = 0  # watch reconnections after a connection error
         self.events = 0  # watch events applied
+        self.apply_errors = 0  # objects whose handling failed unexpectedly (a bug: logged with its trace)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -148,6 +149,12 @@ class StateSync:
                 level = logging.INFO if isinstance(e, Unavailable) else logging.WARNING
                 log.log(level, "watch of %s broke (%s); reconnecting in %.1fs", kind, e, delay)
                 await asyncio.sleep(delay)
+            except Exception:
+                # never let one surprise stop the state from following the cluster
+                self.reconnects += 1
+                delay = backoff.next_delay()
+                log.exception("watch of %s failed unexpectedly; reconnecting in %.1fs", kind, delay)
+                await asyncio.sleep(delay)
 
     def apply_event(self, kind: Kind, ev: WatchEvent) -> None:
         rv = resource_version(ev.object)
@@ -177,12 +184,16 @@ class StateSync:
             self._apply(kind, "ADDED", obj)
 
     def _apply(self, kind: Kind, type_: str, obj: dict[str, Any]) -> None:
-        if kind == "nodes":
-            self._apply_node(type_, obj)
-        elif kind == "devices":
-            self._apply_device(type_, obj)
-        else:
-            self._apply_pod(type_, obj)
+        try:
+            if kind == "nodes":
+                self._apply_node(type_, obj)
+            elif kind == "devices":
+                self._apply_device(type_, obj)
+            else:
+                self._apply_pod(type_, obj)
+        except Exception:
+            self.apply_errors += 1
+            log.exception("%s event on %s %s could not be applied", type_, kind, object_key(obj))
 
     def _apply_node(self, type_: str, obj: dict[str, Any]) -> None:
         name = str(meta(obj).get("name", ""))
@@ -230,8 +241,11 @@ class StateSync:
             if rec is not None and rec.phase == "bound":
                 self.state.release(key)  # cannot be: a bound pod never becomes pending
             return
+        annotations = m.get("annotations") or {}
         try:
-            alloc = decode_allocation(m.get("annotations") or {})
+            if not isinstance(annotations, dict):
+                raise InvalidInput("metadata.annotations is not a mapping")
+            alloc = decode_allocation(annotations)
         except InvalidInput as e:
             self.malformed += 1
             log.warning("pod %s: cannot use its allocation annotation: %s", key, e)
