@@ -328,7 +328,7 @@ def node_name_bypass(node_name: Any, has_devices: bool, allocated: bool) -> str 
     if not has_devices or not node_name or allocated:
         return None
     return (
-        f"spec.nodeName is set to {node_name!r}, which bypasses the scheduler, so no device would be "
+        f"is set to {node_name!r}, which bypasses the scheduler, so no device would be "
         "allocated: remove spec.nodeName and pin the node with a nodeSelector on kubernetes.io/hostname"
     )
 
