@@ -73,9 +73,15 @@ def test_checkpoint_annotation(tmp_path: Path) -> None:
         {"PodUID": "old", "ContainerName": "c", "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"0": [uuids[1]]}},
         {"PodUID": "gone", "ContainerName": "c", "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"0": [uuids[0]]}},
         {"PodUID": "ours", "ContainerName": "c", "ResourceName": names.KOORD_GPU_CORE, "DeviceIDs": {"0": ["0-1"]}},
+        {"PodUID": "placed", "ContainerName": "c", "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"0": [uuids[0]]}},
     ]}, "Checksum": 1}))
-    client = MemoryClient([{"kind": "Pod", "metadata": {"name": "old", "uid": "old"}, "spec": {"nodeName": "n1"},
-                            "status": {"phase": "Running"}}])
+    client = MemoryClient([
+        {"kind": "Pod", "metadata": {"name": "old", "uid": "old"}, "spec": {"nodeName": "n1"},
+         "status": {"phase": "Running"}},
+        # placed by devshare (its nvidia.com/gpu went through devshare's plugin): not held outside
+        {"kind": "Pod", "metadata": {"name": "placed", "uid": "placed", "annotations": {names.ALLOCATION: "{}"}},
+         "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}},
+    ])
     r = Reporter(backend, "n1", client=client, checkpoint=cp, own_resources=[names.KOORD_GPU_CORE])
     r.sync()
     nd = parse_device(client.devices["n1"])

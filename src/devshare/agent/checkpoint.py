@@ -70,16 +70,16 @@ def parse_checkpoint(data: str | bytes | dict[str, Any], *, source: str = "check
     if not isinstance(raw_entries, list):
         raise InvalidInput("Data.PodDeviceEntries must be a list", field=source)
     out: list[CheckpointEntry] = []
-    for i, e in enumerate(raw_entries):
+    for i, raw in enumerate(raw_entries):
         field = f"{source}: Data.PodDeviceEntries[{i}]"
-        if not isinstance(e, dict):
+        if not isinstance(raw, dict):
             raise InvalidInput("each entry must be an object", field=field)
         out.append(
             CheckpointEntry(
-                pod_uid=str(e.get("PodUID", "")),
-                container=str(e.get("ContainerName", "")),
-                resource=str(e.get("ResourceName", "")),
-                device_ids=_device_ids(e.get("DeviceIDs"), field=field),
+                pod_uid=str(raw.get("PodUID", "")),
+                container=str(raw.get("ContainerName", "")),
+                resource=str(raw.get("ResourceName", "")),
+                device_ids=_device_ids(raw.get("DeviceIDs"), field=field),
             )
         )
     return out
@@ -108,18 +108,20 @@ def held_outside(
     known_ids: Collection[str],
     own_resources: Collection[str],
     live_pods: Collection[str] | None = None,
+    devshare_pods: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """Seed 001's PodDevicesEntry list of the cards held outside devshare.
 
     Keeps the entries of resources devshare does not serve whose ids name one of this node's
-    devices (``known_ids``), of pods still alive (``live_pods``, pod UIDs; None: all). Ids are
-    reduced to the card's id so that they match the Device object's ``id`` fields.
+    devices (``known_ids``), of pods still alive (``live_pods``, pod UIDs; None: all) that devshare
+    did not place (``devshare_pods``: UIDs of pods with a devshare allocation). Ids are reduced to
+    the card's id so that they match the Device object's ``id`` fields.
     """
     out: list[dict[str, Any]] = []
     for e in entries:
         if e.resource in own_resources:
             continue
-        if live_pods is not None and e.pod_uid not in live_pods:
+        if (live_pods is not None and e.pod_uid not in live_pods) or e.pod_uid in devshare_pods:
             continue
         ids: list[str] = []
         for raw in e.device_ids:

@@ -17,6 +17,7 @@ returns is simply missing from the inventory; the reporter keeps it, unhealthy.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import threading
 from collections.abc import Iterable
@@ -70,9 +71,8 @@ class NvmlBackend:
         watch_health: bool = True,
         sysfs: Path = Path("/sys/bus/pci/devices"),
     ) -> None:
-        if nvml is None:
-            import pynvml as nvml
-        self.nvml = nvml
+        self.nvml = nvml if nvml is not None else importlib.import_module("pynvml")
+        nvml = self.nvml
         self.ignored_xids = frozenset(ignored_xids)
         self.others = others
         self.sysfs = sysfs
@@ -212,8 +212,8 @@ class NvmlBackend:
             log.info("ignoring XID %d (an application error)", xid)
             return None
         try:
-            uuid = _text(n.nvmlDeviceGetUUID(event.device))
-        except (n.NVMLError, TypeError):
+            uuid = _text(n.nvmlDeviceGetUUID(event.device)) if event.device is not None else "*"
+        except n.NVMLError:
             uuid = "*"
         with self._lock:
             if uuid == "*":

@@ -22,7 +22,7 @@ import msgspec
 from devshare.agent.checkpoint import held_outside, read_checkpoint
 from devshare.agent.client import AgentClient
 from devshare.agent.inventory import Backend, Inventory
-from devshare.agent.resources import PLUGIN_RESOURCES, status_resources
+from devshare.agent.resources import status_resources
 from devshare.model import names
 from devshare.model.device import DeviceInfo, NodeDevices, device_object, parse_device
 from devshare.model.errors import InvalidInput
@@ -98,7 +98,7 @@ class Reporter:
         client: AgentClient | None = None,
         override: list[list[float]] | None = None,
         checkpoint: Path | None = None,
-        own_resources: Collection[str] = tuple(r.name for r in PLUGIN_RESOURCES),
+        own_resources: Collection[str] = (),
         status_extra: tuple[str, ...] = (),
     ) -> None:
         self.backend = backend
@@ -132,17 +132,24 @@ class Reporter:
         nd = node_devices(self.node, inv, previous=self.previous, override=self.override)
         annotations: dict[str, str] = {}
         if self.checkpoint is not None:
-            live = None
+            live: set[str] | None = None
+            ours: set[str] = set()
             if self.client is not None:
-                live = {str((p.get("metadata") or {}).get("uid", "")) for p in self.client.list_node_pods(self.node)
-                        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+                live = set()
+                for p in self.client.list_node_pods(self.node):
+                    meta = p.get("metadata") or {}
+                    if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                        continue
+                    live.add(str(meta.get("uid", "")))
+                    if names.ALLOCATION in (meta.get("annotations") or {}):
+                        ours.add(str(meta.get("uid", "")))
             try:
                 entries = read_checkpoint(self.checkpoint)
             except InvalidInput as e:
                 log.warning("cannot read kubelet's checkpoint: %s", e)
                 entries = []
             held = held_outside(entries, known_ids={d.id for d in nd.devices},
-                                own_resources=self.own_resources, live_pods=live)
+                                own_resources=self.own_resources, live_pods=live, devshare_pods=ours)
             if held:
                 annotations[names.DEVICE_CHECKPOINTS] = json.dumps(held, separators=(",", ":"))
         with self._lock:

@@ -97,6 +97,11 @@ def fake_devices(resource: PluginResource, inv: Inventory) -> list[FakeDevice]:
     return out
 
 
+def fake_count(resource: PluginResource, inv: Inventory) -> int:
+    """How many ids the plugin for ``resource`` lists."""
+    return sum(resource.units(d.memory if isinstance(d, Gpu) else 0) for d in _devices(resource, inv))
+
+
 def _capacity(total: int, unit: int) -> str:
     return str(total // unit)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from devshare.agent.client import AgentClient
 from devshare.agent.deviceplugin.allocator import Allocator
-from devshare.agent.deviceplugin.server import DEFAULT_DIR, DevicePlugins, servable
+from devshare.agent.deviceplugin.server import DEFAULT_DIR, NO_DEVICE, DevicePlugins, servable
 from devshare.agent.inventory import Backend
 from devshare.agent.reporter import Reporter
 from devshare.agent.resources import PLUGIN_RESOURCES, PluginResource
@@ -47,12 +47,11 @@ class Agent:
             why = servable(r, inv)
             if why is None:
                 serve.append(r)
-            elif inv.gpus or inv.others:
+            elif why != NO_DEVICE:
                 log.info("not serving %s as a device plugin: %s", r.name, why)
-                if "bytes" in why:
-                    fallback.append(r.name)
-                    log.warning("%s is advertised through the node status instead: pods asking only for it get "
-                                "no Allocate call (no NVIDIA_VISIBLE_DEVICES from devshare)", r.name)
+                fallback.append(r.name)
+                log.warning("%s is advertised through the node status instead: pods asking only for it get "
+                            "no Allocate call (no NVIDIA_VISIBLE_DEVICES from devshare)", r.name)
         self.served = serve
         self.reporter.status_extra = tuple(fallback)
         self.allocator = Allocator(node, client, lambda: self.reporter.inventory,

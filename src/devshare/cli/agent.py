@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from devshare.agent.client import AgentClient
+from devshare.agent.inventory import Backend
 from devshare.cli.common import emit, fail, user_errors
 from devshare.model.errors import InvalidInput
 
@@ -34,7 +36,8 @@ def _node(node: str) -> str:
     return node or os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-def _backend(fake: Path | None, devices: Path | None, node: str, ignore_xids: str, *, watch_health: bool):  # type: ignore[no-untyped-def]
+def _backend(fake: Path | None, devices: Path | None, node: str, ignore_xids: str, *,
+             watch_health: bool) -> Backend:
     from devshare.agent.others import load_other_devices
 
     others = load_other_devices(devices) if devices is not None else ()
@@ -74,7 +77,7 @@ def _checkpoint(path: Path | None) -> Path | None:
     return DEFAULT_PATH if DEFAULT_PATH.exists() else None
 
 
-def _client():  # type: ignore[no-untyped-def]
+def _client() -> AgentClient:
     from devshare.agent.kubeclient import LightkubeClient
 
     try:

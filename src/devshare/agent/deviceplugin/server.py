@@ -11,14 +11,14 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
 
-import grpc
+import grpc  # type: ignore[import-untyped]
 
 from devshare.agent.deviceplugin import deviceplugin_v1beta1_pb2 as pb
 from devshare.agent.deviceplugin import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from devshare.agent.deviceplugin.allocator import Allocator
 from devshare.agent.inventory import Inventory
 from devshare.agent.matching import AllocateError
-from devshare.agent.resources import MAX_LIST_BYTES, PluginResource, fake_devices
+from devshare.agent.resources import MAX_LIST_BYTES, PluginResource, fake_count, fake_devices
 
 log = logging.getLogger("devshare.agent.deviceplugin")
 
@@ -27,6 +27,8 @@ DEFAULT_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET = "kubelet.sock"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
+NO_DEVICE = "no such device on this node"
+MIN_ID_BYTES = 14  # the least one listed device takes on the wire (a short id, "Healthy", framing)
 
 
 def list_response(resource: PluginResource, inv: Inventory) -> pb.ListAndWatchResponse:
@@ -41,9 +43,13 @@ def list_response(resource: PluginResource, inv: Inventory) -> pb.ListAndWatchRe
 
 def servable(resource: PluginResource, inv: Inventory) -> str | None:
     """Why ``resource`` cannot be served as a device plugin on this inventory, or None when it can."""
+    count = fake_count(resource, inv)
+    if count * MIN_ID_BYTES > MAX_LIST_BYTES:  # clearly too many, without building them
+        return (f"its {count} ids take more than {MAX_LIST_BYTES} bytes, more than kubelet accepts in one "
+                "ListAndWatch message")
     response = list_response(resource, inv)
     if not response.devices:
-        return "no such device on this node"
+        return NO_DEVICE
     size = response.ByteSize()
     if size > MAX_LIST_BYTES:
         return (f"its {len(response.devices)} ids take {size} bytes, more than kubelet accepts in one "
@@ -156,7 +162,7 @@ class DevicePlugins:
             if path.exists():
                 path.unlink()
             s = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-            pb_grpc.add_DevicePluginServicer_to_server(
+            pb_grpc.add_DevicePluginServicer_to_server(  # type: ignore[no-untyped-call]
                 DevicePluginService(r, self.allocator, self.inventory, self.changed, lambda: self._version,
                                     self._stop_serving), s)
             s.add_insecure_port(f"unix://{path}")
@@ -166,7 +172,7 @@ class DevicePlugins:
 
     def _register(self) -> None:
         with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
-            stub = pb_grpc.RegistrationStub(channel)
+            stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             for r in self.resources:
                 stub.Register(
                     pb.RegisterRequest(version=API_VERSION, endpoint=r.socket_name(), resource_name=r.name,
