@@ -238,8 +238,9 @@ class StateSync:
             return
         node = (obj.get("spec") or {}).get("nodeName")
         if not node:
-            if rec is not None and rec.phase == "bound":
-                self.state.release(key)  # cannot be: a bound pod never becomes pending
+            # pending: nothing to record. An assumed or bound record is kept: this event may simply be
+            # older than the bind the extender just made (a bound pod never becomes pending again;
+            # a new pod under the same name has another uid, handled above).
             return
         annotations = m.get("annotations") or {}
         try:
