@@ -379,3 +379,28 @@ async def test_an_object_that_breaks_the_handler_does_not_stop_the_sync(monkeypa
         await eventually(lambda: "default/fine" in sync.state.pods)
         assert (sync.malformed, sync.apply_errors) == (1, 1)
         assert "default/boom" not in sync.state.pods
+
+
+def test_a_stale_pending_event_does_not_undo_a_bind() -> None:
+    """The watch delivers "annotated, still pending" after the extender has already bound the pod:
+    the devices must stay taken (else another pod could be given them in between)."""
+    mb = MemoryBackend()
+    mb.apply(node("n1"))
+    mb.apply(device("n1"))
+    sync = StateSync(mb, ClusterState())
+    for kind in ("nodes", "devices", "pods"):
+        sync.reconcile(kind, mb.store.list(kind)[0], initial=True)
+    obj = mb.apply(pod("p", uid="u1"))
+    seen = mb.store.rv
+    req = parse_pod(obj)
+    alloc = PodAllocation(node="n1", containers=(ContainerAllocation(name="main", devices=(
+        DeviceGrant(type="gpu", minor=0, core_milli=500, memory=8 * GiB),)),))
+    sync.state.reserve(req, alloc, now=0.0)
+    mb.store.patch("pods", "default/p", {"metadata": {"annotations": encode_canonical(alloc)}})
+    mb.store.patch("pods", "default/p", {"spec": {"nodeName": "n1"}})
+    sync.state.bind(req.key)
+    before = sync.state.usage_key()
+    for ev in mb.store.events_since("pods", seen):
+        sync.apply_event("pods", WatchEvent(ev.type, ev.object))
+        assert sync.state.usage_key() == before
+    assert sync.state.pods["default/p"].phase == "bound"
