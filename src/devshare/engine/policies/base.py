@@ -1,0 +1,106 @@
+"""What the node policies share: per-candidate resource arrays and card choices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from devshare.engine.fit import pick_columns
+from devshare.engine.policy import Choice, FitView
+from devshare.engine.state import ClusterState
+from devshare.model import names
+from devshare.model.request import PodRequest
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+MAX_SPEC_CPU = 128_000  # the paper's normalisers: the largest node's CPU (milli) and GPUs (milli)
+MAX_SPEC_GPU = 8_000
+MAX_SCORE = 100
+
+
+def gpu_free(state: ClusterState, rows: Ints) -> Ints:
+    """``[M, W]`` free milli-GPU per usable card (0 on absent, unhealthy or held cards)."""
+    t = state.tables.get(names.GPU)
+    if t is None:
+        return np.zeros((rows.shape[0], 1), np.int64)
+    free = t.total_core[rows] - t.used_core[rows]
+    return np.where(t.usable()[rows], np.maximum(free, 0), 0)
+
+
+def cpu_left(state: ClusterState, rows: Ints) -> Ints:
+    """CPU left per row; nodes that do not track CPU count as having plenty."""
+    total = state.cpu_total[rows]
+    return np.where(total > 0, total - state.cpu_used[rows], MAX_SPEC_CPU * 1000)
+
+
+def pod_gpu(pod: PodRequest) -> tuple[int, int]:
+    """(GPU count, per-GPU milli) of the pod's first GPU ask; (0, 0) for none."""
+    for c in pod.containers:
+        for d in c.devices:
+            if d.type == names.GPU:
+                return d.count, d.core_milli
+    return 0, 0
+
+
+def class_key(pod: PodRequest) -> tuple[int, int, int, tuple[str, ...]]:
+    count, milli = pod_gpu(pod)
+    return (pod.cpu_milli, milli if count else 0, count, tuple(sorted(pod.gpu_models)))
+
+
+class NodeModels:
+    """The GPU model of every row, as small integer codes, refreshed when nodes change."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._code: dict[str, int] = {}
+        self._key: tuple[Any, ...] = ()
+        self._codes: Ints = np.zeros(0, np.int64)
+
+    def codes(self, state: ClusterState, rows: Ints) -> Ints:
+        key = (id(state), state.n_rows, len(state.nodes), len(state.devices))
+        if key != self._key:
+            codes = np.zeros(max(state.n_rows, 1), np.int64)
+            for name, row in state.row_of.items():
+                codes[row] = self.code(model_of(state, name, row))
+            self._codes, self._key = codes, key
+        return self._codes[rows]
+
+    def code(self, model: str) -> int:
+        c = self._code.get(model)
+        if c is None:
+            c = self._code[model] = len(self.names)
+            self.names.append(model)
+        return c
+
+
+def model_of(state: ClusterState, name: str, row: int) -> str:
+    info = state.nodes.get(name)
+    if info is not None and info.gpu_model:
+        return info.gpu_model
+    t = state.tables.get(names.GPU)
+    models = [m for m in (t.models[row] if t is not None and row < len(t.models) else []) if m]
+    return models[0] if models else ""
+
+
+def empty_choice(view: FitView, scores: Floats | None = None) -> Choice:
+    m = len(view.rows)
+    return Choice(scores if scores is not None else np.zeros(m, np.float64), np.zeros((m, 0), np.int64))
+
+
+def best_fit_columns(view: FitView, free: Ints) -> Ints:
+    """Shares: the fitting card with the least free (lowest index on ties). Whole cards: the lowest
+    fitting indices."""
+    req = view.request
+    assert req is not None
+    if req.whole or req.count > 1:
+        return pick_columns(view.fits, np.zeros(view.fits.shape, np.float64), req.count)
+    w = view.fits.shape[1]
+    return pick_columns(view.fits, -free[:, :w].astype(np.float64), req.count)
+
+
+def lowest_columns(view: FitView, k: int) -> Ints:
+    return pick_columns(view.fits, np.zeros(view.fits.shape, np.float64), k)
