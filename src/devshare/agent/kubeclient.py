@@ -57,7 +57,8 @@ class LightkubeClient:
                           patch_type=PatchType.MERGE)
 
     def list_node_pods(self, node: str) -> list[dict[str, Any]]:
-        return [_dict(p) for p in self.client.list(Pod, namespace="*", fields={"spec.nodeName": node})]
+        pods = (_dict(p) for p in self.client.list(Pod, namespace="*", fields={"spec.nodeName": node}))
+        return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.client.patch(Pod, name, {"metadata": {"annotations": annotations}}, namespace=namespace,
