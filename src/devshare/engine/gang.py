@@ -71,6 +71,7 @@ class GroupPlan:
     quorum: int  # members that must hold devices before any binds (1 unless a gang)
     expires_at: float
     slots: list[Slot] = field(default_factory=list)
+    checked: int = -1  # state version at which every slot was last known valid
 
     @property
     def key(self) -> str:
@@ -296,8 +297,11 @@ class GroupPlanner:
 
     def _refresh(self, plan: GroupPlan, bound: int, nodes: Sequence[str] | None, now: float) -> str | None:
         """Re-plan what is no longer valid: everything when nothing is bound, else slot by slot."""
+        if plan.checked == self.state.version:
+            return None  # nothing changed since the plan was last checked (or changed by it)
         bad = [s for s in plan.slots if self._invalid(plan, s) is not None]
         if not bad:
+            plan.checked = self.state.version
             return None
         if bound == 0:
             return self._replan_whole(plan, nodes, now)
@@ -377,6 +381,7 @@ class GroupPlanner:
             if why is not None:
                 return Refuse(f"group {gkey}: no place for member {key}: {why}")
         assert s.node is not None and s.allocation is not None
+        plan.checked = self.state.version  # every slot is valid, placed, or lost by now
         return self.placement(plan.namespace, plan.name, key, s.node, s.allocation)
 
     def filter(self, pod: PodRequest, nodes: Sequence[str] | None, *, now: float) -> FilterOutcome:
@@ -423,6 +428,7 @@ class GroupPlanner:
                 self._hold(plan, s, self._placeholder_pod(plan, s.index), now)
                 return Refuse(f"group {plan.key}: member {key} cannot take its planned devices: {why}")
             s.phase = "claimed"
+        plan.checked = self.state.version
         bound = len(self.bound_members(plan.namespace, plan.name))
         claimed = [t for t in plan.slots if t.phase == "claimed"]
         if bound + len(claimed) < plan.quorum:

@@ -23,7 +23,7 @@ The layout is computed without changing the state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgspec
 import numpy as np
@@ -151,7 +151,9 @@ def capacities(scheduler: Scheduler, template: PodRequest, rows: Ints, limit: in
         cap[:] = limit
     live = np.flatnonzero(cap > 0)
     if live.size:
-        ev = scheduler.evaluate(template, rows[live])
+        # only "can one member use this node at all" matters here: skip the per-node GPU set choice
+        quick = Scheduler(state, policy=scheduler.policy, settings=replace(scheduler.settings, topology=False))
+        ev = quick.evaluate(template, rows[live])
         cap[live[ev.codes != Code.SUCCESS]] = 0
     if g is None:
         for i in np.flatnonzero(cap > 0).tolist():
