@@ -404,3 +404,27 @@ def test_a_stale_pending_event_does_not_undo_a_bind() -> None:
         sync.apply_event("pods", WatchEvent(ev.type, ev.object))
         assert sync.state.usage_key() == before
     assert sync.state.pods["default/p"].phase == "bound"
+
+
+async def test_relist_releases_a_missing_pod_only_once_it_is_really_gone() -> None:
+    mb = MemoryBackend()
+    mb.apply(node("n1"))
+    mb.apply(device("n1"))
+    mb.apply(pod("late", node_name="n1", grants=[(0, 50, 8)]))
+    mb.apply(pod("gone", node_name="n1", grants=[(1, 50, 8)]))
+    sync = StateSync(mb, ClusterState(), backoff=fast_backoff)
+    for kind in ("nodes", "devices", "pods"):
+        sync.reconcile(kind, mb.store.list(kind)[0], initial=True)
+    mb.store.delete("pods", "default/gone")  # deleted while the watch was away
+
+    class ListTakenEarlier(MemoryBackend):
+        async def list(self, kind: Kind) -> Any:  # a list from before "late" existed
+            items, rv = self.store.list(kind)
+            return type(await mb.list(kind))([o for o in items if o["metadata"]["name"] != "late"], rv)
+
+    sync.backend = ListTakenEarlier(mb.store)
+    await sync._list_with_retry("pods", initial=False)
+    assert "default/late" in sync.state.pods  # a GET found it bound: kept
+    assert "default/gone" not in sync.state.pods
+    assert used(sync.state, "n1", 0) == (50.0, 8 * GiB)
+    assert used(sync.state, "n1", 1) == (0.0, 0)

@@ -15,7 +15,9 @@ Rules for pods:
   deleted);
 - pending: left alone (the scheduler reserves it; an annotation on an unbound pod is not truth);
 - a malformed annotation is logged and counted in :attr:`StateSync.malformed`, never fatal.
-A re-list keeps the state's assumed pods (their bind may not be visible yet).
+A re-list keeps the state's assumed pods (their bind may not be visible yet), and releases a bound
+pod missing from the list only once a GET confirms it is gone (it may have been created and bound
+after the list was taken).
 """
 
 from __future__ import annotations
@@ -128,9 +130,25 @@ class StateSync:
                 log.warning("listing %s failed (%s); retrying in %.1fs", kind, e, delay)
                 await asyncio.sleep(delay)
                 continue
-            self.reconcile(kind, result.items, initial=initial)
+            vanished = self.reconcile(kind, result.items, initial=initial)
             self.resource_versions[kind] = result.resource_version
+            await self._check_vanished(vanished)
             return
+
+    async def _check_vanished(self, keys: list[str]) -> None:
+        """Pods the state holds that a re-list did not show: gone, or created (and bound by the
+        extender) after the list was taken? Ask for each; release only those really gone."""
+        for key in keys:
+            ns, _, name = key.partition("/")
+            try:
+                obj = await self.backend.get_pod(ns, name)
+            except BackendError as e:
+                log.warning("pod %s: cannot tell whether it still exists (%s); keeping its devices", key, e)
+                continue
+            if obj is None:
+                self.state.release(key)
+            else:
+                self._apply("pods", "MODIFIED", obj)
 
     async def _watch_forever(self, kind: Kind) -> None:
         backoff = self._backoff()
@@ -167,8 +185,12 @@ class StateSync:
             self.resource_versions[kind] = rv
 
     # ------------------------------------------------------------------ applying objects
-    def reconcile(self, kind: Kind, items: list[dict[str, Any]], *, initial: bool) -> None:
-        """Apply a full list; on a re-list, also drop what is no longer there."""
+    def reconcile(self, kind: Kind, items: list[dict[str, Any]], *, initial: bool,
+                  release_vanished: bool = False) -> list[str]:
+        """Apply a full list; on a re-list, also drop the nodes and devices no longer there. Returns
+        the pods held by the state (not assumed) that the list lacks: the caller checks them one by
+        one, unless ``release_vanished`` (then they are released here)."""
+        vanished: list[str] = []
         present = {object_key(o) for o in items}
         if not initial:
             if kind == "nodes":
@@ -178,10 +200,14 @@ class StateSync:
                 for name in [n for n in self.state.devices if n not in present]:
                     self.state.remove_devices(name)
             else:
-                for key in [k for k, r in self.state.pods.items() if k not in present and r.phase != "assumed"]:
-                    self.state.release(key)
+                vanished = [k for k, r in self.state.pods.items() if k not in present and r.phase != "assumed"]
+                if release_vanished:
+                    for key in vanished:
+                        self.state.release(key)
+                    vanished = []
         for obj in items:
             self._apply(kind, "ADDED", obj)
+        return vanished
 
     def _apply(self, kind: Kind, type_: str, obj: dict[str, Any]) -> None:
         try:
