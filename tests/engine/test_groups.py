@@ -366,3 +366,17 @@ def test_gang_plan_invalidated_while_waiting_is_made_again() -> None:
     d0 = planner.claim(member(0, 4, replicas=2, gang=2), "b", now=3)
     assert isinstance(d0, Bind) and {m.node for m in d0.members} == {"b"}
     assert len(d0.members) == 2
+
+
+def test_planned_devices_taken_by_a_pod_bound_elsewhere_replan_the_group() -> None:
+    # a pod bound by another scheduler lands on planned GPUs (its annotation is the truth)
+    s = cluster("a", "b")
+    planner = GroupPlanner(Scheduler(s))
+    p0 = as_placement(planner.assign(member(0, 4, replicas=2), now=0))
+    assert p0.node == "a"
+    take(s, "a", [minors(p0)[0]], "intruder")
+    p1 = as_placement(planner.assign(member(1, 4, replicas=2), now=1))
+    plan = planner.plans["default/job"]
+    # nothing was bound yet: the whole group moves to "b", where 2 x 4 GPUs still fit together
+    assert p1.node == "b" and [sl.node for sl in plan.slots] == ["b", "b"]
+    assert as_placement(planner.assign(member(0, 4, replicas=2), now=2)).node == "b"
