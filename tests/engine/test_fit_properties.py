@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devshare.engine.fit import Need, card_fits, card_scores, pick_columns, search
+from devshare.engine.fit import Gather, Need, card_fits, card_scores, pick_columns, search
 from devshare.engine.state import ClusterState
 from devshare.model.request import DeviceRequest
 from support.cluster import GiB, add_node, bound
@@ -85,7 +85,8 @@ def test_vectorized_single_container_agrees_with_dfs(used: list[tuple[int, int]]
     t = state.tables["gpu"]
     rows = state.node_rows(["n"])
     req = DeviceRequest(type="gpu", count=k, core_milli=core, memory=mem * GiB)
-    fits = card_fits(t, rows, req, state.max_containers)
+    g = Gather(t, rows)
+    fits = card_fits(g, req, state.max_containers)
     n = len(used)
     res = search(t.free_core[0, :n], t.free_mem[0, :n], state.max_containers - t.used_slots[0, :n],
                  t.total_core[0, :n], t.total_mem[0, :n], t.usable()[0, :n], t.used_slots[0, :n] == 0,
@@ -94,7 +95,7 @@ def test_vectorized_single_container_agrees_with_dfs(used: list[tuple[int, int]]
         assert res is None
         return
     assert res is not None
-    cs = card_scores(t, rows, req, W, True)
+    cs = card_scores(g, req, W, True)
     cols = pick_columns(fits, cs, k)
     vec = float(np.take_along_axis(cs, cols, axis=1).mean())
     assert abs(vec - res.score) < 1e-9

@@ -29,35 +29,99 @@ Ints = npt.NDArray[np.int64]
 
 
 def memory_need(req: DeviceRequest, total_mem: Ints) -> Ints:
-    """Bytes ``req`` needs on each device (ratio requests depend on each device's total)."""
+    """Bytes ``req`` needs on each device (ratio requests depend on each device's total); a 0-d array
+    (broadcasts) when the ask is in bytes."""
     if req.memory_ratio_milli:
         return total_mem * req.memory_ratio_milli // WHOLE
-    return np.full(total_mem.shape, req.memory, np.int64)
+    return np.asarray(req.memory, np.int64)
 
 
-def card_fits(table: DeviceTable, rows: Ints, req: DeviceRequest, max_containers: int) -> Mask:
+class Gather:
+    """The device arrays of some rows, gathered once and shared by the fit, the policy and the score."""
+
+    def __init__(self, table: DeviceTable, rows: Ints) -> None:
+        self.table = table
+        self.rows = rows
+        self._cache: dict[str, Any] = {}
+        self._parent: tuple[Gather, Ints] | None = None
+        # rows 0..n-1 in order (every node, none removed): a slice is a free view, no gather
+        n = len(rows)
+        self._prefix = n if n and int(rows[0]) == 0 and int(rows[-1]) == n - 1 and _is_range(rows) else None
+
+    def _get(self, name: str) -> Any:
+        v = self._cache.get(name)
+        if v is None:
+            parent = self._parent
+            if parent is not None and name in parent[0]._cache:
+                v = parent[0]._cache[name][parent[1]]
+            else:
+                arr = getattr(self.table, name)
+                v = arr[: self._prefix] if self._prefix is not None else arr[self.rows]
+            self._cache[name] = v
+        return v
+
+    @property
+    def free_core(self) -> Ints:
+        return self._get("free_core")  # type: ignore[no-any-return]
+
+    @property
+    def free_mem(self) -> Ints:
+        return self._get("free_mem")  # type: ignore[no-any-return]
+
+    @property
+    def total_core(self) -> Ints:
+        return self._get("total_core")  # type: ignore[no-any-return]
+
+    @property
+    def total_mem(self) -> Ints:
+        return self._get("total_mem")  # type: ignore[no-any-return]
+
+    @property
+    def used_slots(self) -> Ints:
+        return self._get("used_slots")  # type: ignore[no-any-return]
+
+    @property
+    def usable(self) -> Mask:
+        return self._get("usable_mask")  # type: ignore[no-any-return]
+
+    def subset(self, idx: Ints) -> Gather:
+        """The same arrays for ``rows[idx]``, each taken on first use from what was gathered already."""
+        sub = Gather(self.table, self.rows[idx])
+        sub._parent = (self, idx)
+        return sub
+
+
+def _is_range(rows: Ints) -> bool:
+    """True when ``rows`` is exactly 0, 1, ..., n-1 (cheap: checked once per evaluation)."""
+    return bool(np.all(np.diff(rows) == 1)) if len(rows) > 1 else True
+
+
+def card_fits(g: Gather, req: DeviceRequest, max_containers: int) -> Mask:
     """``[len(rows), width]``: can each device of each row take one share of ``req``?"""
-    usable = table.usable()[rows]
-    free_core = table.total_core[rows] - table.used_core[rows]
-    free_mem = table.total_mem[rows] - table.used_mem[rows]
-    need_mem = memory_need(req, table.total_mem[rows])
-    ok = usable & (free_core >= req.core_milli) & (free_mem >= need_mem)
-    ok &= table.used_slots[rows] < max_containers
+    slots = g.used_slots
     if req.whole:
-        # a whole device is exclusive: nothing else may be on it
-        ok &= (table.used_core[rows] == 0) & (table.used_mem[rows] == 0) & (table.used_slots[rows] == 0)
+        # a whole device is exclusive: nothing else may be on it (every grant takes a slot)
+        whole: Mask = g.usable & (slots == 0) & (g.free_core >= req.core_milli)
+        if req.memory_ratio_milli < WHOLE and req.memory:
+            whole &= g.free_mem >= req.memory
+        return whole
+    ok = g.usable & (g.free_core >= req.core_milli) & (slots < max_containers)
+    if req.memory_ratio_milli:
+        ok &= g.free_mem >= memory_need(req, g.total_mem)
+    elif req.memory:
+        ok &= g.free_mem >= req.memory
     return ok
 
 
-def card_scores(
-    table: DeviceTable, rows: Ints, req: DeviceRequest, core_weight: float, binpack: bool
-) -> npt.NDArray[np.float64]:
+def card_scores(g: Gather, req: DeviceRequest, core_weight: float, binpack: bool) -> npt.NDArray[np.float64]:
     """Seed 000's card score after placing one share of ``req`` on each device:
-    ``w * core-score + (1 - w) * memory-score``; binpack scores fuller devices higher, spread emptier."""
-    total_core = np.maximum(table.total_core[rows], 1)
-    total_mem = np.maximum(table.total_mem[rows], 1)
-    core_after = (table.used_core[rows] + req.core_milli) / total_core
-    mem_after = (table.used_mem[rows] + memory_need(req, table.total_mem[rows])) / total_mem
+    ``w * core-score + (1 - w) * memory-score`` (utilisation after placement); binpack scores fuller
+    devices higher, spread emptier ones."""
+    tc = g.total_core
+    core_after = 1.0 - (g.free_core - req.core_milli) / np.maximum(tc, 1)
+    tm = g.total_mem
+    need = memory_need(req, tm) if req.memory_ratio_milli else req.memory
+    mem_after = 1.0 - (g.free_mem - need) / np.maximum(tm, 1)
     util = core_weight * core_after + (1.0 - core_weight) * mem_after
     return np.asarray(util if binpack else 1.0 - util, dtype=np.float64)
 
@@ -65,8 +129,55 @@ def card_scores(
 def pick_columns(fits: Mask, scores: npt.NDArray[np.float64], k: int) -> Ints:
     """For each row, the ``k`` fitting columns with the best scores (ties: lowest column)."""
     masked = np.where(fits, scores, -np.inf)
+    if k == 1:
+        return np.asarray(np.argmax(masked, axis=1)[:, None], dtype=np.int64)
     order = np.argsort(-masked, axis=1, kind="stable")
     return np.asarray(order[:, :k], dtype=np.int64)
+
+
+def greedy(
+    g: Gather, needs: Sequence[tuple[int, DeviceRequest]], max_containers: int, core_weight: float, binpack: bool
+) -> tuple[Mask, npt.NDArray[np.float64]]:
+    """Place the containers one after another (biggest first), each on its best-scoring devices,
+    on every row at once. Returns which rows it placed everything on (a sufficient test of fit) and
+    the seed-000 score of the result there. The exact DFS runs only where this cannot decide."""
+    free_core = g.free_core.copy()
+    free_mem = g.free_mem.copy()
+    slots = g.used_slots.copy()
+    usable = g.usable.copy()
+    tc = np.maximum(g.total_core, 1)
+    tm = np.maximum(g.total_mem, 1)
+    m = len(g.rows)
+    ok = np.ones(m, np.bool_)
+    picked: list[tuple[Ints, DeviceRequest]] = []
+    order = sorted(needs, key=lambda cr: (not cr[1].whole, -cr[1].count, -cr[1].core_milli, -cr[1].memory))
+    ar = np.arange(m)[:, None]
+    for _, req in order:
+        need_mem = memory_need(req, g.total_mem)
+        fits = usable & (free_core >= req.core_milli) & (free_mem >= need_mem)
+        fits &= (slots == 0) if req.whole else (slots < max_containers)
+        util = core_weight * (1.0 - (free_core - req.core_milli) / tc)
+        util += (1.0 - core_weight) * (1.0 - (free_mem - need_mem) / tm)
+        score = util if binpack else -util
+        cols = pick_columns(fits, np.asarray(score, np.float64), req.count)
+        good = np.take_along_axis(fits, cols, axis=1).all(axis=1)
+        ok &= good
+        nm = np.broadcast_to(need_mem, free_mem.shape)
+        free_core[ar, cols] -= req.core_milli
+        free_mem[ar, cols] -= np.take_along_axis(nm, cols, axis=1)
+        slots[ar, cols] += 1
+        if req.whole:
+            usable[ar, cols] = False  # nothing else of this pod may join a whole device
+        picked.append((cols, req))
+    total = 0.0
+    grants = 0
+    for cols, req in picked:
+        u = core_weight * (1.0 - np.take_along_axis(free_core, cols, axis=1) / np.take_along_axis(tc, cols, axis=1))
+        u += (1.0 - core_weight) * (1.0 - np.take_along_axis(free_mem, cols, axis=1)
+                                   / np.take_along_axis(tm, cols, axis=1))
+        total = total + (u if binpack else 1.0 - u).sum(axis=1)
+        grants += req.count
+    return ok, np.asarray(total / max(grants, 1), np.float64)
 
 
 # ---------------------------------------------------------------------------- DFS (seed 000)
@@ -102,6 +213,7 @@ def search(
     core_weight: float,
     binpack: bool,
     budget: int = 20000,
+    first: bool = False,
 ) -> SearchResult | None:
     """Best combination of devices for all ``needs`` on one node, or None if none fits.
 
@@ -145,6 +257,8 @@ def search(
             if s > best[1] + 1e-12:
                 best[0] = dict(chosen)
                 best[1] = s
+            if first:
+                stats["cut"] = True  # a feasible combination is all that was asked
             return
         nd = needs[order[level]]
         mem = [int(x) for x in nd.memory]
@@ -194,4 +308,4 @@ def search(
     dfs(0)
     if best[0] is None:
         return None
-    return SearchResult(best[0], float(best[1]), not stats["cut"], int(stats["nodes"]))
+    return SearchResult(best[0], float(best[1]), first or not stats["cut"], int(stats["nodes"]))

@@ -11,13 +11,13 @@ it is scored, and :meth:`Policy.placed` after it is placed. It never sees pods t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.fit import card_scores, pick_columns
+from devshare.engine.fit import Gather, card_scores, pick_columns
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
 from devshare.model.request import DeviceRequest, PodRequest
@@ -37,6 +37,18 @@ class FitView:
     table: DeviceTable | None  # the device type's table (None for a pod asking no device)
     request: DeviceRequest | None  # per-device ask (None for a pod asking no device)
     fits: Mask  # [len(rows), width]: one share fits on that device (all False width when no device)
+    # the device arrays of `rows` (free_core, free_mem, total_core, total_mem, used_slots, usable),
+    # gathered once and shared; built from `table` when not given
+    gather: Gather | None = field(default=None)
+
+    def arrays(self) -> Gather:
+        if self.gather is not None:
+            return self.gather
+        if self.table is None:
+            raise ValueError("this pod asks for no device: there are no device arrays")
+        g = Gather(self.table, self.rows)
+        object.__setattr__(self, "gather", g)
+        return g
 
     @property
     def count(self) -> int:
@@ -63,10 +75,10 @@ class Policy(Protocol):
         ...
 
 
-def node_utilization(state: ClusterState, table: DeviceTable, rows: Ints, extra: float) -> Floats:
-    """Share of a node's device compute in use once ``extra`` thousandths more are placed."""
-    total = table.total_core[rows].sum(axis=1)
-    used = table.used_core[rows].sum(axis=1) + extra
+def node_utilization(g: Gather, extra: float) -> Floats:
+    """Share of each node's device compute in use once ``extra`` thousandths more are placed."""
+    total = g.total_core.sum(axis=1)
+    used = total - g.free_core.sum(axis=1) + extra
     return np.asarray(np.where(total > 0, used / np.maximum(total, 1), 0.0), dtype=np.float64)
 
 
@@ -94,10 +106,16 @@ class BinpackPolicy:
         if view.table is None or view.request is None or view.count == 0:
             return Choice(np.zeros(m, np.float64), np.zeros((m, 0), np.int64))
         req = view.request
-        cs = card_scores(view.table, view.rows, req, self.core_weight, self.card_binpack)
-        cols = pick_columns(view.fits, cs, req.count)
-        card = np.take_along_axis(cs, cols, axis=1).mean(axis=1)
-        util = node_utilization(view.state, view.table, view.rows, req.core_milli * req.count)
+        g = view.arrays()
+        if req.whole:
+            # every free device scores the same once taken whole: the lowest-numbered ones
+            cols = np.asarray(np.argsort(~view.fits, axis=1, kind="stable")[:, : req.count], np.int64)
+            card = np.full(m, 1.0 if self.card_binpack else 0.0)
+        else:
+            cs = card_scores(g, req, self.core_weight, self.card_binpack)
+            cols = pick_columns(view.fits, cs, req.count)
+            card = np.take_along_axis(cs, cols, axis=1).mean(axis=1)
+        util = node_utilization(g, req.core_milli * req.count)
         node = util if self.node_binpack else 1.0 - util
         scores = self.card_weight * card + (1.0 - self.card_weight) * node
         return Choice(np.asarray(scores, np.float64), cols)

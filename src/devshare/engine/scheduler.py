@@ -129,7 +129,10 @@ class Scheduler:
         if nodes is None:
             rows = self.state.node_rows()
             return rows, []
-        unknown = [n for n in nodes if n not in self.state.row_of]
+        row_of = self.state.row_of
+        unknown = [n for n in nodes if n not in row_of]
+        if not unknown and len(nodes) == len(row_of) and len(set(nodes)) == len(row_of):
+            return self.state.node_rows(), unknown  # every node: the sorted (often contiguous) rows
         return self.state.node_rows(nodes), unknown
 
     # ------------------------------------------------------------------ extender verbs

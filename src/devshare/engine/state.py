@@ -62,6 +62,9 @@ class ClusterState:
         self.tables: dict[str, DeviceTable] = {}
         self.bandwidth: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
         self.version = 0  # bumped on every change; caches key on it
+        self.layout_version = 0  # bumped when nodes or devices change (not on usage changes)
+        self._all_rows: np.ndarray[Any, np.dtype[np.int64]] | None = None
+        self._all_rows_key = -1
 
     # ------------------------------------------------------------------ nodes and devices
     def table(self, device_type: str) -> DeviceTable:
@@ -96,11 +99,13 @@ class ClusterState:
 
     def upsert_node(self, info: NodeInfo) -> None:
         self.version += 1
+        self.layout_version += 1
         row = self.row_of.get(info.name)
         if row is None:
             row = self._new_row()
             self.row_of[info.name] = row
             self.name_of[row] = info.name
+            self._all_rows = None
         self.nodes[info.name] = info
         self.active[row] = not info.unschedulable
         self.cpu_total[row] = info.cpu_milli
@@ -114,7 +119,9 @@ class ClusterState:
         if row is None:
             return
         self.version += 1
+        self.layout_version += 1
         del self.name_of[row]
+        self._all_rows = None
         self.nodes.pop(name, None)
         self.active[row] = False
         self.cpu_total[row] = self.cpu_used[row] = self.mem_total[row] = self.mem_used[row] = 0
@@ -126,6 +133,7 @@ class ClusterState:
     def set_devices(self, nd: NodeDevices) -> None:
         """Publish a node's devices (a Device object appeared or changed). Takes effect at once."""
         self.version += 1
+        self.layout_version += 1
         self.devices[nd.node] = nd
         row = self.row_of.get(nd.node)
         if row is not None:
@@ -133,6 +141,7 @@ class ClusterState:
 
     def remove_devices(self, node: str) -> None:
         self.version += 1
+        self.layout_version += 1
         self.devices.pop(node, None)
         row = self.row_of.get(node)
         if row is not None:
@@ -170,9 +179,7 @@ class ClusterState:
             col = t.column_of(row, g.minor)
             if col < 0:
                 continue  # the device is gone; the record stays, nothing to count
-            t.used_core[row, col] += sign * g.core_milli
-            t.used_mem[row, col] += sign * g.memory
-            t.used_slots[row, col] += sign
+            t.add_usage(row, col, g.core_milli, g.memory, sign)
 
     def why_not(self, pod: PodRequest, alloc: PodAllocation, *, ignore: str | None = None) -> str | None:
         """Why ``alloc`` cannot be added now (None when it fits). ``ignore``: a pod key not to count."""
@@ -287,9 +294,12 @@ class ClusterState:
 
     # ------------------------------------------------------------------ views
     def node_rows(self, names_: Iterable[str] | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """Rows of the named nodes (unknown names are skipped), or of every node."""
+        """Rows of the named nodes (unknown names are skipped), or of every node (sorted)."""
         if names_ is None:
-            return np.fromiter(self.row_of.values(), np.int64, len(self.row_of))
+            if self._all_rows is None or self._all_rows_key != len(self.row_of):
+                self._all_rows = np.sort(np.fromiter(self.row_of.values(), np.int64, len(self.row_of)))
+                self._all_rows_key = len(self.row_of)
+            return self._all_rows
         return np.fromiter((self.row_of[n] for n in names_ if n in self.row_of), np.int64)
 
     def usage_key(self) -> tuple[Any, ...]:

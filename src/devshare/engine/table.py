@@ -28,6 +28,9 @@ class DeviceTable:
         self.used_core = np.zeros((rows, width), np.int64)
         self.used_mem = np.zeros((rows, width), np.int64)
         self.used_slots = np.zeros((rows, width), np.int64)  # containers on the device
+        self.free_core = np.zeros((rows, width), np.int64)  # total - used, kept in step (hot path)
+        self.free_mem = np.zeros((rows, width), np.int64)
+        self.usable_mask = np.zeros((rows, width), np.bool_)  # present & healthy & not blocked
         self.present = np.zeros((rows, width), np.bool_)
         self.healthy = np.zeros((rows, width), np.bool_)
         self.blocked = np.zeros((rows, width), np.bool_)  # held outside devshare
@@ -45,7 +48,7 @@ class DeviceTable:
         rows = max(rows, self.rows)
         width = max(width, self.width)
         for name in ("total_core", "total_mem", "used_core", "used_mem", "used_slots", "present", "healthy",
-                     "blocked", "minor"):
+                     "blocked", "minor", "free_core", "free_mem", "usable_mask"):
             old = getattr(self, name)
             fill = -1 if name == "minor" else 0
             new = np.full((rows, width), fill, old.dtype)
@@ -72,12 +75,17 @@ class DeviceTable:
             self.healthy[row, j] = d.health
             self.blocked[row, j] = bool(d.id) and d.id in blocked_ids
             self.minor[row, j] = d.minor
+        self.free_core[row] = self.total_core[row]
+        self.free_mem[row] = self.total_mem[row]
+        self.usable_mask[row] = self.present[row] & self.healthy[row] & ~self.blocked[row]
         self.ids[row] = [d.id for d in devices]
         self.models[row] = [d.model for d in devices]
 
     def clear(self, row: int) -> None:
-        for arr in (self.total_core, self.total_mem, self.used_core, self.used_mem, self.used_slots):
+        for arr in (self.total_core, self.total_mem, self.used_core, self.used_mem, self.used_slots,
+                    self.free_core, self.free_mem):
             arr[row] = 0
+        self.usable_mask[row] = False
         self.present[row] = False
         self.healthy[row] = False
         self.blocked[row] = False
@@ -93,15 +101,15 @@ class DeviceTable:
     def count(self, row: int) -> int:
         return int(self.present[row].sum())
 
-    # free capacity views (negative where over-used, e.g. after a device shrank)
-    @property
-    def free_core(self) -> I64:
-        return self.total_core - self.used_core
-
-    @property
-    def free_mem(self) -> I64:
-        return self.total_mem - self.used_mem
+    def add_usage(self, row: int, col: int, core: int, memory: int, sign: int) -> None:
+        """Count (sign +1) or uncount (-1) one grant on a device. Free arrays may go negative when a
+        device shrank under its pods; they are never clipped, so accounting stays exact."""
+        self.used_core[row, col] += sign * core
+        self.used_mem[row, col] += sign * memory
+        self.used_slots[row, col] += sign
+        self.free_core[row, col] -= sign * core
+        self.free_mem[row, col] -= sign * memory
 
     def usable(self) -> BOOL:
         """Devices that may take new work: present, healthy, not held outside devshare."""
-        return self.present & self.healthy & ~self.blocked
+        return self.usable_mask

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.handlers.base import Code, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
 from devshare.engine.policy import Choice, FitView
-from devshare.engine.topology import TopologySolver
+from devshare.engine.state import ClusterState
+from devshare.engine.topology import TopologySolver, solver_for
 from devshare.model import names
 
 
 class GpuHandler(ShareHandler):
     def __init__(self) -> None:
         super().__init__(names.GPU)
-        self._solvers: dict[bytes, TopologySolver] = {}
-        self._node_solver: dict[str, tuple[Any, TopologySolver, float]] = {}
+        self._rows_key: tuple[int, int] | None = None
+        self._row_solver = np.zeros(0, np.int64)
+        self._solver_list: list[tuple[TopologySolver, float]] = []
 
     def node_model(self, ctx: Context, row: int) -> str:
         info = ctx.state.nodes.get(ctx.state.name_of.get(row, ""))
@@ -65,44 +65,62 @@ class GpuHandler(ShareHandler):
         choice: Choice = ctx.policy.choose(view)
         return choice
 
-    def solver(self, node: str, matrix: Any) -> tuple[TopologySolver, float]:
-        """The memoizing solver for a node's matrix (shared by nodes with equal matrices), and the
-        matrix's best link (to normalise bottlenecks)."""
-        hit = self._node_solver.get(node)
-        if hit is not None and hit[0] is matrix:
-            return hit[1], hit[2]
-        m = np.asarray(matrix, np.float64)
-        key = np.ascontiguousarray(m).tobytes()
-        s = self._solvers.get(key)
-        if s is None:
-            s = self._solvers[key] = TopologySolver(m)
-        off = m[~np.eye(m.shape[0], dtype=bool)]
-        top = float(off.max()) if off.size else 0.0
-        self._node_solver[node] = (matrix, s, top)
-        return s, top
+    def row_solvers(self, state: ClusterState) -> tuple[npt.NDArray[np.int64], list[tuple[TopologySolver, float]]]:
+        """Per node row, the index of its bandwidth matrix's solver (-1: none), and the solvers with
+        their best link (to normalise bottlenecks). Rebuilt only when nodes or devices change."""
+        key = (id(state), state.layout_version)
+        if self._rows_key == key:
+            return self._row_solver, self._solver_list
+        idx = np.full(max(state.n_rows, 1), -1, np.int64)
+        solvers: list[tuple[TopologySolver, float]] = []
+        seen: dict[int, int] = {}
+        for name, matrix in state.bandwidth.items():
+            s = solver_for(matrix)
+            k = seen.get(id(s))
+            if k is None:
+                m = np.asarray(matrix, np.float64)
+                off = m[~np.eye(m.shape[0], dtype=bool)]
+                k = seen[id(s)] = len(solvers)
+                solvers.append((s, float(off.max()) if off.size else 0.0))
+            idx[state.row_of[name]] = k
+        self._rows_key, self._row_solver, self._solver_list = key, idx, solvers
+        return idx, solvers
 
     def refine(self, ctx: Context, view: FitView, choice: Choice) -> Choice:
         """Whole multi-GPU asks on nodes with a bandwidth matrix take the set with the largest
-        bottleneck bandwidth (ties: total bandwidth), and the node score rewards a good set."""
+        bottleneck bandwidth (ties: total bandwidth), and the node score rewards a good set.
+        Nodes sharing a matrix and a free-GPU mask are solved once (memoized per solver)."""
         req = view.request
         if req is None or not ctx.settings.topology or req.count < 2 or not req.whole:
             return choice
         state = ctx.state
         if not state.bandwidth:
             return choice
+        row_solver, solvers = self.row_solvers(state)
+        sid = row_solver[view.rows]
+        has = sid >= 0
+        if not has.any():
+            return choice
         cols = choice.columns.copy()
         topo = np.full(len(view.rows), 0.5)
-        weights = 1 << np.arange(view.fits.shape[1], dtype=np.int64)
+        width = view.fits.shape[1]
+        weights = 1 << np.arange(width, dtype=np.int64)
         masks = (view.fits.astype(np.int64) * weights).sum(axis=1)
-        for i, row in enumerate(view.rows.tolist()):
-            name = state.name_of.get(row, "")
-            matrix = state.bandwidth.get(name)
-            if matrix is None:
-                continue
-            solver, top = self.solver(name, matrix)
-            res = solver.best(int(masks[i]), req.count)
+        keys = sid[has] * (1 << width) + masks[has]
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        u_cols = np.zeros((len(uniq), req.count), np.int64)
+        u_topo = np.full(len(uniq), 0.5)
+        u_ok = np.zeros(len(uniq), np.bool_)
+        for u, key in enumerate(uniq.tolist()):
+            solver, top = solvers[key >> width]
+            res = solver.best(key & ((1 << width) - 1), req.count)
             if res is None:
                 continue
-            cols[i] = np.asarray(res.gpus, np.int64)
-            topo[i] = res.bottleneck / top if top > 0 else 0.0
+            u_ok[u] = True
+            u_cols[u] = res.gpus
+            u_topo[u] = res.bottleneck / top if top > 0 else 0.0
+        where = np.flatnonzero(has)
+        good = u_ok[inverse]
+        cols[where[good]] = u_cols[inverse[good]]
+        topo[where[good]] = u_topo[inverse[good]]
         return Choice(0.5 * choice.scores + 0.5 * topo, cols)

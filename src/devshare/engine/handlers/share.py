@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.fit import Need, SearchResult, card_fits, memory_need, search
+from devshare.engine.fit import Gather, Need, SearchResult, card_fits, greedy, memory_need, search
 from devshare.engine.handlers.base import (
     Code,
     Context,
@@ -48,7 +48,7 @@ def describe_ask(device_type: str, req: DeviceRequest) -> str:
 def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_containers: int) -> str:
     """Why each device of ``row`` cannot take one share of ``req`` (devices that can are skipped)."""
     out = []
-    need_mem = memory_need(req, table.total_mem[row : row + 1])[0]
+    need_mem = np.broadcast_to(memory_need(req, table.total_mem[row]), table.total_mem[row].shape)
     for j in range(table.count(row)):
         name = f"{table.type} {int(table.minor[row, j])}"
         if not table.healthy[row, j]:
@@ -116,10 +116,12 @@ class ShareHandler(DeviceHandler):
             reasons[i] = (f"node has {int(n_dev[i])} {self.type} device(s), a container asks for {biggest}"
                           if n_dev[i] else f"node has no {self.type} devices")
         # asks no amount of freed capacity can satisfy: too few devices big enough (preemption won't help)
-        usable = table.usable()[rows]
+        g = Gather(table, rows)
+        usable = g.usable
         for _, req in needs:
-            big = usable & (table.total_core[rows] >= req.core_milli)
-            big &= table.total_mem[rows] >= memory_need(req, table.total_mem[rows])
+            big = usable & (g.total_core >= req.core_milli)
+            if req.memory or req.memory_ratio_milli:
+                big &= g.total_mem >= memory_need(req, g.total_mem)
             never = (codes == Code.SUCCESS) & (big.sum(axis=1) < req.count)
             codes[never] = Code.UNRESOLVABLE
             for i in np.flatnonzero(never).tolist():
@@ -130,13 +132,17 @@ class ShareHandler(DeviceHandler):
 
         if len(needs) == 1:
             ci, req = needs[0]
-            fits = card_fits(table, rows, req, mc)
-            short = (codes == Code.SUCCESS) & (fits.sum(axis=1) < req.count)
+            fits = card_fits(g, req, mc)
+            nfit = fits.sum(axis=1) if req.count > 1 else fits.any(axis=1)
+            short = (codes == Code.SUCCESS) & (nfit < req.count)
             codes[short] = Code.UNSCHEDULABLE
             ok = np.flatnonzero(codes == Code.SUCCESS)
             cols = np.zeros((m, req.count), np.int64)
             if ok.size:
-                view = FitView(state, pod, rows[ok], table, req, fits[ok])
+                if ok.size == m:
+                    view = FitView(state, pod, rows, table, req, fits, g)
+                else:
+                    view = FitView(state, pod, rows[ok], table, req, fits[ok], g.subset(ok))
                 choice = self.refine(ctx, view, self.choose(ctx, view))
                 scores[ok] = choice.scores
                 cols[ok] = choice.columns
@@ -156,22 +162,28 @@ class ShareHandler(DeviceHandler):
 
             return Evaluation(rows, codes, scores, explain, grant)
 
-        # several containers ask for this type: seed 000's DFS, node by node
+        # several containers ask for this type. A vectorized greedy placement decides most nodes;
+        # seed 000's exact DFS runs where it cannot (greedy failed) and, for the devices, on the node
+        # finally chosen (grant_multi), so the allocation is the best-scoring combination there.
+        live = np.flatnonzero(codes == Code.SUCCESS)
         results: dict[int, SearchResult] = {}
-        for i in np.flatnonzero(codes == Code.SUCCESS).tolist():
-            row = int(rows[i])
-            res = self._search(ctx, table, row, needs)
-            if res is None:
-                codes[i] = Code.UNSCHEDULABLE
-            else:
-                results[i] = res
-        if results:
-            idx = np.fromiter(results, np.int64)
-            card = np.array([results[i].score for i in idx.tolist()])
-            extra = sum(r.core_milli * r.count for _, r in needs)
-            util = node_utilization(state, table, rows[idx], float(extra))
-            node = util if ctx.settings.node_binpack else 1.0 - util
-            scores[idx] = 0.5 * card + 0.5 * node
+        if live.size:
+            sub = g.subset(live) if live.size != m else g
+            ok_g, score_g = greedy(sub, needs, mc, ctx.settings.core_weight, ctx.settings.card_binpack)
+            scores[live] = score_g
+            for k in np.flatnonzero(~ok_g).tolist():
+                i = int(live[k])
+                res = self._search(ctx, table, int(rows[i]), needs, first=True)
+                if res is None:
+                    codes[i] = Code.UNSCHEDULABLE
+                else:
+                    scores[i] = res.score
+            fit_idx = np.flatnonzero(codes == Code.SUCCESS)
+            if fit_idx.size:
+                extra = sum(r.core_milli * r.count for _, r in needs)
+                util = node_utilization(g.subset(fit_idx), float(extra))
+                node = util if ctx.settings.node_binpack else 1.0 - util
+                scores[fit_idx] = 0.5 * scores[fit_idx] + 0.5 * node
 
         def explain_multi(i: int) -> str:
             if i in reasons:
@@ -183,7 +195,10 @@ class ShareHandler(DeviceHandler):
 
         def grant_multi(i: int) -> Grants:
             row = int(rows[i])
-            res = results[i]
+            res = results.get(i) or self._search(ctx, table, row, needs)
+            if res is None:
+                raise RuntimeError(f"node {state.name_of.get(row)} passed the filter but no combination fits")
+            results[i] = res
             by_container = dict(needs)
             return {c: tuple(grant_for(table, row, j, by_container[c]) for j in sorted(cols_))
                     for c, cols_ in res.columns.items()}
@@ -191,7 +206,8 @@ class ShareHandler(DeviceHandler):
         return Evaluation(rows, codes, scores, explain_multi, grant_multi)
 
     def _search(self, ctx: Context, table: DeviceTable, row: int,
-                needs: list[tuple[int, DeviceRequest]]) -> SearchResult | None:
+                needs: list[tuple[int, DeviceRequest]], first: bool = False) -> SearchResult | None:
+        """Seed 000's DFS on one node (``first``: stop at the first feasible combination)."""
         n = table.count(row)
         tot_mem = table.total_mem[row, :n]
         return search(
@@ -202,8 +218,10 @@ class ShareHandler(DeviceHandler):
             tot_mem,
             table.usable()[row, :n],
             (table.used_slots[row, :n] == 0) & (table.used_core[row, :n] == 0) & (table.used_mem[row, :n] == 0),
-            [Need(c, r.count, r.core_milli, memory_need(r, tot_mem), r.whole) for c, r in needs],
+            [Need(c, r.count, r.core_milli, np.broadcast_to(memory_need(r, tot_mem), tot_mem.shape), r.whole)
+             for c, r in needs],
             core_weight=ctx.settings.core_weight,
             binpack=ctx.settings.card_binpack,
             budget=ctx.settings.dfs_budget,
+            first=first,
         )
