@@ -202,6 +202,25 @@ class Scheduler:
         return ev.allocation(self.state, 0)
 
 
+POLICY_NAMES = ("devshare", "binpack", "spread")
+
+
+def scheduler_policy(name: str = "devshare", settings: Settings | None = None) -> Policy:
+    """The node policy a live scheduler (extender, ``devshare schedule``) uses, by name:
+    ``devshare`` (default: fragmentation-aware, learns the task mix online), or seed 000's card and
+    node ``binpack`` / ``spread``."""
+    s = settings or Settings()
+    if name == "binpack":
+        return BinpackPolicy(card_binpack=True, node_binpack=True, core_weight=s.core_weight)
+    if name == "spread":
+        return BinpackPolicy(card_binpack=False, node_binpack=False, core_weight=s.core_weight)
+    if name == "devshare":
+        from devshare.engine.policies.devshare import DevsharePolicy
+
+        return DevsharePolicy()
+    raise ValueError(f"unknown policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
+
+
 def normalize(scores: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
     """Raw scores -> 0..10 over the fitting nodes (min-max; equal scores all get 10)."""
     out = np.zeros(scores.shape, np.int64)

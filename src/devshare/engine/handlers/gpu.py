@@ -7,7 +7,7 @@ import numpy.typing as npt
 
 from devshare.engine.handlers.base import Code, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
-from devshare.engine.policy import Choice, FitView
+from devshare.engine.policy import BinpackPolicy, Choice, FitView
 from devshare.engine.state import ClusterState
 from devshare.engine.topology import TopologySolver, solver_for
 from devshare.model import names
@@ -62,6 +62,13 @@ class GpuHandler(ShareHandler):
         return codes, lambda i: why.get(i, "")
 
     def choose(self, ctx: Context, view: FitView) -> Choice:
+        req = view.request
+        if req is not None and req.core_milli == 0:
+            # memory only (Aliyun gpu-mem): no compute share to defragment; seed 002's bind rule,
+            # the fitting card with the least free memory, is card-level binpack
+            s = ctx.settings
+            return BinpackPolicy(card_binpack=s.card_binpack, node_binpack=s.node_binpack,
+                                 core_weight=s.core_weight).choose(view)
         choice: Choice = ctx.policy.choose(view)
         return choice
 

@@ -1,0 +1,173 @@
+"""``devshare schedule --cluster FILE PODS.yaml``: place pods in order, print where and why."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from devshare.cli.common import emit, fail, load_yaml_documents, user_errors
+from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
+from devshare.engine.scheduler import POLICY_NAMES, Scheduler, scheduler_policy
+from devshare.engine.state import ClusterState
+from devshare.model.allocation import PodAllocation
+from devshare.model.codecs import encode_annotations
+from devshare.model.errors import InvalidInput
+from devshare.model.pod import parse_pod
+from devshare.model.request import PodRequest
+
+
+def pods_of(path: Path) -> list[dict[str, Any]]:
+    """The Pod objects of a multi-document YAML (``kind: List`` documents are flattened)."""
+    out: list[dict[str, Any]] = []
+    for i, doc in enumerate(load_yaml_documents(path)):
+        items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]
+        for j, obj in enumerate(items or []):
+            where = f"{path}, document {i + 1}" + (f", items[{j}]" if doc is not obj else "")
+            if not isinstance(obj, dict) or obj.get("kind", "Pod") != "Pod":
+                kind = obj.get("kind") if isinstance(obj, dict) else type(obj).__name__
+                raise InvalidInput(f"expected a Pod, got {kind}", field=where)
+            meta = obj.setdefault("metadata", {})
+            if not isinstance(meta, dict) or not meta.get("name"):
+                raise InvalidInput("metadata.name is missing", field=where)
+            meta.setdefault("namespace", "default")
+            out.append(obj)
+    return out
+
+
+def device_memory(state: ClusterState, node: str) -> dict[int, int]:
+    """GPU minor -> total bytes on ``node`` (for dialect annotations that carry the card size)."""
+    nd = state.devices.get(node)
+    return {d.minor: d.memory for d in nd.of_type("gpu")} if nd is not None else {}
+
+
+class Placer:
+    """Places pods one by one on a state, the way the extender would, recording each result."""
+
+    def __init__(self, state: ClusterState, scheduler: Scheduler) -> None:
+        self.state = state
+        self.scheduler = scheduler
+        self.planner = GroupPlanner(scheduler)
+        self.results: dict[str, dict[str, Any]] = {}
+        self.order: list[str] = []
+        self.clock = 0.0
+        self.now_ns = time.time_ns()
+
+    def _record(self, key: str, node: str | None, reason: str = "",
+                annotations: dict[str, str] | None = None) -> None:
+        if key not in self.results:
+            self.order.append(key)
+        entry: dict[str, Any] = {"pod": key, "node": node}
+        if node is None:
+            entry["reason"] = reason
+        entry["annotations"] = annotations or {}
+        self.results[key] = entry
+
+    def _annotate(self, pod: PodRequest, alloc: PodAllocation, visible: list[int] | None = None) -> dict[str, str]:
+        return encode_annotations(pod, alloc, now_ns=self.now_ns, visible_gpus=visible,
+                                  device_memory=device_memory(self.state, alloc.node))
+
+    def place(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        self.clock += 1.0
+        try:
+            pod = parse_pod(obj)
+        except InvalidInput as e:
+            self._record(key, None, str(e))
+            return
+        if key in self.state.pods:
+            self._record(key, None, f"pod {key} already holds devices on {self.state.pods[key].allocation.node}")
+            return
+        if pod.group is not None:
+            self._place_member(pod)
+            return
+        placed = self.scheduler.place(pod)
+        if placed is None:
+            self._record(key, None, self.scheduler.why_unschedulable(pod))
+            return
+        self.state.reserve(pod, placed.allocation, now=self.clock, ttl=None)
+        self.state.bind(key)
+        self._record(key, placed.node, annotations=self._annotate(pod, placed.allocation))
+
+    def _place_member(self, pod: PodRequest) -> None:
+        decision = self.planner.schedule(pod, now=self.clock)
+        if isinstance(decision, (Refuse, Wait)):
+            self._record(pod.key, None, decision.reason)
+        elif isinstance(decision, Bind):
+            for m in decision.members:
+                self._record_member(m)
+
+    def _record_member(self, m: MemberPlacement) -> None:
+        pod = self.state.pods[m.pod].pod  # the member is bound in the state: its request is there
+        self._record(m.pod, m.node, annotations=self._annotate(pod, m.allocation, list(m.visible_gpus)))
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Gangs that never reached their quorum release what they held; their members stay unplaced."""
+        self.planner.expire(math.inf)
+        return [self.results[k] for k in self.order]
+
+
+def _devices(annotations: dict[str, str]) -> str:
+    """``container: gpu 0 (30%, 6 GiB), ...`` from the canonical annotation."""
+    from devshare.model.codecs import decode_allocation
+    from devshare.model.quantity import human_bytes
+
+    alloc = decode_allocation(annotations)
+    if alloc is None:
+        return ""
+    parts = []
+    for c in alloc.containers:
+        grants = []
+        for g in c.devices:
+            share = f"{g.core_milli / 10:g}%" + (f", {human_bytes(g.memory)}" if g.memory else "")
+            grants.append(f"{g.type} {g.minor} ({share})")
+        parts.append(f"{c.name}: " + (", ".join(grants) or "-"))
+    return "; ".join(parts)
+
+
+def _table(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for col in ("pod", "node", "devices / reason"):
+        table.add_column(col)
+    for p in data["placements"]:
+        if p["node"] is None:
+            table.add_row(p["pod"], "-", f"[red]{p['reason']}[/red]")
+            continue
+        table.add_row(p["pod"], p["node"], _devices(p["annotations"]))
+    Console().print(table)
+
+
+def schedule(
+    pods: Annotated[Path, typer.Argument(help="Multi-document YAML of the Pods to place, in order.")],
+    cluster: Annotated[Path, typer.Option(help="Multi-document YAML of Node, Device and (bound) Pod objects.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="json, yaml or table.")] = "json",
+    policy: Annotated[str, typer.Option(help="Node policy: devshare (default), binpack or spread.")] = "devshare",
+) -> None:
+    """Place the pods of PODS.yaml in order on the cluster of --cluster, and print for each pod the
+    node (or null and why not) and every annotation devshare would write."""
+    with user_errors():
+        if output not in ("json", "yaml", "table"):
+            raise fail(f"unknown output format {output!r}: use json, yaml or table")
+        from devshare.cli.inspect import load_state
+        from devshare.kube.memory import MemoryBackend
+
+        pod_objs = pods_of(pods)
+        state = asyncio.run(load_state(MemoryBackend.load(cluster)))
+        if policy not in POLICY_NAMES:
+            raise fail(f"unknown policy {policy!r}: use one of {', '.join(POLICY_NAMES)}")
+        placer = Placer(state, Scheduler(state, policy=scheduler_policy(policy)))
+        for obj in pod_objs:
+            placer.place(obj)
+        emit({"placements": placer.finish()}, output, _table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("schedule")(schedule)
