@@ -35,6 +35,7 @@ from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
 from devshare.server.extender import preempt as _preempt
 from devshare.server.extender.metrics import ERROR, OK, ExtenderMetrics
+from devshare.server.extender.verdicts import filter_nodes, score_nodes
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -145,7 +146,7 @@ class Extender:
             return self._answer(nodes, [], {}, dict.fromkeys(nodes.names, reason))
         if not pod.has_devices():
             return self._answer(nodes, nodes.names, {}, {})
-        out = self.scheduler.filter(pod, nodes.names)
+        out = filter_nodes(self.scheduler, pod, nodes.names)
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
         return self._answer(nodes, out.passed, out.failed, out.unresolvable)
@@ -172,8 +173,8 @@ class Extender:
             return [HostPriority(host=n, score=0) for n in nodes.names]
         if not pod.has_devices():
             return [HostPriority(host=n, score=0) for n in nodes.names]
-        scores = self.scheduler.prioritize(pod, nodes.names)
-        return [HostPriority(host=n, score=scores.get(n, 0)) for n in nodes.names]
+        scores = score_nodes(self.scheduler, pod, nodes.names)
+        return [HostPriority(host=n, score=s) for n, s in zip(nodes.names, scores, strict=True)]
 
     # ------------------------------------------------------------------ bind
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:

@@ -1,0 +1,234 @@
+"""Benchmark: the extender end to end over HTTP, as kube-scheduler drives it.
+
+Generates a cluster file of N nodes with 8 GPUs each and P pending pods, starts
+``devshare extender --cluster FILE`` in a subprocess, and plays kube-scheduler with
+``nodeCacheCapable: true``: for each pod in turn, ``/filter`` (all N node names, or a sample with
+``--sample``) then ``/prioritize`` over the nodes that passed, then ``/bind`` to the best node,
+binds running in the background while the next pod is filtered (kube-scheduler binds
+asynchronously). Prints pods/s end to end and p50/p99 latency per verb (client side).
+
+    python bench/bench_extender.py                 # 1,000 and 5,000 nodes
+    python bench/bench_extender.py --nodes 5000 --pods 3000 --sample 500
+    python bench/bench_extender.py --profile       # in-process, cProfile of the engine calls
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import yaml
+
+GiB = 2**30
+
+
+def make_cluster(nodes: int, pods: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    objs: list[dict[str, Any]] = []
+    for i in range(nodes):
+        name = f"node-{i:05d}"
+        objs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        objs.append({
+            "apiVersion": "devshare.io/v1alpha1", "kind": "Device", "metadata": {"name": name},
+            "spec": {"devices": [
+                {"type": "gpu", "minor": m, "id": f"GPU-{i}-{m}", "health": True,
+                 "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "80Gi",
+                               "koordinator.sh/gpu-memory-ratio": "100"}}
+                for m in range(8)]},
+        })
+    for j in range(pods):
+        r = rng.random()
+        if r < 0.15:
+            limits = {"nvidia.com/gpu": str(rng.choice([1, 2, 4]))}
+        else:
+            limits = {"koordinator.sh/gpu-core": str(rng.choice([10, 20, 25, 50])),
+                      "koordinator.sh/gpu-memory": f"{rng.choice([2, 4, 8, 16])}Gi"}
+        objs.append({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": f"pod-{j:05d}", "namespace": "bench", "uid": f"uid-{j}",
+                                  "resourceVersion": "1"},
+                     "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}})
+    return objs
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] * 1000 if s else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def drive(base: str, pods: list[dict[str, Any]], node_names: list[str], sample: int | None,
+                seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    lat: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
+    enc = msgspec.json.encode
+    dec = msgspec.json.decode
+    bound = unschedulable = bind_errors = 0
+    binds: set[asyncio.Task[None]] = set()
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as http:
+
+        async def call(verb: str, body: Any) -> Any:
+            t = time.perf_counter()
+            async with http.post(f"{base}/{verb}", data=enc(body), headers=headers) as r:
+                raw = await r.read()
+                if r.status != 200:
+                    raise RuntimeError(f"{verb}: HTTP {r.status}: {raw[:200]!r}")
+            lat[verb].append(time.perf_counter() - t)
+            return dec(raw)
+
+        async def bind(p: dict[str, Any], node: str) -> None:
+            nonlocal bound, bind_errors
+            m = p["metadata"]
+            out = await call("bind", {"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"],
+                                      "Node": node})
+            if out["Error"]:
+                bind_errors += 1
+            else:
+                bound += 1
+
+        started = time.perf_counter()
+        for p in pods:
+            names = rng.sample(node_names, sample) if sample else node_names
+            out = await call("filter", {"Pod": p, "Nodes": None, "NodeNames": names})
+            fit = out["NodeNames"]
+            if not fit:
+                unschedulable += 1
+                continue
+            target = fit[0]
+            if len(fit) > 1:  # kube-scheduler skips prioritize when one node is left
+                scores = await call("prioritize", {"Pod": p, "Nodes": None, "NodeNames": fit})
+                target = max(scores, key=lambda h: h["Score"])["Host"]
+            task = asyncio.create_task(bind(p, target))
+            binds.add(task)
+            task.add_done_callback(binds.discard)
+        await asyncio.gather(*binds)
+        wall = time.perf_counter() - started
+    return {"wall": wall, "bound": bound, "unschedulable": unschedulable, "bind_errors": bind_errors, "lat": lat}
+
+
+def run_http(nodes: int, pods: int, sample: int | None, seed: int) -> None:
+    objs = make_cluster(nodes, pods, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cluster.yaml"
+        t = time.perf_counter()
+        path.write_text(yaml.dump_all(objs, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "devshare.cli.main", "extender", "--cluster", str(path), "--port", str(port),
+             "--log-level", "warning"], env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        base = f"http://127.0.0.1:{port}"
+        try:
+            asyncio.run(wait_ready(base, proc))
+            ready = time.perf_counter() - t
+            pod_objs = [o for o in objs if o["kind"] == "Pod"]
+            names = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
+            res = asyncio.run(drive(base, pod_objs, names, sample, seed))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    lat = res["lat"]
+    asked = f"{sample} sampled names" if sample else f"all {nodes} names"
+    print(f"\n== {nodes} nodes x 8 GPUs, {pods} pods, filter with {asked} (nodeCacheCapable) ==")
+    print(f"startup (write file, load, sync): {ready:.1f} s")
+    print(f"end to end: {pods / res['wall']:.0f} pods/s ({res['wall']:.2f} s); bound {res['bound']}, "
+          f"unschedulable {res['unschedulable']}, bind errors {res['bind_errors']}")
+    for verb in ("filter", "prioritize", "bind"):
+        xs = lat[verb]
+        print(f"  {verb:<10} n={len(xs):<5} p50 {pct(xs, 0.5):6.2f} ms  p99 {pct(xs, 0.99):6.2f} ms  "
+              f"max {max(xs) * 1000 if xs else float('nan'):6.2f} ms")
+
+
+async def wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
+    async with aiohttp.ClientSession() as http:
+        for _ in range(6000):
+            if proc.poll() is not None:
+                raise RuntimeError(f"the extender exited with {proc.returncode}")
+            try:
+                async with http.get(f"{base}/readyz") as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError("the extender did not become ready")
+
+
+def run_profile(nodes: int, pods: int, sample: int | None, seed: int) -> None:
+    """The same calls without HTTP, in-process, under cProfile: where the time goes."""
+    from devshare.kube.memory import MemoryBackend
+    from devshare.server.extender.serve import RUNTIME, build_app
+    from devshare.server.extender.wire import ExtenderArgs, ExtenderBindingArgs
+
+    objs = make_cluster(nodes, pods, seed)
+    backend = MemoryBackend.from_objects(objs)
+    names = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
+    pod_objs = [o for o in objs if o["kind"] == "Pod"]
+    rng = random.Random(seed)
+
+    async def main() -> None:
+        app = build_app(backend)
+        for hook in app.on_startup:
+            await hook(app)
+        rt = app[RUNTIME]
+        await rt.sync.synced.wait()
+        ext = rt.extender
+        prof = cProfile.Profile()
+        t = time.perf_counter()
+        prof.enable()
+        for p in pod_objs:
+            ns = rng.sample(names, sample) if sample else names
+            fr = ext.filter(ExtenderArgs(pod=p, node_names=ns))
+            fit = fr.node_names or []
+            if not fit:
+                continue
+            target = fit[0]
+            if len(fit) > 1:
+                target = max(ext.prioritize(ExtenderArgs(pod=p, node_names=fit)), key=lambda h: h.score).host
+            m = p["metadata"]
+            await ext.bind(ExtenderBindingArgs(pod_name=m["name"], pod_namespace=m["namespace"], node=target,
+                                               pod_uid=m["uid"]))
+        prof.disable()
+        wall = time.perf_counter() - t
+        print(f"\n== profile: {nodes} nodes, {pods} pods, in-process: {pods / wall:.0f} pods/s ==")
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
+        for hook in app.on_cleanup:
+            await hook(app)
+
+    asyncio.run(main())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, action="append", help="node count (repeatable; default 1000 and 5000)")
+    ap.add_argument("--pods", type=int, default=2000)
+    ap.add_argument("--sample", type=int, default=None,
+                    help="send this many random node names per filter (kube-scheduler's percentageOfNodesToScore)")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--profile", action="store_true", help="in-process under cProfile instead of over HTTP")
+    args = ap.parse_args()
+    for n in args.nodes or [1000, 5000]:
+        (run_profile if args.profile else run_http)(n, args.pods, args.sample, args.seed)
+    print(json.dumps({"note": "client-side latencies include HTTP and JSON on both sides"}))
+
+
+if __name__ == "__main__":
+    main()
