@@ -42,7 +42,7 @@ def _int(annotations: dict[str, str], key: str) -> int | None:
     if key not in annotations:
         return None
     text = str(annotations[key]).strip()
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise InvalidAnnotation(f"must be a whole number >= 0, got {annotations[key]!r}", field=f"annotation {key}")
     return int(text)
 

@@ -23,7 +23,7 @@ def encode_topology(allocated: dict[int, list[int]], visible: list[int]) -> dict
 
 def _index(value: Any) -> int:
     text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else ""
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise InvalidAnnotation(f"GPU and container indexes must be whole numbers >= 0, got {value!r}", field=FIELD)
     return int(text)
 

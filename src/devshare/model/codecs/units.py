@@ -30,7 +30,7 @@ def index_list(text: str, *, field: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit()):
             raise InvalidAnnotation(f'{text!r} must list GPU indexes separated by commas, e.g. "1,0"', field=field)
         out.append(int(part))
     return out
