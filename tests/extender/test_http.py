@@ -388,3 +388,21 @@ async def test_save_after_bind(tmp_path: Path) -> None:
 
 def test_device_helper_is_valid() -> None:
     assert device("n", 2)["spec"]["devices"][1]["minor"] == 1
+
+
+async def test_prioritize_after_filter_reuses_equal_scores() -> None:
+    from devshare.server.extender.verdicts import score_nodes
+
+    half = pod("half", core=50, mem="8Gi", node_name="node-1", annotations={"devshare.io/allocation": json.dumps(
+        {"node": "node-1", "containers": [{"name": "main", "devices": [
+            {"type": "gpu", "minor": 0, "id": "GPU-node-1-0", "core": 50, "memory": 8 * GiB, "memoryRatio": 50}]}]})})
+    backend = cluster(3, gpus=2, pods=[half])
+    ask = pod("p", core=25, mem="2Gi", resource_version="7")
+    async with running(backend) as (client, runtime):
+        out = await post(client, "/filter", names_body(ask, ["node-0", "node-1", "node-2"]))
+        assert runtime.extender._scores is not None  # kept for the prioritize that follows
+        reused = await post(client, "/prioritize", names_body(ask, out["NodeNames"]))
+        ext = runtime.extender
+        fresh = score_nodes(ext.scheduler, ext.parse(ask), out["NodeNames"])
+    assert [h["Score"] for h in reused] == fresh
+    assert max(fresh) == 10 and min(fresh) == 0

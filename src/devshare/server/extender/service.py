@@ -24,6 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
 from devshare.kube.backend import Backend, meta
@@ -35,7 +38,7 @@ from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
 from devshare.server.extender import preempt as _preempt
 from devshare.server.extender.metrics import ERROR, OK, ExtenderMetrics
-from devshare.server.extender.verdicts import filter_nodes, score_nodes
+from devshare.server.extender.verdicts import filter_nodes, score_nodes, scores_from
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -51,6 +54,7 @@ log = logging.getLogger(__name__)
 
 NOT_READY = "not ready: state not synced"
 NOT_LEADER = "not the leader"
+SCORE_REUSE_SECONDS = 2.0  # prioritize reuses the scores of a filter this recent for the same pod
 
 
 class NotReady(Exception):
@@ -117,6 +121,7 @@ class Extender:
         self.after_bind = after_bind  # e.g. save the --cluster file
         self._binding: set[str] = set()  # pods with a bind in flight
         self._parsed: dict[tuple[str, str, str], PodRequest] = {}  # (key, uid, resourceVersion) -> request
+        self._scores: tuple[tuple[str, str, str], float, list[str], npt.NDArray[np.float64]] | None = None
 
     # ------------------------------------------------------------------ helpers
     def parse(self, pod: dict[str, Any]) -> PodRequest:
@@ -133,6 +138,26 @@ class Extender:
             self._parsed[cache_key] = req
         return req
 
+    def _pod_id(self, pod: dict[str, Any]) -> tuple[str, str, str]:
+        m = meta(pod)
+        return (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""), str(m.get("resourceVersion") or ""))
+
+    def _remember_scores(self, pod: dict[str, Any], passed: list[str],
+                         raw: npt.NDArray[np.float64] | None) -> None:
+        """Keep the raw scores filter computed: prioritize, called next for the same pod with the nodes
+        that passed, reuses them (scores as of the filter's moment: kube-scheduler too scores on its
+        own snapshot)."""
+        self._scores = None if raw is None else (self._pod_id(pod), self.clock(), passed, raw)
+
+    def _recalled_scores(self, pod: dict[str, Any], names: list[str]) -> list[int] | None:
+        if self._scores is None:
+            return None
+        pod_id, at, passed, raw = self._scores
+        if (pod_id != self._pod_id(pod) or not pod_id[1] or self.clock() - at > SCORE_REUSE_SECONDS
+                or names != passed):
+            return None
+        return scores_from(raw)
+
     # ------------------------------------------------------------------ filter
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         nodes = candidates(args)
@@ -147,6 +172,7 @@ class Extender:
         if not pod.has_devices():
             return self._answer(nodes, nodes.names, {}, {})
         out = filter_nodes(self.scheduler, pod, nodes.names)
+        self._remember_scores(args.pod, out.passed, out.raw_scores)
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
         return self._answer(nodes, out.passed, out.failed, out.unresolvable)
@@ -173,7 +199,9 @@ class Extender:
             return [HostPriority(host=n, score=0) for n in nodes.names]
         if not pod.has_devices():
             return [HostPriority(host=n, score=0) for n in nodes.names]
-        scores = score_nodes(self.scheduler, pod, nodes.names)
+        scores = self._recalled_scores(args.pod, nodes.names)
+        if scores is None:
+            scores = score_nodes(self.scheduler, pod, nodes.names)
         return [HostPriority(host=n, score=s) for n, s in zip(nodes.names, scores, strict=True)]
 
     # ------------------------------------------------------------------ bind

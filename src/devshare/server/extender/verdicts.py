@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -27,21 +28,30 @@ class Verdicts:
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
+    raw_scores: npt.NDArray[np.float64] | None = None  # the policy's raw score of each passed node
+
+
+def rows_of(scheduler: Scheduler, names: Sequence[str]) -> tuple[npt.NDArray[np.int64], list[str], list[str]]:
+    """Rows of the known nodes of ``names``, their names, and the unknown names."""
+    row_of = scheduler.state.row_of
+    if not names:
+        return np.zeros(0, np.int64), [], []
+    try:
+        rows = itemgetter(*names)(row_of)  # one C call when every name is known (the usual case)
+        if len(names) == 1:
+            rows = (rows,)
+        return np.array(rows, dtype=np.int64), list(names), []
+    except KeyError:
+        known = [n for n in names if n in row_of]
+        unknown = [n for n in names if n not in row_of]
+        return np.array([row_of[n] for n in known], dtype=np.int64), known, unknown
 
 
 def _evaluate(scheduler: Scheduler, pod: PodRequest, names: Sequence[str]) -> tuple[
         PodEvaluation, list[str], list[str]]:
     """The evaluation over the known nodes of ``names``; (evaluation, their names, unknown names)."""
-    row_of = scheduler.state.row_of
-    rows = [row_of.get(n, -1) for n in names]
-    if -1 not in rows:
-        known, unknown = list(names), []
-        arr = np.array(rows, dtype=np.int64)
-    else:
-        known = [n for n, r in zip(names, rows, strict=True) if r >= 0]
-        unknown = [n for n, r in zip(names, rows, strict=True) if r < 0]
-        arr = np.array([r for r in rows if r >= 0], dtype=np.int64)
-    return scheduler.evaluate(pod, arr), known, unknown
+    rows, known, unknown = rows_of(scheduler, names)
+    return scheduler.evaluate(pod, rows), known, unknown
 
 
 def filter_nodes(scheduler: Scheduler, pod: PodRequest, names: Sequence[str]) -> Verdicts:
@@ -49,13 +59,20 @@ def filter_nodes(scheduler: Scheduler, pod: PodRequest, names: Sequence[str]) ->
     out = Verdicts(unresolvable=dict.fromkeys(unknown, UNKNOWN_NODE))
     codes: npt.NDArray[np.int8] = ev.codes
     ok = codes == SUCCESS
-    out.passed = [known[i] for i in np.flatnonzero(ok).tolist()]
+    good = np.flatnonzero(ok).tolist()
+    out.passed = [known[i] for i in good]
+    out.raw_scores = ev.scores[good]
     bad = np.flatnonzero(~ok)
     if bad.size:
         hard = (codes[bad] == UNRESOLVABLE).tolist()
         for i, is_hard in zip(bad.tolist(), hard, strict=True):
             (out.unresolvable if is_hard else out.failed)[known[i]] = ev.reason(i)
     return out
+
+
+def scores_from(raw: npt.NDArray[np.float64]) -> list[int]:
+    """Scores 0..10 from the raw scores of nodes that all fit."""
+    return [int(x) for x in normalize(raw, np.ones(raw.shape, np.bool_)).tolist()]
 
 
 def score_nodes(scheduler: Scheduler, pod: PodRequest, names: Sequence[str]) -> list[int]:
