@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState, Conflict
 from devshare.model import names
+from devshare.model.codecs import decode_allocation, encode_annotations
 from devshare.model.request import DeviceRequest
 from support.cluster import GiB, add_node, pod
 
@@ -104,14 +105,18 @@ class StateMachine(RuleBasedStateMachine):
             assert (t.used_core >= 0).all() and (t.used_mem >= 0).all() and (t.used_slots >= 0).all()
 
     @invariant()
-    def usage_is_the_sum_of_the_records(self) -> None:
+    def rebuilt_from_annotations_equals_live(self) -> None:
         rebuilt = ClusterState(max_containers_per_device=self.state.max_containers)
         for info in self.state.nodes.values():
             rebuilt.upsert_node(info)
         for nd in self.state.devices.values():
             rebuilt.set_devices(nd)
         for rec in self.state.pods.values():
-            assert rebuilt.add_bound(rec.pod, rec.allocation) is None
+            # through the annotations, as after a restart: encode what a bind writes, decode it back
+            annotations = encode_annotations(rec.pod, rec.allocation, now_ns=0)
+            alloc = decode_allocation(annotations)
+            assert alloc == rec.allocation
+            assert rebuilt.add_bound(rec.pod, alloc) is None
         assert rebuilt.usage_key() == self.state.usage_key()
 
     @invariant()

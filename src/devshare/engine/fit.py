@@ -212,7 +212,7 @@ def search(
     *,
     core_weight: float,
     binpack: bool,
-    budget: int = 20000,
+    budget: int = 2000,
     first: bool = False,
 ) -> SearchResult | None:
     """Best combination of devices for all ``needs`` on one node, or None if none fits.
@@ -247,11 +247,52 @@ def search(
                 total += util if binpack else 1.0 - util
         return total / grants_total
 
+    # Cards with equal static traits are interchangeable: the rest of the search, and the score of
+    # every completion, depend only on the level and the multiset of (traits, current state) of the
+    # cards. A transposition table of those keys explores each such situation once, which also
+    # collapses identical containers placed in either order and identical cards.
+    traits: dict[tuple[int, int, bool, bool], int] = {}
+    static = [traits.setdefault((tc[j], tm[j], fresh[j], ok[j]), len(traits)) for j in range(n)]
+    # The key is kept incrementally: the sum of the cards' hashes (a multiset hash), updated for the
+    # cards a branch touches (a 64-bit collision could skip one branch; it never breaks a fit).
+    visited: set[tuple[int, int]] = set()
+    mask64 = (1 << 64) - 1
+
+    def card_hash(j: int) -> int:
+        return hash((static[j], fc[j], fm[j], fs[j], taken[j], whole_taken[j]))
+
+    hashes = [card_hash(j) for j in range(n)]
+    state_hash = [sum(hashes) & mask64]
+    remaining_core = [sum(nd.n * nd.core for nd in needs)]
+    remaining_mem = [sum(nd.n * int(nd.memory.max(initial=0)) for nd in needs)]
+    placed = [0]
+
+    def bound() -> float:
+        """An upper bound on the score of any completion of the current path."""
+        best_card = 0.0
+        total = 0.0
+        for j in range(n):
+            if binpack:
+                u = core_weight * min(1.0, (used_c[j] + remaining_core[0]) / tc[j])
+                u += (1.0 - core_weight) * min(1.0, (used_m[j] + remaining_mem[0]) / tm[j])
+            else:
+                u = 1.0 - (core_weight * used_c[j] / tc[j] + (1.0 - core_weight) * used_m[j] / tm[j])
+            total += taken[j] * u
+            if ok[j] and u > best_card:
+                best_card = u
+        return (total + (grants_total - placed[0]) * best_card) / grants_total
+
     def dfs(level: int) -> None:
         if stats["nodes"] >= budget:
             stats["cut"] = True
             return
+        key = (level, state_hash[0])
+        if key in visited:
+            return  # an equivalent situation was explored already
+        visited.add(key)
         stats["nodes"] += 1
+        if best[0] is not None and level < len(order) and bound() <= best[1] + 1e-12:
+            return  # no completion can beat the best found
         if level == len(order):
             s = final_score()
             if s > best[1] + 1e-12:
@@ -275,12 +316,8 @@ def search(
 
         # try the most promising devices first, so a good combination is found early
         cands.sort(key=lambda j: (-card_util(j) if binpack else card_util(j), j))
-        seen: set[tuple[tuple[int, int, int, int, int, int], ...]] = set()
+        nd_mem = int(nd.memory.max(initial=0))
         for combo in combinations(cands, nd.n):
-            sig = tuple(sorted((fc[j], fm[j], fs[j], tc[j], tm[j], mem[j]) for j in combo))
-            if sig in seen:
-                continue  # an identical set of device states was already explored at this level
-            seen.add(sig)
             for j in combo:
                 fc[j] -= nd.core
                 fm[j] -= mem[j]
@@ -289,9 +326,18 @@ def search(
                 used_m[j] += mem[j]
                 taken[j] += 1
                 whole_taken[j] += int(nd.whole)
+                h = card_hash(j)
+                state_hash[0] = (state_hash[0] + h - hashes[j]) & mask64
+                hashes[j] = h
+            remaining_core[0] -= nd.n * nd.core
+            remaining_mem[0] -= nd.n * nd_mem
+            placed[0] += nd.n
             chosen[nd.container] = combo
             dfs(level + 1)
             del chosen[nd.container]
+            remaining_core[0] += nd.n * nd.core
+            remaining_mem[0] += nd.n * nd_mem
+            placed[0] -= nd.n
             for j in combo:
                 fc[j] += nd.core
                 fm[j] += mem[j]
@@ -300,6 +346,9 @@ def search(
                 used_m[j] -= mem[j]
                 taken[j] -= 1
                 whole_taken[j] -= int(nd.whole)
+                h = card_hash(j)
+                state_hash[0] = (state_hash[0] + h - hashes[j]) & mask64
+                hashes[j] = h
             if stats["cut"]:
                 return
             if binpack and best[1] >= 1.0 - 1e-12:

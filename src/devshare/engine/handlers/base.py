@@ -56,7 +56,7 @@ class Settings:
     core_weight: float = 0.5  # w in  w x core-score + (1 - w) x memory-score
     card_binpack: bool = True  # card level: binpack (True) or spread
     node_binpack: bool = True  # node level: binpack (True) or spread
-    dfs_budget: int = 20000  # search nodes per pod and node before taking the best found so far
+    dfs_budget: int = 2000  # search nodes per pod and node before taking the best found so far
     topology: bool = True  # pick multi-GPU sets by bandwidth where a node publishes a matrix
 
 
