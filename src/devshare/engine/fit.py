@@ -81,6 +81,14 @@ class Gather:
         return self._get("used_slots")  # type: ignore[no-any-return]
 
     @property
+    def inv_core(self) -> npt.NDArray[np.float64]:
+        return self._get("inv_core")  # type: ignore[no-any-return]
+
+    @property
+    def inv_mem(self) -> npt.NDArray[np.float64]:
+        return self._get("inv_mem")  # type: ignore[no-any-return]
+
+    @property
     def usable(self) -> Mask:
         return self._get("usable_mask")  # type: ignore[no-any-return]
 
@@ -117,13 +125,11 @@ def card_scores(g: Gather, req: DeviceRequest, core_weight: float, binpack: bool
     """Seed 000's card score after placing one share of ``req`` on each device:
     ``w * core-score + (1 - w) * memory-score`` (utilisation after placement); binpack scores fuller
     devices higher, spread emptier ones."""
-    tc = g.total_core
-    core_after = 1.0 - (g.free_core - req.core_milli) / np.maximum(tc, 1)
-    tm = g.total_mem
-    need = memory_need(req, tm) if req.memory_ratio_milli else req.memory
-    mem_after = 1.0 - (g.free_mem - need) / np.maximum(tm, 1)
-    util = core_weight * core_after + (1.0 - core_weight) * mem_after
-    return np.asarray(util if binpack else 1.0 - util, dtype=np.float64)
+    # utilisation after = 1 - w * free_core_after / total_core - (1 - w) * free_mem_after / total_mem
+    need = memory_need(req, g.total_mem) if req.memory_ratio_milli else req.memory
+    idle = (g.free_core - req.core_milli) * (core_weight * g.inv_core)
+    idle += (g.free_mem - need) * ((1.0 - core_weight) * g.inv_mem)
+    return np.asarray(1.0 - idle if binpack else idle, dtype=np.float64)
 
 
 def pick_columns(fits: Mask, scores: npt.NDArray[np.float64], k: int) -> Ints:

@@ -31,6 +31,8 @@ class DeviceTable:
         self.free_core = np.zeros((rows, width), np.int64)  # total - used, kept in step (hot path)
         self.free_mem = np.zeros((rows, width), np.int64)
         self.usable_mask = np.zeros((rows, width), np.bool_)  # present & healthy & not blocked
+        self.inv_core = np.zeros((rows, width), np.float64)  # 1 / total (0 where no device): scores multiply
+        self.inv_mem = np.zeros((rows, width), np.float64)
         self.present = np.zeros((rows, width), np.bool_)
         self.healthy = np.zeros((rows, width), np.bool_)
         self.blocked = np.zeros((rows, width), np.bool_)  # held outside devshare
@@ -48,7 +50,7 @@ class DeviceTable:
         rows = max(rows, self.rows)
         width = max(width, self.width)
         for name in ("total_core", "total_mem", "used_core", "used_mem", "used_slots", "present", "healthy",
-                     "blocked", "minor", "free_core", "free_mem", "usable_mask"):
+                     "blocked", "minor", "free_core", "free_mem", "usable_mask", "inv_core", "inv_mem"):
             old = getattr(self, name)
             fill = -1 if name == "minor" else 0
             new = np.full((rows, width), fill, old.dtype)
@@ -78,6 +80,8 @@ class DeviceTable:
         self.free_core[row] = self.total_core[row]
         self.free_mem[row] = self.total_mem[row]
         self.usable_mask[row] = self.present[row] & self.healthy[row] & ~self.blocked[row]
+        self.inv_core[row] = np.where(self.total_core[row] > 0, 1.0 / np.maximum(self.total_core[row], 1), 0.0)
+        self.inv_mem[row] = np.where(self.total_mem[row] > 0, 1.0 / np.maximum(self.total_mem[row], 1), 0.0)
         self.ids[row] = [d.id for d in devices]
         self.models[row] = [d.model for d in devices]
 
@@ -86,6 +90,8 @@ class DeviceTable:
                     self.free_core, self.free_mem):
             arr[row] = 0
         self.usable_mask[row] = False
+        self.inv_core[row] = 0.0
+        self.inv_mem[row] = 0.0
         self.present[row] = False
         self.healthy[row] = False
         self.blocked[row] = False

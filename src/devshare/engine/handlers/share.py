@@ -46,32 +46,48 @@ def describe_ask(device_type: str, req: DeviceRequest) -> str:
 
 
 def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_containers: int) -> str:
-    """Why each device of ``row`` cannot take one share of ``req`` (devices that can are skipped)."""
+    """Why each device of ``row`` cannot take one share of ``req`` (devices that can are skipped).
+
+    Full nodes tend to look alike, so the text is cached on the row's device state."""
+    n = table.count(row)
+    state = (
+        table.minor[row, :n].tolist(), table.healthy[row, :n].tolist(), table.blocked[row, :n].tolist(),
+        table.total_core[row, :n].tolist(), table.total_mem[row, :n].tolist(),
+        table.free_core[row, :n].tolist(), table.free_mem[row, :n].tolist(), table.used_slots[row, :n].tolist(),
+    )
+    key = (table.type, req, max_containers, tuple(tuple(x) for x in state))
+    hit = _REASONS.get(key)
+    if hit is None:
+        if len(_REASONS) > 4096:
+            _REASONS.clear()
+        hit = _REASONS[key] = _describe(table.type, req, max_containers, *state)
+    return hit
+
+
+_REASONS: dict[object, str] = {}
+
+
+def _describe(dtype: str, req: DeviceRequest, max_containers: int, minors: list[int], healthy: list[bool],
+              blocked: list[bool], total_core: list[int], total_mem: list[int], free_core: list[int],
+              free_mem: list[int], slots: list[int]) -> str:
     out = []
-    need_mem = np.broadcast_to(memory_need(req, table.total_mem[row]), table.total_mem[row].shape)
-    for j in range(table.count(row)):
-        name = f"{table.type} {int(table.minor[row, j])}"
-        if not table.healthy[row, j]:
+    for j, minor in enumerate(minors):
+        name = f"{dtype} {minor}"
+        need_mem = req.memory_on(total_mem[j])
+        if not healthy[j]:
             out.append(f"{name}: unhealthy")
-            continue
-        if table.blocked[row, j]:
+        elif blocked[j]:
             out.append(f"{name}: held by another device plugin")
-            continue
-        if table.total_core[row, j] < req.core_milli or table.total_mem[row, j] < need_mem[j]:
-            out.append(f"{name}: {human_bytes(int(table.total_mem[row, j]))} and "
-                       f"{_pct(int(table.total_core[row, j]))} compute in all, too small")
-            continue
-        free_core = int(table.total_core[row, j] - table.used_core[row, j])
-        free_mem = int(table.total_mem[row, j] - table.used_mem[row, j])
-        slots = int(table.used_slots[row, j])
-        if req.whole and (slots or table.used_core[row, j] or table.used_mem[row, j]):
+        elif total_core[j] < req.core_milli or total_mem[j] < need_mem:
+            out.append(f"{name}: {human_bytes(total_mem[j])} and {_pct(total_core[j])} compute in all, too small")
+        elif req.whole and slots[j]:
             out.append(f"{name}: in use, a whole device asked")
-        elif free_core < req.core_milli:
-            out.append(f"{name}: {_pct(free_core)} compute free, {_pct(req.core_milli)} asked")
-        elif free_mem < need_mem[j]:
-            out.append(f"{name}: {human_bytes(free_mem)} free, {human_bytes(int(need_mem[j]))} asked")
-        elif slots >= max_containers:
-            out.append(f"{name}: {slots} containers already, at most {max_containers}")
+        elif free_core[j] < req.core_milli:
+            out.append(f"{name}: {_pct(free_core[j])} compute free, {_pct(req.core_milli)} asked")
+        elif free_mem[j] < need_mem:
+            out.append(f"{name}: {human_bytes(free_mem[j])} free, {human_bytes(need_mem)} asked")
+        elif slots[j] >= max_containers:
+            out.append(f"{name}: {slots[j]} containers already, at most {max_containers}")
     return "; ".join(out) if out else "no usable device"
 
 
