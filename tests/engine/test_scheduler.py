@@ -215,3 +215,21 @@ def test_sixteen_containers_on_sixteen_cards_is_fast_and_best() -> None:
 @pytest.mark.parametrize("code", list(Code))
 def test_codes_are_seed_004_values(code: Code) -> None:
     assert int(code) in (0, 1, 2, 3)
+
+
+def test_a_failing_handler_gives_seed_004_error_not_an_exception(monkeypatch: pytest.MonkeyPatch) -> None:
+    from devshare.engine.handlers import HANDLERS
+
+    st = ClusterState()
+    add_node(st, "n1", 2)
+
+    def boom(ctx: object, rows: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(HANDLERS["gpu"], "evaluate", boom)
+    sch = Scheduler(st)
+    p = pod("p", gpu(30, GiB))
+    ev = sch.evaluate(p, st.node_rows())
+    assert ev.codes.tolist() == [Code.ERROR]
+    assert sch.filter(p).failed == {"n1": "internal error in the gpu handler: RuntimeError: boom"}
+    assert sch.place(p) is None

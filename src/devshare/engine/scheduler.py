@@ -5,6 +5,7 @@ call this.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.request import PodRequest
 
+log = logging.getLogger(__name__)
 Ints = npt.NDArray[np.int64]
 MAX_SCORE = 10  # kube-scheduler's extender priority range is 0..10
 
@@ -111,7 +113,11 @@ class Scheduler:
         types = pod.device_types()
         live = np.flatnonzero(codes == Code.SUCCESS)
         for k, dtype in enumerate(types):
-            ev_live = handler_for(dtype).evaluate(ctx, rows[live])
+            try:
+                ev_live = handler_for(dtype).evaluate(ctx, rows[live])
+            except Exception as e:  # a handler bug must not take the scheduler down: seed 004's Error
+                log.exception("the %s handler failed on pod %s", dtype, pod.key)
+                ev_live = _error(rows[live], f"internal error in the {dtype} handler: {type(e).__name__}: {e}")
             ev = _widen(ev_live, live, rows)
             parts.append(ev)
             codes = np.maximum(codes, ev.codes)
@@ -149,7 +155,7 @@ class Scheduler:
                 out.passed.append(name)
             elif code == Code.UNRESOLVABLE:
                 out.unresolvable[name] = ev.reason(i)
-            else:
+            else:  # UNSCHEDULABLE, or ERROR (an internal failure: retrying may help)
                 out.failed[name] = ev.reason(i)
         return out
 
@@ -233,6 +239,12 @@ def normalize(scores: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]) -> npt
     else:
         out[ok] = np.rint((s - lo) / (hi - lo) * MAX_SCORE).astype(np.int64)
     return out
+
+
+def _error(rows: Ints, reason: str) -> Evaluation:
+    """Every row fails with seed 004's Error code and the same reason."""
+    return Evaluation(rows, np.full(len(rows), Code.ERROR, np.int8), np.zeros(len(rows), np.float64),
+                      lambda i: reason, lambda i: {})
 
 
 def _widen(ev: Evaluation, live: Ints, rows: Ints) -> Evaluation:
