@@ -32,6 +32,9 @@ NOT_READY = "not_ready"
 _CLASSES: tuple[tuple[str, str], ...] = (
     ("not ready", "not-ready"),
     ("not the leader", "not-leader"),
+    ("planned on node", "group-planned-elsewhere"),
+    ("no member binds until", "gang-waiting"),
+    ("the gang needs", "gang-no-room"),
     ("not known to devshare", "unknown-node"),
     ("is not known", "unknown-node"),
     ("unschedulable", "cordoned"),

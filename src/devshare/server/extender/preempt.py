@@ -53,9 +53,9 @@ def _victims_of(state: ClusterState, args: ExtenderPreemptionArgs) -> dict[str, 
         for node, mv in args.node_name_to_meta_victims.items():
             vs = []
             for i, p in enumerate(mv.pods):
-                key = by_uid.get(p.uid)
-                prio = state.pods[key].pod.priority if key is not None else 0
-                vs.append(Victim(p.uid, key, prio, i))
+                found = by_uid.get(p.uid)
+                prio = state.pods[found].pod.priority if found is not None else 0
+                vs.append(Victim(p.uid, found, prio, i))
             out[node] = (vs, mv.num_pdb_violations)
     if args.node_name_to_victims is not None:
         for node, v in args.node_name_to_victims.items():
@@ -69,9 +69,8 @@ def _victims_of(state: ClusterState, args: ExtenderPreemptionArgs) -> dict[str, 
                 if key not in state.pods or (uid and state.pods[key].pod.uid not in ("", uid)):
                     key = by_uid.get(uid)
                 spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-                prio = spec.get("priority") if isinstance(spec, dict) else None
-                if not isinstance(prio, int):
-                    prio = state.pods[key].pod.priority if key is not None else 0
+                given = spec.get("priority") if isinstance(spec, dict) else None
+                prio = given if isinstance(given, int) else (state.pods[key].pod.priority if key is not None else 0)
                 vs.append(Victim(uid, key, prio, i))
             out[node] = (vs, v.num_pdb_violations)
     return out

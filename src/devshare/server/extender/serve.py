@@ -69,6 +69,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         assume_ttl=opts.assume_ttl,
         after_bind=opts.save,
     )
+    sync.on_change = extender.pod_changed
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
     runtime = Runtime(state, sync, extender, elector)
     app = make_app(extender)

@@ -13,6 +13,11 @@ use) is a ``FailedNodes`` entry (preemption may help); one that can never fit as
 (no such devices, unhealthy, cordoned, unknown node, invalid request) is in
 ``FailedAndUnresolvableNodes``. Logical failures are answered with HTTP 200 and ``Error`` (that is
 how kube-scheduler reads them); only a body that is not the protocol's type gets a 400.
+
+Pods of a group or gang go through the engine's :class:`GroupPlanner` (one per extender, on the
+same state): filter passes the member's planned node, prioritize scores it 10, bind claims the
+planned devices; at a gang's quorum the extender binds every waiting member itself (see
+docs/extender.md).
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
-from devshare.kube.backend import Backend, meta
+from devshare.kube.backend import Backend, meta, object_key
 from devshare.kube.errors import BackendError
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import encode_annotations
@@ -38,7 +44,7 @@ from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
 from devshare.server.extender import preempt as _preempt
 from devshare.server.extender.metrics import ERROR, OK, ExtenderMetrics
-from devshare.server.extender.verdicts import filter_nodes, score_nodes, scores_from
+from devshare.server.extender.verdicts import UNKNOWN_NODE, filter_nodes, score_nodes, scores_from
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -122,6 +128,8 @@ class Extender:
         self._binding: set[str] = set()  # pods with a bind in flight
         self._parsed: dict[tuple[str, str, str], PodRequest] = {}  # (key, uid, resourceVersion) -> request
         self._scores: tuple[tuple[str, str, str], float, list[str], npt.NDArray[np.float64]] | None = None
+        self.planner = GroupPlanner(self.scheduler)  # groups and gangs (seed 003), on the same state
+        self._unbound: dict[str, MemberPlacement] = {}  # gang members bound in the state, API binding failed
 
     # ------------------------------------------------------------------ helpers
     def parse(self, pod: dict[str, Any]) -> PodRequest:
@@ -171,6 +179,14 @@ class Extender:
             return self._answer(nodes, [], {}, dict.fromkeys(nodes.names, reason))
         if not pod.has_devices():
             return self._answer(nodes, nodes.names, {}, {})
+        if pod.group is not None:
+            self._scores = None
+            known, unknown = self._split_known(nodes.names)
+            outcome = self.planner.filter(pod, known, now=self.clock())
+            outcome.unresolvable.update(dict.fromkeys(unknown, UNKNOWN_NODE))
+            if outcome.failed or outcome.unresolvable:
+                self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
+            return self._answer(nodes, outcome.passed, outcome.failed, outcome.unresolvable)
         out = filter_nodes(self.scheduler, pod, nodes.names)
         self._remember_scores(args.pod, out.passed, out.raw_scores)
         if out.failed or out.unresolvable:
@@ -188,6 +204,13 @@ class Extender:
         node_list = {**nodes.node_list, "items": items}
         return ExtenderFilterResult(nodes=node_list, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
 
+    def _split_known(self, names: list[str]) -> tuple[list[str], list[str]]:
+        row_of = self.state.row_of
+        known = [n for n in names if n in row_of]
+        if len(known) == len(names):
+            return known, []
+        return known, [n for n in names if n not in row_of]
+
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         nodes = candidates(args)
@@ -199,6 +222,10 @@ class Extender:
             return [HostPriority(host=n, score=0) for n in nodes.names]
         if not pod.has_devices():
             return [HostPriority(host=n, score=0) for n in nodes.names]
+        if pod.group is not None:
+            known, _ = self._split_known(nodes.names)
+            planned = self.planner.prioritize(pod, known, now=self.clock())
+            return [HostPriority(host=n, score=planned.get(n, 0)) for n in nodes.names]
         scores = self._recalled_scores(args.pod, nodes.names)
         if scores is None:
             scores = score_nodes(self.scheduler, pod, nodes.names)
@@ -223,6 +250,8 @@ class Extender:
             return f"pod {key}: a bind is already in progress"
         self._binding.add(key)
         try:
+            if self._unbound:
+                await self._retry_unbound()
             return await self._bind_one(ns, name, node, args.pod_uid)
         finally:
             self._binding.discard(key)
@@ -240,6 +269,8 @@ class Extender:
             return f"pod {key} has uid {m.get('uid')}, not {uid}: it was deleted and re-created"
         bound_to = (obj.get("spec") or {}).get("nodeName")
         if bound_to:
+            if bound_to == node and self._bound_member(key, node):
+                return ""  # a group member the extender bound itself when its gang reached its quorum
             return f"pod {key} is already bound to node {bound_to}"
         try:
             pod = parse_pod(obj)
@@ -247,6 +278,8 @@ class Extender:
             return invalid_request(e)
         if not pod.has_devices():
             return await self._create_binding(ns, name, node, uid)
+        if pod.group is not None:
+            return await self._bind_member(pod, node, obj)
 
         # ---- synchronous: choose and reserve (no await in between) ----
         stale = self.state.pods.get(key)
@@ -280,6 +313,111 @@ class Extender:
                 self._undo(key, alloc)
         self._confirm(pod, alloc)
         return ""
+
+    # ------------------------------------------------------------------ bind: groups and gangs
+    def _bound_member(self, key: str, node: str) -> bool:
+        rec = self.state.pods.get(key)
+        return (rec is not None and rec.phase == "bound" and rec.pod.group is not None
+                and rec.allocation.node == node)
+
+    async def _bind_member(self, pod: PodRequest, node: str, obj: dict[str, Any]) -> str:
+        """A group member's bind: the planner decides (bind now, wait for the gang, or refuse). At a
+        gang's quorum every waiting member is bound here too (annotations, then Binding), since
+        kube-scheduler only retries them later; the asking member's answer is its own outcome."""
+        decision = self.planner.claim(pod, node, now=self.clock())
+        if not isinstance(decision, Bind):
+            return decision.reason
+        answer = ""
+        for m in decision.members:
+            mine = m.pod == pod.key
+            if not mine:
+                if m.pod in self._binding:
+                    continue  # that member's own /bind is in flight: it binds it
+                self._binding.add(m.pod)
+            try:
+                error = await self._bind_placed(m, obj if mine else None)
+            finally:
+                if not mine:
+                    self._binding.discard(m.pod)
+            if mine:
+                answer = error
+            elif error:
+                log.warning("gang member %s (bound with %s) could not be bound yet: %s", m.pod, pod.key, error)
+        return answer
+
+    async def _bind_placed(self, m: MemberPlacement, obj: dict[str, Any] | None = None) -> str:
+        """Write a member's annotations and create its Binding (the member is bound in the state)."""
+        ns, _, name = m.pod.partition("/")
+        rec = self.state.pods.get(m.pod)
+        if rec is None or rec.phase != "bound" or rec.allocation != m.allocation:
+            self._unbound.pop(m.pod, None)
+            return f"pod {m.pod} no longer holds its planned devices"
+        pod = rec.pod
+        if obj is None:
+            try:
+                obj = await self.backend.get_pod(ns, name)
+            except BackendError as e:
+                return await self._member_failed(m, f"reading pod {m.pod} from the API server failed: {e}")
+            if obj is None:
+                self._unbound.pop(m.pod, None)
+                self.planner.forget(m.pod)
+                return f"pod {m.pod} not found"
+            bound_to = (obj.get("spec") or {}).get("nodeName")
+            if bound_to == m.node:
+                self._unbound.pop(m.pod, None)
+                return ""
+            if bound_to:
+                self._unbound.pop(m.pod, None)
+                self.planner.forget(m.pod)
+                return f"pod {m.pod} is already bound to node {bound_to}"
+        annotations = encode_annotations(pod, m.allocation, now_ns=time.time_ns(),
+                                         visible_gpus=list(m.visible_gpus),
+                                         device_memory=self._device_memory(m.node))
+        try:
+            await self.backend.patch_pod_annotations(ns, name, annotations)
+        except BackendError as e:
+            return await self._member_failed(m, f"writing the allocation annotations of pod {m.pod} failed: {e}")
+        error = await self._create_binding(ns, name, m.node, pod.uid)
+        if error:
+            return await self._member_failed(m, error, annotations)
+        self._unbound.pop(m.pod, None)
+        return ""
+
+    async def _member_failed(self, m: MemberPlacement, error: str,
+                             annotations: dict[str, str] | None = None) -> str:
+        """A plain group's member goes back to its planned devices (and loses its annotations); a
+        gang's member stays bound in the state (the gang's decision stands): its binding is retried
+        on the next /bind."""
+        if self.planner.bind_failed(m.pod, now=self.clock()):
+            self._unbound.pop(m.pod, None)
+            if annotations is not None:
+                ns, _, name = m.pod.partition("/")
+                await self._forget_annotations(ns, name, annotations)
+        else:
+            self._unbound[m.pod] = m
+        return error
+
+    async def _retry_unbound(self) -> None:
+        """Bind the gang members whose API binding failed after their gang reached its quorum."""
+        for key, m in list(self._unbound.items()):
+            if key in self._binding:
+                continue
+            self._binding.add(key)
+            try:
+                error = await self._bind_placed(m)
+            finally:
+                self._binding.discard(key)
+            if error:
+                log.info("gang member %s: binding retried, still failing: %s", key, error)
+
+    def pod_changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
+        """StateSync's hook: a deleted group member gives up its place in its group's plan."""
+        if kind != "pods" or type_ != "DELETED":
+            return
+        key = object_key(obj)
+        self._unbound.pop(key, None)
+        if any(plan.slot_of(key) is not None for plan in self.planner.plans.values()):
+            self.planner.forget(key)
 
     async def _create_binding(self, ns: str, name: str, node: str, uid: str) -> str:
         try:
@@ -335,6 +473,9 @@ class Extender:
     def expire(self) -> list[str]:
         """Drop reservations whose bind never completed (not those with a bind in flight)."""
         now = self.clock()
+        plans = self.planner.expire(now)
+        if plans:
+            log.warning("group plans expired before their members bound (devices released): %s", ", ".join(plans))
         gone = [k for k, r in self.state.pods.items()
                 if r.phase == "assumed" and r.expires_at is not None and r.expires_at <= now
                 and k not in self._binding]

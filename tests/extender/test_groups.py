@@ -1,0 +1,188 @@
+"""Groups and gangs (seed 003) through the extender over real HTTP: filter passes the planned node,
+bind claims the planned devices, a gang binds every member at its quorum, and a gang that cannot
+complete binds nobody and gives its devices back when its plan expires."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from devshare.kube.errors import Unavailable
+from devshare.kube.memory import MemoryBackend
+from devshare.model.codecs import decode_allocation
+from devshare.model.device import DeviceInfo, NodeDevices, device_object
+
+from .helpers import GiB, node, pod, running, settle
+from .test_http import bind, names_body, post
+
+SEED = json.loads(Path("/work/shared/topologies/seed-8gpu-bandwidth.json").read_text())
+TOPOLOGY = "topology.scheduling.koordinator.sh/gpu"
+
+
+def matrix_device(name: str) -> dict[str, Any]:
+    devs = tuple(DeviceInfo(type="gpu", minor=i, id=f"GPU-{name}-{i}", memory=16 * GiB) for i in range(8))
+    bw = tuple(tuple(float(x) for x in row) for row in SEED["bandwidth_gbps"])
+    return device_object(NodeDevices(node=name, devices=devs, gpu_bandwidth=bw))
+
+
+def member(i: int, *, replicas: int, gpus: int = 2, gang: int | None = None, group: str = "job") -> dict[str, Any]:
+    annotations = ({"gang.scheduling.koordinator.sh/name": group,
+                    "gang.scheduling.koordinator.sh/min-available": str(gang)} if gang else None)
+    p = pod(f"{group}-{i}", gpus=gpus, annotations=annotations)
+    p["metadata"]["labels"] = {"gputopology.scheduling.koordinator.sh/name": group,
+                               "gputopology.scheduling.koordinator.sh/replica": str(replicas)}
+    return p
+
+
+def backend_of(nodes: list[str], pods: list[dict[str, Any]]) -> MemoryBackend:
+    objs: list[dict[str, Any]] = []
+    for n in nodes:
+        objs += [node(n), matrix_device(n)]
+    return MemoryBackend.from_objects([*objs, *pods])
+
+
+async def schedule(client: Any, p: dict[str, Any], nodes: list[str]) -> str:
+    """Play kube-scheduler for one pod: filter, prioritize (when several pass), bind the best."""
+    out = await post(client, "/filter", names_body(p, nodes))
+    fit = out["NodeNames"]
+    assert fit, out
+    target = fit[0]
+    if len(fit) > 1:
+        scores = await post(client, "/prioritize", names_body(p, fit))
+        target = max(scores, key=lambda h: h["Score"])["Host"]
+    return await bind(client, p["metadata"]["name"], target)
+
+
+async def stored(backend: MemoryBackend, name: str) -> dict[str, Any]:
+    obj = await backend.get_pod("default", name)
+    assert obj is not None
+    return obj
+
+
+async def test_two_pod_group_gets_gpus_0_to_3_on_the_seed_matrix() -> None:
+    pods = [member(0, replicas=2), member(1, replicas=2)]
+    backend = backend_of(["host04", "host05"], pods)
+    async with running(backend) as (client, runtime):
+        out = await post(client, "/filter", names_body(pods[0], ["host04", "host05", "ghost"]))
+        assert len(out["NodeNames"]) == 1
+        planned = out["NodeNames"][0]
+        assert "planned on node" in out["FailedNodes"][{"host04", "host05"}.difference([planned]).pop()]
+        assert "not known" in out["FailedAndUnresolvableNodes"]["ghost"]
+        scores = await post(client, "/prioritize", names_body(pods[0], ["host04", "host05"]))
+        assert {h["Host"]: h["Score"] for h in scores}[planned] == 10
+        assert sorted(h["Score"] for h in scores) == [0, 10]
+        assert await bind(client, "job-0", planned) == ""
+        assert await schedule(client, pods[1], ["host04", "host05"]) == ""
+        await settle(runtime, backend)
+        minors: list[int] = []
+        for name in ("job-0", "job-1"):
+            obj = await stored(backend, name)
+            assert obj["spec"]["nodeName"] == planned
+            ann = obj["metadata"]["annotations"]
+            topo = json.loads(ann[TOPOLOGY])
+            assert topo["visibleGPUs"] == ["0", "1", "2", "3"]
+            alloc = decode_allocation(ann)
+            assert alloc is not None and alloc.node == planned
+            minors += [g.minor for _, g in alloc.grants()]
+            assert runtime.state.pods[f"default/{name}"].phase == "bound"
+        assert sorted(minors) == SEED["expected"]["seed_example"]["better"] == [0, 1, 2, 3]
+        assert not [k for k in runtime.state.pods if "#plan#" in k]  # every placeholder was claimed
+
+
+async def test_gang_binds_every_member_when_the_last_needed_one_binds() -> None:
+    pods = [member(i, replicas=3, gang=3) for i in range(3)]
+    backend = backend_of(["host04"], pods)
+    async with running(backend) as (client, runtime):
+        for i in (0, 1):
+            error = await schedule(client, pods[i], ["host04"])
+            assert f"{i + 1} of 3 members have their devices" in error
+            assert (await stored(backend, f"job-{i}"))["spec"].get("nodeName") is None
+        assert await schedule(client, pods[2], ["host04"]) == ""
+        await settle(runtime, backend)
+        visible = set()
+        for i in range(3):
+            obj = await stored(backend, f"job-{i}")
+            assert obj["spec"]["nodeName"] == "host04"
+            visible.add(obj["metadata"]["annotations"][TOPOLOGY])
+            assert runtime.state.pods[f"default/job-{i}"].phase == "bound"
+        assert len({json.dumps(json.loads(v)["visibleGPUs"]) for v in visible}) == 1
+        # kube-scheduler retries a member the extender already bound: the same answer, success
+        assert await bind(client, "job-0", "host04") == ""
+
+
+async def test_gang_that_cannot_complete_binds_nobody_and_releases_after_expiry() -> None:
+    pods = [member(i, replicas=3, gang=3) for i in range(3)]
+    backend = backend_of(["host04"], pods)
+    now = [0.0]
+    async with running(backend) as (client, runtime):
+        ext = runtime.extender
+        ext.clock = lambda: now[0]
+        for i in (0, 1):  # the third member never comes
+            assert "members have their devices" in await schedule(client, pods[i], ["host04"])
+        assert len(runtime.state.pods) == 3  # two claimed members and the third's placeholder hold their GPUs
+        now[0] = 60.0
+        ext.expire()
+        assert len(runtime.state.pods) == 3  # the plan still holds
+        now[0] = 1000.0
+        ext.expire()
+        assert runtime.state.pods == {}
+        for i in range(3):
+            assert (await stored(backend, f"job-{i}"))["spec"].get("nodeName") is None
+        # the devices are free again: an ordinary pod can take all eight
+        out = await post(client, "/filter", names_body(pod("big", gpus=8), ["host04"]))
+        assert out["NodeNames"] == ["host04"]
+
+
+async def test_gang_too_large_for_the_cluster_holds_nothing() -> None:
+    pods = [member(i, replicas=3, gpus=4, gang=3) for i in range(3)]
+    backend = backend_of(["host04"], pods)
+    async with running(backend) as (client, runtime):
+        out = await post(client, "/filter", names_body(pods[0], ["host04"]))
+        assert out["NodeNames"] == []
+        assert "the gang needs 3 together" in out["FailedNodes"]["host04"]
+        assert await bind(client, "job-0", "host04") != ""
+        assert runtime.state.pods == {}
+        assert (await stored(backend, "job-0"))["spec"].get("nodeName") is None
+
+
+async def test_gang_member_whose_binding_fails_is_bound_on_the_next_bind() -> None:
+    pods = [member(i, replicas=2, gang=2) for i in range(2)]
+    backend = backend_of(["host04"], pods)
+    async with running(backend) as (client, runtime):
+        assert "1 of 2" in await schedule(client, pods[0], ["host04"])
+        real_bind = backend.bind_pod
+        failing = {"default/job-0"}
+
+        async def flaky(namespace: str, name: str, node_name: str, *, uid: str | None = None) -> None:
+            if f"{namespace}/{name}" in failing:
+                raise Unavailable("injected: the API server is away")
+            await real_bind(namespace, name, node_name, uid=uid)
+
+        backend.bind_pod = flaky  # type: ignore[method-assign]
+        assert await schedule(client, pods[1], ["host04"]) == ""  # the asker binds; job-0's binding failed
+        assert (await stored(backend, "job-1"))["spec"]["nodeName"] == "host04"
+        assert (await stored(backend, "job-0"))["spec"].get("nodeName") is None
+        assert runtime.state.pods["default/job-0"].phase == "bound"  # the gang's decision stands
+        failing.clear()
+        assert await bind(client, "job-0", "host04") == ""  # kube-scheduler's retry binds it
+        await settle(runtime, backend)
+        assert (await stored(backend, "job-0"))["spec"]["nodeName"] == "host04"
+        assert runtime.extender._unbound == {}
+
+
+async def test_deleted_member_gives_back_its_place() -> None:
+    pods = [member(i, replicas=2, gang=2) for i in range(2)]
+    backend = backend_of(["host04"], pods)
+    async with running(backend) as (client, runtime):
+        assert "1 of 2" in await schedule(client, pods[0], ["host04"])
+        assert runtime.state.pods["default/job-0"].phase == "assumed"
+        backend.delete("pods", "default/job-0")
+        for _ in range(200):
+            if "default/job-0" not in runtime.state.pods:
+                break
+            await asyncio.sleep(0.005)
+        assert "default/job-0" not in runtime.state.pods
+        plan = runtime.extender.planner.plans["default/job"]
+        assert plan.slot_of("default/job-0") is None
