@@ -64,6 +64,10 @@ def test_extender_flags_are_checked(tmp_path: Path) -> None:
     assert out.exit_code == 2 and "needs --cluster" in out.output
     out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--port", "0"])
     assert out.exit_code == 2 and "--port" in out.output
+    out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--policy", "best"])
+    assert out.exit_code == 2 and "unknown --policy 'best'" in out.output and "binpack" in out.output
+    out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--core-weight", "2"])
+    assert out.exit_code == 2 and "--core-weight" in out.output
 
 
 def _free_port() -> int:

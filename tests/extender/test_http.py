@@ -406,3 +406,24 @@ async def test_prioritize_after_filter_reuses_equal_scores() -> None:
         fresh = score_nodes(ext.scheduler, ext.parse(ask), out["NodeNames"])
     assert [h["Score"] for h in reused] == fresh
     assert max(fresh) == 10 and min(fresh) == 0
+
+
+async def test_policy_option_binpack_spread_and_devshare_by_default() -> None:
+    half = pod("half", core=50, mem="8Gi", node_name="node-1", annotations={"devshare.io/allocation": json.dumps(
+        {"node": "node-1", "containers": [{"name": "main", "devices": [
+            {"type": "gpu", "minor": 0, "id": "GPU-node-1-0", "core": 50, "memory": 8 * GiB, "memoryRatio": 50}]}]})})
+    ask = pod("p", core=50, mem="8Gi")
+    best = {}
+    for policy in ("binpack", "spread"):
+        async with running(cluster(2, gpus=2, pods=[half]), ExtenderOptions(policy=policy)) as (client, _):
+            out = await post(client, "/prioritize", names_body(ask, ["node-0", "node-1"]))
+        scores = {h["Host"]: h["Score"] for h in out}
+        best[policy] = max(scores, key=lambda n: scores[n])
+        assert sorted(scores.values()) == [0, 10]
+    assert best == {"binpack": "node-1", "spread": "node-0"}
+    async with running(cluster(2, gpus=2, pods=[half])) as (client, runtime):
+        assert runtime.extender.scheduler.policy.name == "devshare"
+        seen = runtime.extender.scheduler.policy.seen
+        await post(client, "/filter", names_body(ask, ["node-0", "node-1"]))
+        await post(client, "/filter", names_body(ask, ["node-0", "node-1"]))
+        assert runtime.extender.scheduler.policy.seen == seen + 1  # each pod is observed once

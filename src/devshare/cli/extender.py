@@ -41,6 +41,12 @@ def extender(
     assume_ttl: Annotated[
         float, typer.Option(help="Seconds a reservation waits for its bind before its devices are freed.")
     ] = 60.0,
+    policy: Annotated[
+        str, typer.Option(help="Node policy: devshare (fragmentation-aware, the default), binpack or spread.")
+    ] = "devshare",
+    core_weight: Annotated[
+        float, typer.Option(help="binpack/spread: weight of compute vs memory in a card's score (0..1).")
+    ] = 0.5,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
@@ -54,6 +60,12 @@ def extender(
             raise fail(f"--port must be between 1 and 65535, got {port}")
         if assume_ttl <= 0:
             raise fail(f"--assume-ttl must be > 0, got {assume_ttl}")
+        from devshare.engine.scheduler import POLICY_NAMES
+
+        if policy not in POLICY_NAMES:
+            raise fail(f"unknown --policy {policy!r}: use one of {', '.join(POLICY_NAMES)}")
+        if not 0.0 <= core_weight <= 1.0:
+            raise fail(f"--core-weight must be between 0 and 1, got {core_weight}")
         level = getattr(logging, log_level.upper(), None)
         if not isinstance(level, int):
             raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
@@ -63,7 +75,7 @@ def extender(
         from devshare.server.extender.serve import ExtenderOptions, cluster_saver, serve
 
         backend: Backend
-        options = ExtenderOptions(assume_ttl=assume_ttl)
+        options = ExtenderOptions(assume_ttl=assume_ttl, policy=policy, core_weight=core_weight)
         if cluster is not None:
             from devshare.kube.memory import MemoryBackend
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from devshare.engine.handlers.base import Settings
+from devshare.engine.scheduler import Scheduler, scheduler_policy
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
 from devshare.kube.backend import Backend
 from devshare.kube.leader import LeaderElector
@@ -38,6 +40,8 @@ class ExtenderOptions:
     assume_ttl: float = DEFAULT_ASSUME_TTL
     expire_interval: float = 5.0
     save: Callable[[], None] | None = None  # called after each bind and on shutdown (--save)
+    policy: str = "devshare"  # node policy: devshare (fragmentation-aware), binpack or spread
+    core_weight: float = Settings.core_weight  # compute vs memory in a card's score (binpack, spread)
 
 
 @dataclass
@@ -57,12 +61,15 @@ RUNTIME = web.AppKey("runtime", Runtime)
 def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.Application:
     opts = options or ExtenderOptions()
     state = ClusterState()
+    settings = Settings(core_weight=opts.core_weight)
+    scheduler = Scheduler(state, policy=scheduler_policy(opts.policy, settings), settings=settings)
     sync = StateSync(backend, state)
     elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name)
                if opts.leader_election else None)
     metrics = ExtenderMetrics()
     extender = Extender(
         state, backend,
+        scheduler=scheduler,
         is_synced=lambda: sync.is_synced,
         is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
         metrics=metrics,

@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 NOT_READY = "not ready: state not synced"
 NOT_LEADER = "not the leader"
+SEEN_LIMIT = 65536  # pods remembered as observed by the policy
 SCORE_REUSE_SECONDS = 2.0  # prioritize reuses the scores of a filter this recent for the same pod
 
 
@@ -128,6 +129,7 @@ class Extender:
         self._binding: set[str] = set()  # pods with a bind in flight
         self._parsed: dict[tuple[str, str, str], PodRequest] = {}  # (key, uid, resourceVersion) -> request
         self._scores: tuple[tuple[str, str, str], float, list[str], npt.NDArray[np.float64]] | None = None
+        self._seen: dict[tuple[str, str], None] = {}  # pods the policy was told of (observe), oldest first
         self.planner = GroupPlanner(self.scheduler)  # groups and gangs (seed 003), on the same state
         self._unbound: dict[str, MemberPlacement] = {}  # gang members bound in the state, API binding failed
 
@@ -179,6 +181,7 @@ class Extender:
             return self._answer(nodes, [], {}, dict.fromkeys(nodes.names, reason))
         if not pod.has_devices():
             return self._answer(nodes, nodes.names, {}, {})
+        self._observe(pod)
         if pod.group is not None:
             self._scores = None
             known, unknown = self._split_known(nodes.names)
@@ -203,6 +206,17 @@ class Extender:
         items = [n for n, name in zip(nodes.items or [], nodes.names, strict=True) if name in keep]
         node_list = {**nodes.node_list, "items": items}
         return ExtenderFilterResult(nodes=node_list, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
+
+    def _observe(self, pod: PodRequest) -> None:
+        """Tell the policy of each pod once, at its first filter (a learning policy, e.g. devshare's,
+        learns the task mix from the pods that arrive)."""
+        seen = (pod.key, pod.uid)
+        if seen in self._seen:
+            return
+        if len(self._seen) >= SEEN_LIMIT:
+            del self._seen[next(iter(self._seen))]
+        self._seen[seen] = None
+        self.scheduler.policy.observe(pod)
 
     def _split_known(self, names: list[str]) -> tuple[list[str], list[str]]:
         row_of = self.state.row_of
@@ -437,14 +451,17 @@ class Extender:
         """The Binding exists: the allocation is bound (even if its reservation expired meanwhile)."""
         rec = self.state.pods.get(pod.key)
         if rec is not None and rec.phase == "bound":
-            return  # the watch saw the bound pod first and recorded its annotation
-        if rec is not None and rec.allocation == alloc:
+            pass  # the watch saw the bound pod first and recorded its annotation
+        elif rec is not None and rec.allocation == alloc:
             self.state.bind(pod.key)
-            return
-        reason = self.state.add_bound(pod, alloc)  # the annotation is the truth
-        if reason is not None:
-            log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
-                        pod.key, reason)
+        else:
+            reason = self.state.add_bound(pod, alloc)  # the annotation is the truth
+            if reason is not None:
+                log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
+                            pod.key, reason)
+        row = self.state.row_of.get(alloc.node)
+        if row is not None:
+            self.scheduler.policy.placed(pod, row)
 
     async def _forget_annotations(self, ns: str, name: str, annotations: dict[str, str]) -> None:
         """Best effort: take our annotations off a pod left unbound (unless someone else bound it)."""
