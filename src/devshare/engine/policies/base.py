@@ -27,8 +27,7 @@ def gpu_free(state: ClusterState, rows: Ints) -> Ints:
     t = state.tables.get(names.GPU)
     if t is None:
         return np.zeros((rows.shape[0], 1), np.int64)
-    free = t.total_core[rows] - t.used_core[rows]
-    return np.where(t.usable()[rows], np.maximum(free, 0), 0)
+    return np.where(t.usable_mask[rows], np.maximum(t.free_core[rows], 0), 0)
 
 
 def cpu_left(state: ClusterState, rows: Ints) -> Ints:

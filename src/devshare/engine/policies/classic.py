@@ -151,7 +151,7 @@ class GpuPackingPolicy:
         if req is None or view.count == 0:
             return empty_choice(view, np.zeros(m, np.float64))
         t = state.tables[names.GPU]
-        present = t.usable()[rows]
+        present = t.usable_mask[rows]
         n_cards = present.sum(axis=1)
         full = (free >= 1000) & present
         n_full = full.sum(axis=1)

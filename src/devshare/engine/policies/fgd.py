@@ -87,7 +87,7 @@ def first_of_kind(free: Ints, fits: Mask) -> Mask:
     f = free[:, :w]
     same = (f[:, :, None] == f[:, None, :]) & fits[:, None, :]
     earlier = np.tril(np.ones((w, w), np.bool_), k=-1)  # [j, k]: k < j
-    return fits & ~(same & earlier[None, :, :]).any(axis=2)
+    return np.asarray(fits & ~(same & earlier[None, :, :]).any(axis=2), np.bool_)
 
 
 def frag_deltas(cache: NodeFrag, view: FitView) -> tuple[Floats, Ints | None]:

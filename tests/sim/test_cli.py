@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from devshare.cli.main import app
+
+
+def test_json_shape_and_plot(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = small_trace
+    out, png = tmp_path / "out.json", tmp_path / "p.png"
+    r = CliRunner().invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "bestfit",
+                                 "--policy", "devshare", "--seeds", "42-43", "--workers", "1",
+                                 "--json", str(out), "--plot", str(png)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert [d["policy"] for d in data] == ["bestfit", "devshare"]
+    for d in data:
+        assert d["trace"] == "openb_pod_list_small"
+        assert d["seeds"] == [42, 43]
+        assert set(d["allocated_pct"]) == {"42", "43"}
+        assert all(len(v) == 131 for v in d["allocated_pct"].values())
+        assert set(d["unallocated_pct_at_100"]) == {"mean", "median"}
+    assert png.stat().st_size > 1000
+    assert "bestfit" in r.output and "offline bound" in r.output
+
+
+def test_single_policy_json_is_one_object(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = small_trace
+    out = tmp_path / "one.json"
+    r = CliRunner().invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd",
+                                 "--seeds", "42", "--workers", "1", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["policy"] == "fgd"
+
+
+def test_bad_input_is_one_line_exit_2(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = small_trace
+    bad = tmp_path / "bad.csv"
+    bad.write_text(pods.read_text().replace("p003,", "p003,x"))
+    cases = [
+        ["--pods", str(bad), "--nodes", str(nodes)],
+        ["--pods", str(pods), "--nodes", str(nodes), "--policy", "magic"],
+        ["--pods", str(pods), "--nodes", str(nodes), "--seeds", "9-1"],
+        ["--pods", str(tmp_path / "missing.csv"), "--nodes", str(nodes)],
+    ]
+    for args in cases:
+        r = CliRunner().invoke(app, ["simulate", *args, "--workers", "1"])
+        assert r.exit_code == 2, (args, r.output)
+        assert r.output.strip().startswith("error: ") and len(r.output.strip().splitlines()) == 1, r.output
