@@ -9,26 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from devshare.cli.common import emit, fail, user_errors
-from devshare.engine.state import ClusterState
 from devshare.kube.backend import Backend
 from devshare.model.quantity import human_bytes
-
-
-async def load_state(backend: Backend, timeout: float = 60.0) -> ClusterState:
-    """List the cluster once into a fresh state (allocations rebuilt from bound pods' annotations)."""
-    from devshare.kube.sync import StateSync
-
-    state = ClusterState()
-    sync = StateSync(backend, state)
-    sync.start()
-    try:
-        await asyncio.wait_for(sync.synced.wait(), timeout)
-    except TimeoutError:
-        raise fail(f"could not read the cluster within {timeout:g} seconds (see the log for why)") from None
-    finally:
-        await sync.stop()
-        await backend.close()
-    return state
 
 
 def _cell(used: dict[str, Any], total: dict[str, Any], key: str, fmt: Any) -> str:
@@ -90,6 +72,8 @@ def inspect(
             from devshare.kube.live import LiveBackend
 
             backend = LiveBackend.connect(kubeconfig, context=context)
+        from devshare.kube.snapshot import load_state
+
         state = asyncio.run(load_state(backend))
         emit(state.inspect(), output, _table)
 

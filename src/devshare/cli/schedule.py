@@ -156,8 +156,8 @@ def schedule(
     with user_errors():
         if output not in ("json", "yaml", "table"):
             raise fail(f"unknown output format {output!r}: use json, yaml or table")
-        from devshare.cli.inspect import load_state
         from devshare.kube.memory import MemoryBackend
+        from devshare.kube.snapshot import load_state
 
         pod_objs = pods_of(pods)
         state = asyncio.run(load_state(MemoryBackend.load(cluster)))

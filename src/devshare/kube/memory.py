@@ -28,6 +28,8 @@ from devshare.model.node import parse_node
 _RESOURCE_OF_KIND = {"Node": "nodes", "Device": "devices", "Pod": "pods"}
 _API_VERSION = {"Node": "v1", "Device": names.DEVICE_API_VERSION, "Pod": "v1"}
 _SAVED = ("nodes", "devices", "pods")
+# libyaml's loader when PyYAML was built with it (about 10x faster on large cluster files)
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _check(doc: Any, where: str) -> tuple[str, str, dict[str, Any]]:
@@ -76,7 +78,7 @@ def _documents(path: Path) -> Iterable[tuple[str, Any]]:
     text = path.read_text()
     index = 0
     try:
-        for index, doc in enumerate(yaml.safe_load_all(text), start=1):
+        for index, doc in enumerate(yaml.load_all(text, Loader=_LOADER), start=1):
             if doc is None:
                 continue
             where = f"{path}, document {index}"
