@@ -12,7 +12,8 @@ n3,96000,393216,8,G2
 n4,16000,65536,1,P100
 """
 
-PODS_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+PODS_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+               "deletion_time,scheduled_time\n")
 
 
 def pods_csv() -> str:

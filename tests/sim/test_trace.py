@@ -6,6 +6,7 @@ import pytest
 
 from devshare.model.errors import InvalidInput
 from devshare.sim.trace import load_trace
+
 from .conftest import NODES, PODS_HEADER
 
 

@@ -90,7 +90,6 @@ class DevsharePolicy:
                 rest = gpu_free(view.state, view.rows).sum(axis=1)
                 delta = delta - self.cpu_pack * rest / MAX_SPEC_GPU
             if free is not None and view.count:
-                t = free
                 rest = gpu_free(view.state, view.rows).sum(axis=1)
                 left = rest / MAX_SPEC_GPU
             s = delta - self.fit_weight * 1000.0 * left
