@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import cProfile
 import json
+import operator
 import os
 import pstats
 import random
@@ -75,12 +76,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class FilterResult(msgspec.Struct):
+    NodeNames: list[str] | None = None
+    Error: str = ""
+
+
+class HostPriority(msgspec.Struct):
+    Host: str
+    Score: int
+
+
+class BindResult(msgspec.Struct):
+    Error: str = ""
+
+
+ANSWERS: dict[str, Any] = {"filter": FilterResult, "prioritize": list[HostPriority], "bind": BindResult}
+
+
 async def drive(base: str, pods: list[dict[str, Any]], node_names: list[str], sample: int | None,
                 seed: int) -> dict[str, Any]:
+    """Play kube-scheduler (its own JSON work kept small: typed decoding, as Go's is)."""
     rng = random.Random(seed)
     lat: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
     enc = msgspec.json.encode
-    dec = msgspec.json.decode
+    decoders = {verb: msgspec.json.Decoder(t) for verb, t in ANSWERS.items()}
     bound = unschedulable = bind_errors = 0
     binds: set[asyncio.Task[None]] = set()
     headers = {"Content-Type": "application/json"}
@@ -93,14 +112,14 @@ async def drive(base: str, pods: list[dict[str, Any]], node_names: list[str], sa
                 if r.status != 200:
                     raise RuntimeError(f"{verb}: HTTP {r.status}: {raw[:200]!r}")
             lat[verb].append(time.perf_counter() - t)
-            return dec(raw)
+            return decoders[verb].decode(raw)
 
         async def bind(p: dict[str, Any], node: str) -> None:
             nonlocal bound, bind_errors
             m = p["metadata"]
             out = await call("bind", {"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"],
                                       "Node": node})
-            if out["Error"]:
+            if out.Error:
                 bind_errors += 1
             else:
                 bound += 1
@@ -109,14 +128,14 @@ async def drive(base: str, pods: list[dict[str, Any]], node_names: list[str], sa
         for p in pods:
             names = rng.sample(node_names, sample) if sample else node_names
             out = await call("filter", {"Pod": p, "Nodes": None, "NodeNames": names})
-            fit = out["NodeNames"]
+            fit = out.NodeNames
             if not fit:
                 unschedulable += 1
                 continue
             target = fit[0]
             if len(fit) > 1:  # kube-scheduler skips prioritize when one node is left
                 scores = await call("prioritize", {"Pod": p, "Nodes": None, "NodeNames": fit})
-                target = max(scores, key=lambda h: h["Score"])["Host"]
+                target = best_host(scores)
             task = asyncio.create_task(bind(p, target))
             binds.add(task)
             task.add_done_callback(binds.discard)
@@ -125,16 +144,22 @@ async def drive(base: str, pods: list[dict[str, Any]], node_names: list[str], sa
     return {"wall": wall, "bound": bound, "unschedulable": unschedulable, "bind_errors": bind_errors, "lat": lat}
 
 
-def run_http(nodes: int, pods: int, sample: int | None, seed: int) -> None:
+def best_host(scores: list[HostPriority]) -> str:
+    return max(scores, key=operator.attrgetter("Score")).Host  # the first of the best, as a plain max
+
+
+def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str) -> None:
     objs = make_cluster(nodes, pods, seed)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cluster.yaml"
         t = time.perf_counter()
         path.write_text(yaml.dump_all(objs, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
         port = free_port()
+        profile = os.environ.get("SERVER_PROFILE")  # a file: the server runs under cProfile and writes it
+        wrap = ["-m", "cProfile", "-o", profile] if profile else []
         proc = subprocess.Popen(
-            [sys.executable, "-m", "devshare.cli.main", "extender", "--cluster", str(path), "--port", str(port),
-             "--log-level", "warning"], env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            [sys.executable, *wrap, "-m", "devshare.cli.main", "extender", "--cluster", str(path), "--port", str(port),
+             "--log-level", "warning", "--policy", policy], env={**os.environ, "PYTHONUNBUFFERED": "1"})
         base = f"http://127.0.0.1:{port}"
         try:
             asyncio.run(wait_ready(base, proc))
@@ -147,7 +172,7 @@ def run_http(nodes: int, pods: int, sample: int | None, seed: int) -> None:
             proc.wait(30)
     lat = res["lat"]
     asked = f"{sample} sampled names" if sample else f"all {nodes} names"
-    print(f"\n== {nodes} nodes x 8 GPUs, {pods} pods, filter with {asked} (nodeCacheCapable) ==")
+    print(f"\n== {nodes} nodes x 8 GPUs, {pods} pods, filter with {asked} (nodeCacheCapable), policy {policy} ==")
     print(f"startup (write file, load, sync): {ready:.1f} s")
     print(f"end to end: {pods / res['wall']:.0f} pods/s ({res['wall']:.2f} s); bound {res['bound']}, "
           f"unschedulable {res['unschedulable']}, bind errors {res['bind_errors']}")
@@ -172,44 +197,63 @@ async def wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("the extender did not become ready")
 
 
-def run_profile(nodes: int, pods: int, sample: int | None, seed: int) -> None:
-    """The same calls without HTTP, in-process, under cProfile: where the time goes."""
+def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: str) -> None:
+    """The same calls without the HTTP transport, in-process, under cProfile: where the time goes
+    (request bodies as bytes through the app's verb handlers, so decoding and encoding count)."""
     from devshare.kube.memory import MemoryBackend
-    from devshare.server.extender.serve import RUNTIME, build_app
-    from devshare.server.extender.wire import ExtenderArgs, ExtenderBindingArgs
+    from devshare.server.extender import app as handlers
+    from devshare.server.extender.serve import RUNTIME, ExtenderOptions, build_app
 
     objs = make_cluster(nodes, pods, seed)
     backend = MemoryBackend.from_objects(objs)
     names = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
     pod_objs = [o for o in objs if o["kind"] == "Pod"]
     rng = random.Random(seed)
+    enc = msgspec.json.encode
+    decoders = {verb: msgspec.json.Decoder(t) for verb, t in ANSWERS.items()}
 
     async def main() -> None:
-        app = build_app(backend)
+        app = build_app(backend, ExtenderOptions(policy=policy))
         for hook in app.on_startup:
             await hook(app)
         rt = app[RUNTIME]
         await rt.sync.synced.wait()
         ext = rt.extender
-        prof = cProfile.Profile()
+
+        spent: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
+
+        async def call(verb: str, body: Any) -> Any:
+            data = enc(body)
+            t = time.perf_counter()
+            answer, _ = await getattr(handlers, f"_{verb}")(ext, data)
+            answer = answer if isinstance(answer, bytes) else enc(answer)
+            spent[verb].append(time.perf_counter() - t)
+            return decoders[verb].decode(answer)
+
+        prof = cProfile.Profile() if os.environ.get("SORT") != "none" else None
         t = time.perf_counter()
-        prof.enable()
+        if prof is not None:
+            prof.enable()
         for p in pod_objs:
             ns = rng.sample(names, sample) if sample else names
-            fr = ext.filter(ExtenderArgs(pod=p, node_names=ns))
-            fit = fr.node_names or []
+            fr = await call("filter", {"Pod": p, "Nodes": None, "NodeNames": ns})
+            fit = fr.NodeNames or []
             if not fit:
                 continue
             target = fit[0]
             if len(fit) > 1:
-                target = max(ext.prioritize(ExtenderArgs(pod=p, node_names=fit)), key=lambda h: h.score).host
+                target = best_host(await call("prioritize", {"Pod": p, "Nodes": None, "NodeNames": fit}))
             m = p["metadata"]
-            await ext.bind(ExtenderBindingArgs(pod_name=m["name"], pod_namespace=m["namespace"], node=target,
-                                               pod_uid=m["uid"]))
-        prof.disable()
+            await call("bind", {"PodName": m["name"], "PodNamespace": m["namespace"], "Node": target,
+                                "PodUID": m["uid"]})
         wall = time.perf_counter() - t
-        print(f"\n== profile: {nodes} nodes, {pods} pods, in-process: {pods / wall:.0f} pods/s ==")
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
+        print(f"\n== profile: {nodes} nodes, {pods} pods, policy {policy}, in-process: {pods / wall:.0f} pods/s ==")
+        for verb, xs in spent.items():  # handler time: decode, verb, encode (no transport)
+            print(f"  {verb:<10} n={len(xs):<5} p50 {pct(xs, 0.5):6.2f} ms  p99 {pct(xs, 0.99):6.2f} ms")
+        if prof is not None:
+            prof.disable()
+            top = int(os.environ.get("TOP", "30"))
+            pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(top)
         for hook in app.on_cleanup:
             await hook(app)
 
@@ -224,9 +268,10 @@ def main() -> None:
                     help="send this many random node names per filter (kube-scheduler's percentageOfNodesToScore)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--profile", action="store_true", help="in-process under cProfile instead of over HTTP")
+    ap.add_argument("--policy", default="devshare", help="the extender's --policy (devshare, binpack, spread)")
     args = ap.parse_args()
     for n in args.nodes or [1000, 5000]:
-        (run_profile if args.profile else run_http)(n, args.pods, args.sample, args.seed)
+        (run_profile if args.profile else run_http)(n, args.pods, args.sample, args.seed, args.policy)
     print(json.dumps({"note": "client-side latencies include HTTP and JSON on both sides"}))
 
 

@@ -391,6 +391,7 @@ def test_device_helper_is_valid() -> None:
 
 
 async def test_prioritize_after_filter_reuses_equal_scores() -> None:
+    from devshare.server.extender.nodeset import resolve
     from devshare.server.extender.verdicts import score_nodes
 
     half = pod("half", core=50, mem="8Gi", node_name="node-1", annotations={"devshare.io/allocation": json.dumps(
@@ -403,7 +404,7 @@ async def test_prioritize_after_filter_reuses_equal_scores() -> None:
         assert runtime.extender._scores is not None  # kept for the prioritize that follows
         reused = await post(client, "/prioritize", names_body(ask, out["NodeNames"]))
         ext = runtime.extender
-        fresh = score_nodes(ext.scheduler, ext.parse(ask), out["NodeNames"])
+        fresh = score_nodes(ext.scheduler, ext.parse(ask), resolve(runtime.state, out["NodeNames"])).tolist()
     assert [h["Score"] for h in reused] == fresh
     assert max(fresh) == 10 and min(fresh) == 0
 

@@ -41,7 +41,8 @@ Handler = Callable[[Extender, bytes], Awaitable[tuple[Any, str]]]
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
-    return web.Response(body=encode(value), status=status, content_type=JSON)
+    body = value if isinstance(value, bytes) else encode(value)  # bytes: encoded already
+    return web.Response(body=body, status=status, content_type=JSON)
 
 
 def _error_body(message: str) -> dict[str, str]:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -44,6 +45,13 @@ from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
 from devshare.server.extender import preempt as _preempt
 from devshare.server.extender.metrics import ERROR, OK, ExtenderMetrics
+from devshare.server.extender.nodeset import (
+    NodeSet,
+    NodeSets,
+    PriorityEncoder,
+    encode_priorities,
+    resolve,
+)
 from devshare.server.extender.verdicts import UNKNOWN_NODE, filter_nodes, score_nodes, scores_from
 from devshare.server.extender.wire import (
     BadRequest,
@@ -53,7 +61,9 @@ from devshare.server.extender.wire import (
     ExtenderFilterResult,
     ExtenderPreemptionArgs,
     ExtenderPreemptionResult,
-    HostPriority,
+    decode_nodes,
+    decode_pod,
+    is_null,
 )
 
 log = logging.getLogger(__name__)
@@ -62,6 +72,7 @@ NOT_READY = "not ready: state not synced"
 NOT_LEADER = "not the leader"
 SEEN_LIMIT = 65536  # pods remembered as observed by the policy
 SCORE_REUSE_SECONDS = 2.0  # prioritize reuses the scores of a filter this recent for the same pod
+PARSED_LIMIT = 1024  # pod requests cached by their JSON
 
 
 class NotReady(Exception):
@@ -70,20 +81,21 @@ class NotReady(Exception):
 
 @dataclass
 class Candidates:
-    """The nodes of a filter/prioritize call: their names, and the full NodeList when one was sent."""
+    """The nodes of a filter/prioritize call, resolved against the state, and the full NodeList
+    when one was sent (nodeCacheCapable: false)."""
 
-    names: list[str]
-    node_list: dict[str, Any] | None = None  # the request's v1 NodeList (nodeCacheCapable: false)
+    nodes: NodeSet
+    node_list: dict[str, Any] | None = None
     items: list[dict[str, Any]] | None = None
 
+    @property
+    def names(self) -> list[str]:
+        return self.nodes.names
 
-def candidates(args: ExtenderArgs) -> Candidates:
-    """Node names from ``NodeNames`` (nodeCacheCapable) or from the ``Nodes`` NodeList."""
-    if args.node_names is not None:
-        return Candidates(list(args.node_names))
-    if args.nodes is None:
-        raise BadRequest("neither NodeNames nor Nodes is given: send the candidate nodes in one of them")
-    items = args.nodes.get("items")
+
+def names_of_node_list(node_list: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Names and items of a v1 NodeList."""
+    items = node_list.get("items")
     if items is None:
         items = []
     if not isinstance(items, list):
@@ -94,7 +106,22 @@ def candidates(args: ExtenderArgs) -> Candidates:
         if not isinstance(name, str) or not name:
             raise BadRequest(f"Nodes.items[{i}] has no metadata.name")
         names.append(name)
-    return Candidates(names, args.nodes, items)
+    return names, items
+
+
+PodId = tuple[str, str, str]  # (namespace/name, uid, resourceVersion)
+
+
+@dataclass
+class Remembered:
+    """What a filter computed for prioritize to reuse."""
+
+    pod_id: PodId
+    at: float
+    passed: list[str]
+    rows: npt.NDArray[np.int64]
+    raw: npt.NDArray[np.float64]
+    encoded: bytes | None = None  # the JSON of ``passed``, as kube-scheduler sends it back
 
 
 def invalid_request(e: InvalidInput) -> str:
@@ -128,7 +155,10 @@ class Extender:
         self.after_bind = after_bind  # e.g. save the --cluster file
         self._binding: set[str] = set()  # pods with a bind in flight
         self._parsed: dict[tuple[str, str, str], PodRequest] = {}  # (key, uid, resourceVersion) -> request
-        self._scores: tuple[tuple[str, str, str], float, list[str], npt.NDArray[np.float64]] | None = None
+        self._parsed_raw: dict[bytes, tuple[PodRequest | InvalidInput, PodId]] = {}  # Pod JSON -> request
+        self._scores: Remembered | None = None
+        self.nodesets = NodeSets(state)
+        self.priorities = PriorityEncoder(state)
         self._seen: dict[tuple[str, str], None] = {}  # pods the policy was told of (observe), oldest first
         self.planner = GroupPlanner(self.scheduler)  # groups and gangs (seed 003), on the same state
         self._unbound: dict[str, MemberPlacement] = {}  # gang members bound in the state, API binding failed
@@ -148,63 +178,92 @@ class Extender:
             self._parsed[cache_key] = req
         return req
 
-    def _pod_id(self, pod: dict[str, Any]) -> tuple[str, str, str]:
-        m = meta(pod)
-        return (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""), str(m.get("resourceVersion") or ""))
+    def parse_raw(self, raw: bytes) -> tuple[PodRequest, PodId]:
+        """The request of a Pod given as JSON bytes, and its id (cached by the bytes: kube-scheduler
+        sends the same Pod to filter and to prioritize, and again when it retries)."""
+        hit = self._parsed_raw.get(raw)
+        if hit is None:
+            obj = decode_pod(raw)
+            m = meta(obj)
+            pod_id = (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""),
+                      str(m.get("resourceVersion") or ""))
+            req: PodRequest | InvalidInput
+            try:
+                req = parse_pod(obj)
+            except InvalidInput as e:
+                req = e
+            if len(self._parsed_raw) >= PARSED_LIMIT:
+                self._parsed_raw.clear()
+            hit = self._parsed_raw[raw] = (req, pod_id)
+        req, pod_id = hit
+        if isinstance(req, InvalidInput):
+            raise req
+        return req, pod_id
 
-    def _remember_scores(self, pod: dict[str, Any], passed: list[str],
-                         raw: npt.NDArray[np.float64] | None) -> None:
-        """Keep the raw scores filter computed: prioritize, called next for the same pod with the nodes
-        that passed, reuses them (scores as of the filter's moment: kube-scheduler too scores on its
-        own snapshot)."""
-        self._scores = None if raw is None else (self._pod_id(pod), self.clock(), passed, raw)
+    def candidates(self, args: ExtenderArgs) -> Candidates:
+        """Node names from ``NodeNames`` (nodeCacheCapable) or from the ``Nodes`` NodeList."""
+        if not is_null(args.node_names):
+            return Candidates(self.nodesets.get(bytes(args.node_names)))
+        if is_null(args.nodes):
+            raise BadRequest("neither NodeNames nor Nodes is given: send the candidate nodes in one of them")
+        node_list = decode_nodes(bytes(args.nodes))
+        names, items = names_of_node_list(node_list)
+        return Candidates(resolve(self.state, names), node_list, items)
 
-    def _recalled_scores(self, pod: dict[str, Any], names: list[str]) -> list[int] | None:
-        if self._scores is None:
+    def _recalled_scores(self, pod_id: PodId, args: ExtenderArgs) -> tuple[NodeSet, npt.NDArray[np.int64]] | None:
+        """The scores of the filter just made for this pod, when prioritize asks about exactly the
+        nodes that passed it (scores as of the filter's moment: kube-scheduler too scores on its own
+        snapshot)."""
+        r = self._scores
+        if r is None or r.pod_id != pod_id or not pod_id[1] or self.clock() - r.at > SCORE_REUSE_SECONDS:
             return None
-        pod_id, at, passed, raw = self._scores
-        if (pod_id != self._pod_id(pod) or not pod_id[1] or self.clock() - at > SCORE_REUSE_SECONDS
-                or names != passed):
+        if is_null(args.node_names):
             return None
-        return scores_from(raw)
+        if r.encoded is None:
+            r.encoded = msgspec.json.encode(r.passed)
+        raw = bytes(args.node_names)
+        if raw != r.encoded and self.nodesets.get(raw).names != r.passed:
+            return None
+        nodes = NodeSet(r.passed, r.rows, np.empty(0, object), [])
+        return nodes, scores_from(r.raw)
 
     # ------------------------------------------------------------------ filter
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
-        nodes = candidates(args)
+        cands = self.candidates(args)
         if not self.is_synced():
             return ExtenderFilterResult(error=NOT_READY)
         try:
-            pod = self.parse(args.pod)
+            pod, pod_id = self.parse_raw(bytes(args.pod))
         except InvalidInput as e:
             reason = invalid_request(e)
             self.metrics.fail("filter", [reason])
-            return self._answer(nodes, [], {}, dict.fromkeys(nodes.names, reason))
+            return self._answer(cands, [], {}, dict.fromkeys(cands.names, reason))
         if not pod.has_devices():
-            return self._answer(nodes, nodes.names, {}, {})
+            return self._answer(cands, cands.names, {}, {})
         self._observe(pod)
         if pod.group is not None:
             self._scores = None
-            known, unknown = self._split_known(nodes.names)
-            outcome = self.planner.filter(pod, known, now=self.clock())
-            outcome.unresolvable.update(dict.fromkeys(unknown, UNKNOWN_NODE))
+            nodes = cands.nodes
+            outcome = self.planner.filter(pod, nodes.known.tolist(), now=self.clock())
+            outcome.unresolvable.update(dict.fromkeys(nodes.unknown, UNKNOWN_NODE))
             if outcome.failed or outcome.unresolvable:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
-            return self._answer(nodes, outcome.passed, outcome.failed, outcome.unresolvable)
-        out = filter_nodes(self.scheduler, pod, nodes.names)
-        self._remember_scores(args.pod, out.passed, out.raw_scores)
+            return self._answer(cands, outcome.passed, outcome.failed, outcome.unresolvable)
+        out = filter_nodes(self.scheduler, pod, cands.nodes)
+        self._scores = Remembered(pod_id, self.clock(), out.passed, out.passed_rows, out.raw_scores)
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
-        return self._answer(nodes, out.passed, out.failed, out.unresolvable)
+        return self._answer(cands, out.passed, out.failed, out.unresolvable)
 
     @staticmethod
-    def _answer(nodes: Candidates, passed: list[str], failed: dict[str, str],
+    def _answer(cands: Candidates, passed: list[str], failed: dict[str, str],
                 unresolvable: dict[str, str]) -> ExtenderFilterResult:
-        if nodes.node_list is None:
+        if cands.node_list is None:
             return ExtenderFilterResult(node_names=passed, failed_nodes=failed,
                                         failed_and_unresolvable_nodes=unresolvable)
         keep = set(passed)
-        items = [n for n, name in zip(nodes.items or [], nodes.names, strict=True) if name in keep]
-        node_list = {**nodes.node_list, "items": items}
+        items = [n for n, name in zip(cands.items or [], cands.names, strict=True) if name in keep]
+        node_list = {**cands.node_list, "items": items}
         return ExtenderFilterResult(nodes=node_list, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
 
     def _observe(self, pod: PodRequest) -> None:
@@ -218,32 +277,33 @@ class Extender:
         self._seen[seen] = None
         self.scheduler.policy.observe(pod)
 
-    def _split_known(self, names: list[str]) -> tuple[list[str], list[str]]:
-        row_of = self.state.row_of
-        known = [n for n in names if n in row_of]
-        if len(known) == len(names):
-            return known, []
-        return known, [n for n in names if n not in row_of]
-
     # ------------------------------------------------------------------ prioritize
-    def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
-        nodes = candidates(args)
+    def prioritize(self, args: ExtenderArgs) -> bytes:
+        """The HostPriorityList, encoded (JSON bytes)."""
         if not self.is_synced():
+            self.candidates(args)  # a malformed body is still a 400
             raise NotReady(NOT_READY)
         try:
-            pod = self.parse(args.pod)
+            pod, pod_id = self.parse_raw(bytes(args.pod))
         except InvalidInput:
-            return [HostPriority(host=n, score=0) for n in nodes.names]
+            names = self.candidates(args).names
+            return encode_priorities(names, [0] * len(names))
+        recalled = self._recalled_scores(pod_id, args) if pod.group is None else None
+        if recalled is not None:
+            nodes, scores = recalled
+            return self.priorities.encode(nodes.rows, scores)
+        cands = self.candidates(args)
+        names = cands.names
         if not pod.has_devices():
-            return [HostPriority(host=n, score=0) for n in nodes.names]
+            return encode_priorities(names, [0] * len(names))
         if pod.group is not None:
-            known, _ = self._split_known(nodes.names)
-            planned = self.planner.prioritize(pod, known, now=self.clock())
-            return [HostPriority(host=n, score=planned.get(n, 0)) for n in nodes.names]
-        scores = self._recalled_scores(args.pod, nodes.names)
-        if scores is None:
-            scores = score_nodes(self.scheduler, pod, nodes.names)
-        return [HostPriority(host=n, score=s) for n, s in zip(nodes.names, scores, strict=True)]
+            planned = self.planner.prioritize(pod, cands.nodes.known.tolist(), now=self.clock())
+            return encode_priorities(names, [planned.get(n, 0) for n in names])
+        scores = score_nodes(self.scheduler, pod, cands.nodes)
+        if not cands.nodes.unknown:
+            return self.priorities.encode(cands.nodes.rows, scores)
+        by_name = dict(zip(cands.nodes.known.tolist(), scores.tolist(), strict=True))
+        return encode_priorities(names, [by_name.get(n, 0) for n in names])
 
     # ------------------------------------------------------------------ bind
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:

@@ -35,13 +35,64 @@ class _Wire(msgspec.Struct, rename=_pascal):
 
 
 # --------------------------------------------------------------------- requests
+NULL = b"null"
+
+
+def _null() -> msgspec.Raw:
+    return msgspec.Raw(NULL)
+
+
 class ExtenderArgs(_Wire, kw_only=True):
     """Body of filter and prioritize. ``NodeNames`` with ``nodeCacheCapable: true`` (``Nodes`` is then
-    null), a full v1 NodeList in ``Nodes`` otherwise."""
+    null), a full v1 NodeList in ``Nodes`` otherwise.
 
-    pod: Obj
-    nodes: Obj | None = None
-    node_names: list[str] | None = None
+    The fields are kept as raw JSON and decoded when used (:func:`decode_pod`, :func:`decode_names`,
+    :func:`decode_nodes`): the same Pod and the same NodeNames list arrive again and again, so their
+    bytes key caches and most calls decode neither."""
+
+    pod: msgspec.Raw
+    nodes: msgspec.Raw = msgspec.field(default_factory=_null)
+    node_names: msgspec.Raw = msgspec.field(default_factory=_null)
+
+    @classmethod
+    def of(cls, pod: Obj, *, node_names: list[str] | None = None, nodes: Obj | None = None) -> ExtenderArgs:
+        """Arguments from Python values (tests, benchmarks)."""
+        enc = msgspec.json.encode
+        return cls(pod=msgspec.Raw(enc(pod)), nodes=msgspec.Raw(enc(nodes)), node_names=msgspec.Raw(enc(node_names)))
+
+
+def is_null(raw: msgspec.Raw) -> bool:
+    return bytes(raw).strip() == NULL
+
+
+def _field_error(e: msgspec.ValidationError, field: str) -> BadRequest:
+    msg = str(e)
+    msg = msg.replace("`$", f"`$.{field}", 1) if " - at `$" in msg else f"{msg} - at `$.{field}`"
+    return BadRequest(f"not a valid ExtenderArgs: {msg}")
+
+
+def decode_pod(raw: bytes) -> Obj:
+    """The ``Pod`` of an ExtenderArgs (a v1 Pod object)."""
+    try:
+        return msgspec.json.decode(raw, type=Obj)
+    except msgspec.ValidationError as e:
+        raise _field_error(e, "Pod") from None
+
+
+def decode_names(raw: bytes) -> list[str]:
+    """The ``NodeNames`` of an ExtenderArgs (not null)."""
+    try:
+        return msgspec.json.decode(raw, type=list[str])
+    except msgspec.ValidationError as e:
+        raise _field_error(e, "NodeNames") from None
+
+
+def decode_nodes(raw: bytes) -> Obj:
+    """The ``Nodes`` of an ExtenderArgs (a v1 NodeList, not null)."""
+    try:
+        return msgspec.json.decode(raw, type=Obj)
+    except msgspec.ValidationError as e:
+        raise _field_error(e, "Nodes") from None
 
 
 class ExtenderBindingArgs(_Wire, kw_only=True):
@@ -139,7 +190,10 @@ def decode(body: bytes, cls: type[T]) -> T:
     if not body.strip():
         raise BadRequest(f"empty body: expected a JSON object of type {what}")
     try:
-        return msgspec.json.decode(body, type=cls)  # the usual case: PascalCase keys
+        out = msgspec.json.decode(body, type=cls)  # the usual case: PascalCase keys
+        if not (isinstance(out, ExtenderArgs) and is_null(out.node_names) and is_null(out.nodes)):
+            return out
+        # no candidates under the usual names: maybe under another spelling (nodeNames)
     except msgspec.ValidationError:
         pass  # maybe another spelling of the keys; the slow path says what is wrong
     except msgspec.DecodeError as e:
@@ -148,7 +202,10 @@ def decode(body: bytes, cls: type[T]) -> T:
     if not isinstance(raw, dict):
         raise BadRequest(f"body must be a JSON object of type {what}, got a JSON {_json_kind(raw)}")
     try:
-        return msgspec.convert(_canonical(raw, cls, what), cls)
+        canonical = _canonical(raw, cls, what)
+        if cls is ExtenderArgs:  # raw JSON fields: decode the renamed object again
+            return msgspec.json.decode(msgspec.json.encode(canonical), type=cls)
+        return msgspec.convert(canonical, cls)
     except msgspec.ValidationError as e:
         raise BadRequest(f"not a valid {what}: {e}") from None
 
