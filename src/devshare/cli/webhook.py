@@ -31,6 +31,14 @@ def webhook(
         typer.Option(help="Multi-document YAML with Device objects: refuse pods asking for a device type no "
                      "node has (without it, that check is skipped)."),
     ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="Follow the Device objects of a real cluster (this kubeconfig) to refuse pods asking "
+                     "for a device type no node has."),
+    ] = None,
+    in_cluster: Annotated[
+        bool, typer.Option("--in-cluster", help="Like --kubeconfig, with the pod's service account.")
+    ] = False,
     scheduler_name: Annotated[
         str, typer.Option(help="schedulerName the mutating webhook gives device pods.")
     ] = "devshare-scheduler",
@@ -64,15 +72,25 @@ def webhook(
 
         from devshare.server.tls import load_server_context
         from devshare.server.webhook.app import WebhookConfig
-        from devshare.server.webhook.cluster import ClusterFileDeviceTypes
+        from devshare.server.webhook.cluster import ClusterFileDeviceTypes, DeviceTypes
         from devshare.server.webhook.mutate import REPLACEABLE_SCHEDULERS
         from devshare.server.webhook.serve import serve
 
         load_server_context(tls_cert, tls_key)  # a bad pair is reported here, as one line
+        if cluster is not None and (kubeconfig is not None or in_cluster):
+            raise fail("give --cluster or --kubeconfig/--in-cluster, not both")
+        source: DeviceTypes | None = None
+        if cluster is not None:
+            source = ClusterFileDeviceTypes(cluster)
+        elif kubeconfig is not None or in_cluster:
+            from devshare.kube.live import LiveBackend
+            from devshare.server.webhook.cluster import WatchedDeviceTypes
+
+            source = WatchedDeviceTypes(LiveBackend.connect(kubeconfig))
         config = WebhookConfig(
             scheduler_name=scheduler_name,
             replace_schedulers=tuple(replace_scheduler) if replace_scheduler else REPLACEABLE_SCHEDULERS,
-            cluster=ClusterFileDeviceTypes(cluster) if cluster is not None else None,
+            cluster=source,
         )
     try:
         serve(config, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, reload_interval=reload_interval)

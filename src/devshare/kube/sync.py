@@ -72,8 +72,10 @@ class StateSync:
         track_node_resources: bool = False,
         backoff: Callable[[], Backoff] = Backoff,
         on_change: Callable[[str, str, dict[str, Any]], None] | None = None,
+        kinds: tuple[Kind, ...] = KINDS,
     ) -> None:
         self.backend = backend
+        self.kinds = kinds  # what to follow (the webhook needs only devices)
         self.state = state
         self.track_node_resources = track_node_resources
         self._backoff = backoff
@@ -97,13 +99,13 @@ class StateSync:
     # ------------------------------------------------------------------ running
     async def run(self) -> None:
         """List everything (retrying until it works), mark synced, then watch forever."""
-        for kind in KINDS:
+        for kind in self.kinds:
             await self._list_with_retry(kind, initial=True)
         self.synced.set()
         log.info("state synced: %d nodes, %d devices, %d pods with allocations",
                  len(self.state.nodes), len(self.state.devices), len(self.state.pods))
         async with asyncio.TaskGroup() as tg:
-            for kind in KINDS:
+            for kind in self.kinds:
                 tg.create_task(self._watch_forever(kind), name=f"devshare-watch-{kind}")
 
     def start(self) -> asyncio.Task[None]:

@@ -154,11 +154,18 @@ async def _readyz(request: web.Request) -> web.Response:
 
 
 async def _on_startup(app: web.Application) -> None:
+    source = app[CONFIG].cluster
+    start = getattr(source, "start", None)
+    if start is not None:
+        await start()  # a live source (--kubeconfig) begins following the cluster's Device objects
     app[READY][0] = True
 
 
 async def _on_shutdown(app: web.Application) -> None:
     app[READY][0] = False
+    stop = getattr(app[CONFIG].cluster, "stop", None)
+    if stop is not None:
+        await stop()
 
 
 def make_app(config: WebhookConfig | None = None) -> web.Application:

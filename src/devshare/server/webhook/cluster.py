@@ -12,13 +12,16 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
 from devshare.model import names
 from devshare.model.device import parse_device
 from devshare.model.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from devshare.kube.backend import Backend
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +100,28 @@ class ClusterFileDeviceTypes:
             except (OSError, InvalidInput) as e:
                 log.warning("keeping the previous device types of %s: %s", self.path, e)
         return self._types
+
+
+class WatchedDeviceTypes:
+    """Device types of the Device objects of a live cluster, followed by a list + watch (the kube
+    layer's StateSync, devices only). ``None`` until the first list, and while no Device exists."""
+
+    def __init__(self, backend: Backend) -> None:
+        from devshare.engine.state import ClusterState
+        from devshare.kube.sync import StateSync
+
+        self.state = ClusterState()
+        self.sync = StateSync(backend, self.state, kinds=("devices",))
+        self.backend = backend
+
+    async def start(self) -> None:
+        self.sync.start()
+
+    async def stop(self) -> None:
+        await self.sync.stop()
+        await self.backend.close()
+
+    def known_types(self) -> frozenset[str] | None:
+        if not self.sync.is_synced or not self.state.devices:
+            return None
+        return frozenset(d.type for nd in self.state.devices.values() for d in nd.devices)
