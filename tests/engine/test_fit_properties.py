@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import combinations, product
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from devshare.engine.fit import Gather, Need, card_fits, card_scores, pick_columns, search
@@ -53,8 +53,10 @@ needs_st = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(cards=cards, asks=needs_st)
+# a transposition-table collision once skipped the best branch here (Python's tuple hashes summed)
+@example(cards=[(200, 0, 2), (0, 0, 3), (0, 8, 1)], asks=[(2, 100, 1), (2, 300, 1)])
 def test_dfs_finds_the_best_combination(cards: list[tuple[int, int, int]], asks: list[tuple[int, int, int]]) -> None:
     used_c = [c for c, _, _ in cards]
     used_m = [m for _, m, _ in cards]

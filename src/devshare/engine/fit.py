@@ -14,6 +14,7 @@ Two paths, same answer:
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from itertools import combinations
 from typing import Any, NamedTuple
@@ -264,8 +265,17 @@ def search(
     visited: set[tuple[int, int]] = set()
     mask64 = (1 << 64) - 1
 
+    # Zobrist-style: each distinct card situation gets a random 64-bit code (Python's own tuple hash
+    # is too regular: sums of hashes of tuples differing by the same offsets collide)
+    codes: dict[tuple[int, int, int, int, int, int], int] = {}
+    rand = random.Random(0x5EED)
+
     def card_hash(j: int) -> int:
-        return hash((static[j], fc[j], fm[j], fs[j], taken[j], whole_taken[j]))
+        t = (static[j], fc[j], fm[j], fs[j], taken[j], whole_taken[j])
+        h = codes.get(t)
+        if h is None:
+            h = codes[t] = rand.getrandbits(64)
+        return h
 
     hashes = [card_hash(j) for j in range(n)]
     state_hash = [sum(hashes) & mask64]
