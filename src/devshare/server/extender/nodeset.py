@@ -61,7 +61,7 @@ def _objects(names: list[str]) -> Names:
 class NodeSets:
     """Raw ``NodeNames`` bytes -> :class:`NodeSet`, for the ``size`` lists used last."""
 
-    def __init__(self, state: ClusterState, size: int = 8) -> None:
+    def __init__(self, state: ClusterState, size: int = 16) -> None:
         self.state = state
         self.size = size
         self._cache: OrderedDict[bytes, NodeSet] = OrderedDict()

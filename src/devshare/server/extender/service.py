@@ -189,7 +189,7 @@ class Extender:
                       str(m.get("resourceVersion") or ""))
             req: PodRequest | InvalidInput
             try:
-                req = parse_pod(obj)
+                req = self.parse(obj)
             except InvalidInput as e:
                 req = e
             if len(self._parsed_raw) >= PARSED_LIMIT:
@@ -347,7 +347,7 @@ class Extender:
                 return ""  # a group member the extender bound itself when its gang reached its quorum
             return f"pod {key} is already bound to node {bound_to}"
         try:
-            pod = parse_pod(obj)
+            pod = self.parse(obj)  # usually parsed at filter already (same resourceVersion)
         except InvalidInput as e:
             return invalid_request(e)
         if not pod.has_devices():
