@@ -1,0 +1,67 @@
+"""What a card's leftover share is worth: its expected eventual waste under a task mix.
+
+FGD charges a card with ``r`` milli-GPU free ``r x P(share > r)`` for the share classes (the part of
+``r`` the *next* task of each class could not use). That over-charges a large remainder such as 680
+(the most frequent tasks, whole cards and 810, do not fit it, yet 650, 470 or 590 will, leaving 30 to
+210) and under-charges a small one such as 190 (almost nothing ever fits it again). :func:`waste_table`
+instead estimates the waste the card is *left with in the end*:
+
+    W(r) = r                                              when no share fits r
+    W(r) = (1 - a(r)) r + a(r) E[W(r - s) | s <= r]       otherwise,  a(r) = P(s <= r) / (P(s <= r) + kappa)
+
+``a(r)`` is the chance a fitting task comes for the card before the cluster fills (rare fits, such as
+the 160/110/50 shares that fit a 190 sliver, are mostly never used), and the expectation is over the
+share classes that fit, in proportion to their frequency. A free card (1000) is worth nothing wasted:
+whole-card tasks take it. Values are tabulated on the 1-milli grid 0..1000.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from devshare.engine.policies.frag import ClassKey, Floats
+
+CARD = 1000  # milli-GPU of one card
+
+
+def share_mix(classes: Mapping[ClassKey, float]) -> tuple[list[int], list[float]]:
+    """The single-card share classes' sizes and probabilities (among all classes) by size."""
+    total = float(sum(classes.values())) or 1.0
+    mix: dict[int, float] = {}
+    for (_cpu, milli, count, _models), p in classes.items():
+        if count == 1 and 0 < milli < CARD:
+            mix[milli] = mix.get(milli, 0.0) + p / total
+    sizes = sorted(mix)
+    return sizes, [mix[s] for s in sizes]
+
+
+def fgd_share_frag(classes: Mapping[ClassKey, float]) -> Floats:
+    """``[CARD + 1]``: FGD's share-class fragmentation of one card by its free milli: r x P(share > r)."""
+    sizes, probs = share_mix(classes)
+    s = np.array(sizes, np.int64)
+    p = np.array(probs, np.float64)
+    r = np.arange(CARD + 1)
+    above = (s[None, :] > r[:, None]) * p[None, :]
+    return np.asarray(r * above.sum(axis=1), np.float64)
+
+
+def waste_table(classes: Mapping[ClassKey, float], kappa: float) -> Floats:
+    """``[CARD + 1]``: expected eventual waste W(r) of a card with r milli free (module doc), times
+    the share classes' total probability, so it is on the scale of :func:`fgd_share_frag`."""
+    sizes, probs = share_mix(classes)
+    w = np.arange(CARD + 1, dtype=np.float64)  # no share fits: all of r is wasted
+    if not sizes:
+        w[CARD] = 0.0
+        return w * 0.0
+    s = np.array(sizes, np.int64)
+    p = np.array(probs, np.float64)
+    cum = np.cumsum(p)
+    for r in range(int(s[0]), CARD + 1):
+        k = int(np.searchsorted(s, r, side="right"))  # shares s[:k] fit
+        fit = float(cum[k - 1])
+        a = fit / (fit + kappa) if kappa > 0 else 1.0
+        w[r] = (1.0 - a) * r + a * float((p[:k] * w[r - s[:k]]).sum()) / fit
+    w[CARD] = 0.0
+    return np.asarray(w * float(cum[-1]), np.float64)
