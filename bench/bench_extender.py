@@ -107,6 +107,7 @@ def free_port() -> int:
 
 class FilterResult(msgspec.Struct):
     NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] = {}
     Error: str = ""
 
 
@@ -129,7 +130,7 @@ async def drive(base: str, pods: list[dict[str, Any]], node_names: list[str], sa
     lat: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
     enc = msgspec.json.encode
     decoders = {verb: msgspec.json.Decoder(t) for verb, t in ANSWERS.items()}
-    bound = unschedulable = bind_errors = 0
+    bound = unschedulable = bind_errors = failed = 0
     binds: set[asyncio.Task[None]] = set()
     headers = {"Content-Type": "application/json"}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as http:
@@ -158,6 +159,7 @@ async def drive(base: str, pods: list[dict[str, Any]], node_names: list[str], sa
             names = sampler.next()
             out = await call("filter", {"Pod": p, "Nodes": None, "NodeNames": names})
             fit = out.NodeNames
+            failed += len(out.FailedNodes)
             if not fit:
                 unschedulable += 1
                 continue
@@ -170,14 +172,15 @@ async def drive(base: str, pods: list[dict[str, Any]], node_names: list[str], sa
             task.add_done_callback(binds.discard)
         await asyncio.gather(*binds)
         wall = time.perf_counter() - started
-    return {"wall": wall, "bound": bound, "unschedulable": unschedulable, "bind_errors": bind_errors, "lat": lat}
+    return {"wall": wall, "bound": bound, "unschedulable": unschedulable, "bind_errors": bind_errors, "lat": lat,
+            "failed": failed / max(1, len(pods))}
 
 
 def best_host(scores: list[HostPriority]) -> str:
     return max(scores, key=operator.attrgetter("Score")).Host  # the first of the best, as a plain max
 
 
-def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str) -> None:
+def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None) -> None:
     objs = make_cluster(nodes, pods, seed)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cluster.yaml"
@@ -188,7 +191,8 @@ def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str) 
         wrap = ["-m", "cProfile", "-o", profile] if profile else []
         proc = subprocess.Popen(
             [sys.executable, *wrap, "-m", "devshare.cli.main", "extender", "--cluster", str(path), "--port", str(port),
-             "--log-level", "warning", "--policy", policy], env={**os.environ, "PYTHONUNBUFFERED": "1"})
+             "--log-level", "warning", *(["--policy", policy] if policy else [])],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
         base = f"http://127.0.0.1:{port}"
         try:
             asyncio.run(wait_ready(base, proc))
@@ -203,10 +207,12 @@ def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str) 
             proc.wait(30)
     lat = res["lat"]
     asked = f"{sample} names of a rotating window" if sample else f"all {nodes} names"
-    print(f"\n== {nodes} nodes x 8 GPUs, {pods} pods, filter with {asked} (nodeCacheCapable), policy {policy} ==")
+    print(f"\n== {nodes} nodes x 8 GPUs, {pods} pods, filter with {asked} (nodeCacheCapable), "
+          f"policy {policy or 'default'} ==")
     print(f"startup (write file, load, sync): {ready:.1f} s")
     print(f"end to end: {pods / res['wall']:.0f} pods/s ({res['wall']:.2f} s); bound {res['bound']}, "
-          f"unschedulable {res['unschedulable']}, bind errors {res['bind_errors']}")
+          f"unschedulable {res['unschedulable']}, bind errors {res['bind_errors']}, "
+          f"FailedNodes per filter {res['failed']:.0f}")
     print(f"CPU per pod: server {server_cpu / pods * 1000:.2f} ms, client {client_cpu / pods * 1000:.2f} ms "
           f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: other work slows the wall-clock figures)")
     for verb in ("filter", "prioritize", "bind"):
@@ -230,7 +236,7 @@ async def wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("the extender did not become ready")
 
 
-def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: str) -> None:
+def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None) -> None:
     """The same calls without the HTTP transport, in-process, under cProfile: where the time goes
     (request bodies as bytes through the app's verb handlers, so decoding and encoding count)."""
     from devshare.kube.memory import MemoryBackend
@@ -246,7 +252,7 @@ def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: st
     decoders = {verb: msgspec.json.Decoder(t) for verb, t in ANSWERS.items()}
 
     async def main() -> None:
-        app = build_app(backend, ExtenderOptions(policy=policy))
+        app = build_app(backend, ExtenderOptions(policy=policy) if policy else ExtenderOptions())
         for hook in app.on_startup:
             await hook(app)
         rt = app[RUNTIME]
@@ -282,7 +288,8 @@ def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: st
             await call("bind", {"PodName": m["name"], "PodNamespace": m["namespace"], "Node": target,
                                 "PodUID": m["uid"]})
         wall = time.perf_counter() - t
-        print(f"\n== profile: {nodes} nodes, {pods} pods, policy {policy}, in-process: {pods / wall:.0f} pods/s ==")
+        print(f"\n== profile: {nodes} nodes, {pods} pods, policy {policy or 'default'}, in-process: "
+              f"{pods / wall:.0f} pods/s ==")
         for verb, xs in spent.items():  # handler time: decode, verb, encode (no transport)
             print(f"  {verb:<10} n={len(xs):<5} p50 {pct(xs, 0.5):6.2f} ms  p99 {pct(xs, 0.99):6.2f} ms")
         if prof is not None:
@@ -303,7 +310,8 @@ def main() -> None:
                     help="node names per filter: a rotating window (kube-scheduler's percentageOfNodesToScore)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--profile", action="store_true", help="in-process under cProfile instead of over HTTP")
-    ap.add_argument("--policy", default="devshare", help="the extender's --policy (devshare, binpack, spread)")
+    ap.add_argument("--policy", default=None,
+                    help="the extender's --policy (devshare, binpack, spread); default: the extender's own default")
     args = ap.parse_args()
     for n in args.nodes or [1000, 5000]:
         (run_profile if args.profile else run_http)(n, args.pods, args.sample, args.seed, args.policy)

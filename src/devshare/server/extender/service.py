@@ -197,7 +197,7 @@ class Extender:
             hit = self._parsed_raw[raw] = (req, pod_id)
         req, pod_id = hit
         if isinstance(req, InvalidInput):
-            raise req
+            raise req.with_traceback(None)  # the cached error, without the tracebacks of earlier raises
         return req, pod_id
 
     def candidates(self, args: ExtenderArgs) -> Candidates:
