@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from devshare.kube.errors import Unavailable
 from devshare.kube.memory import MemoryBackend
 from devshare.model.codecs import decode_allocation
 from devshare.model.device import DeviceInfo, NodeDevices, device_object
 
-from .helpers import GiB, node, pod, running, settle
+from .helpers import FlakyBackend, GiB, node, pod, running, settle
 from .test_http import bind, names_body, post
 
 SEED = json.loads(Path("/work/shared/topologies/seed-8gpu-bandwidth.json").read_text())
@@ -186,3 +189,79 @@ async def test_deleted_member_gives_back_its_place() -> None:
         assert "default/job-0" not in runtime.state.pods
         plan = runtime.extender.planner.plans["default/job"]
         assert plan.slot_of("default/job-0") is None
+
+
+async def test_failed_member_binding_is_retried_by_any_later_bind() -> None:
+    pods = [member(i, replicas=2, gang=2) for i in range(2)]
+    other = pod("solo", gpus=1)
+    backend = backend_of(["host04", "host05"], [*pods, other])
+    async with running(backend) as (client, runtime):
+        assert "1 of 2" in await schedule(client, pods[0], ["host04", "host05"])
+        real_bind = backend.bind_pod
+        failing = {"default/job-0"}
+
+        async def flaky(namespace: str, name: str, node_name: str, *, uid: str | None = None) -> None:
+            if f"{namespace}/{name}" in failing:
+                raise Unavailable("injected")
+            await real_bind(namespace, name, node_name, uid=uid)
+
+        backend.bind_pod = flaky  # type: ignore[method-assign]
+        assert await schedule(client, pods[1], ["host04", "host05"]) == ""
+        assert set(runtime.extender._unbound) == {"default/job-0"}
+        failing.clear()
+        assert await schedule(client, other, ["host04", "host05"]) == ""  # another pod's bind retries it
+        planned = runtime.state.pods["default/job-0"].allocation.node
+        assert (await stored(backend, "job-0"))["spec"]["nodeName"] == planned
+        assert runtime.extender._unbound == {}
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_random_gangs_are_never_partly_bound(seed: int) -> None:
+    """Two gangs and a plain group arrive interleaved, binds fail at random, kube-scheduler retries;
+    in the state every gang is all bound or not at all, and once the failures stop every member of
+    a bound gang gets bound through the API."""
+    rng = random.Random(seed)
+    jobs = {"a": (3, 3), "b": (2, 2), "c": (2, None)}  # name: (replicas, min-available or plain)
+    pods = [member(i, replicas=r, gpus=rng.choice([1, 2]) if g is None else 2, gang=g, group=name)
+            for name, (r, g) in jobs.items() for i in range(r)]
+    for p in pods:  # members of one group must be identical
+        grp = p["metadata"]["labels"]["gputopology.scheduling.koordinator.sh/name"]
+        p["spec"] = next(q for q in pods
+                         if q["metadata"]["labels"]["gputopology.scheduling.koordinator.sh/name"] == grp)["spec"]
+    inner = backend_of(["host04", "host05"], pods)
+    flaky = FlakyBackend(inner, fail_rate=0.3, seed=seed)
+    nodes = ["host04", "host05"]
+    async with running(flaky) as (client, runtime):
+        queue = list(pods)
+        rng.shuffle(queue)
+        for _ in range(6):  # kube-scheduler's retries
+            for p in queue:
+                out = await post(client, "/filter", names_body(p, nodes))
+                if out["NodeNames"]:
+                    await bind(client, p["metadata"]["name"], out["NodeNames"][0])
+                check_all_or_nothing(runtime, jobs)
+        flaky.fail_rate = 0.0
+        for p in queue:
+            obj = await stored(inner, p["metadata"]["name"])
+            if obj["spec"].get("nodeName") is None:
+                out = await post(client, "/filter", names_body(p, nodes))
+                if out["NodeNames"]:
+                    await bind(client, p["metadata"]["name"], out["NodeNames"][0])
+        await settle(runtime, inner)
+        check_all_or_nothing(runtime, jobs)
+        for name, (replicas, _) in jobs.items():
+            keys = [f"default/{name}-{i}" for i in range(replicas)]
+            in_state = [k for k in keys if k in runtime.state.pods and runtime.state.pods[k].phase == "bound"]
+            api = [k for k in keys if (await stored(inner, k.split("/")[1]))["spec"].get("nodeName")]
+            assert sorted(api) == sorted(in_state), (name, api, in_state)
+            assert len(api) == replicas, (name, api)  # everything fits: every member ends up bound
+        assert not [k for k in runtime.state.pods if "#plan#" in k]
+
+
+def check_all_or_nothing(runtime: Any, jobs: dict[str, tuple[int, int | None]]) -> None:
+    for name, (replicas, gang) in jobs.items():
+        if gang is None:
+            continue
+        phases = [runtime.state.pods[k].phase if k in runtime.state.pods else None
+                  for k in (f"default/{name}-{i}" for i in range(replicas))]
+        assert phases.count("bound") in (0, replicas), (name, phases)
