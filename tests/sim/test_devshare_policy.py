@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from devshare.engine.policies import FGDPolicy, top_classes
 from devshare.engine.policies.devshare import DevsharePolicy
-from devshare.engine.policies.remainder import CARD, fgd_share_frag, waste_table
+from devshare.engine.policies.remainder import CARD, fgd_card_frag, waste_table
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model import names
@@ -23,31 +23,37 @@ GIB = 1 << 30
 
 
 def test_waste_table_ends() -> None:
-    classes = {(0, 500, 1, ()): 1.0, (0, 300, 1, ()): 1.0, (0, 1000, 1, ()): 2.0}
+    classes = {(0, 500, 1, ()): 1.0, (0, 300, 1, ()): 1.0, (0, 1000, 1, ()): 2.0, (4000, 0, 0, ()): 4.0}
     w = waste_table(classes, kappa=0.0)
-    share_p = 0.5  # the share classes' probability among all classes
+    weight = 0.5  # the share and whole-card classes' probability among all classes
     assert w[CARD] == 0.0  # a free card goes to whole-card tasks
-    assert np.allclose(w[:300], np.arange(300) * share_p)  # nothing fits: all of it is wasted
+    assert np.allclose(w[:300], np.arange(300) * weight)  # nothing fits: all of it is wasted
     assert w[300] == 0.0  # kappa 0: the exact fit always comes
-    assert np.isclose(w[400], 100 * share_p)  # only 300 fits: 100 is left for good
-    assert np.isclose(w[500], (200 + 0) / 2 * share_p)  # 300 (then 200 left) or 500 (exact), equally likely
-    assert np.isclose(w[800], (100 + 0) / 2 * share_p)  # 300 (then W(500) = 100) or 500 (then exact)
-    # with kappa the fit may never come: W between the all-filled value and r
+    assert np.isclose(w[400], 100 * weight)  # only 300 fits: 100 is left for good
+    assert np.isclose(w[500], (200 + 0) / 2 * weight)  # 300 (then 200 left) or 500 (exact), equally likely
+    assert np.isclose(w[800], (100 + 0) / 2 * weight)  # 300 (then W(500) = 100) or 500 (then exact)
+    # with kappa the fit may never come: W between the always-filled value and r
     wk = waste_table(classes, kappa=0.05)
-    assert (wk >= w - 1e-9).all() and (wk[:CARD] <= np.arange(CARD) * share_p + 1e-9).all()
+    assert (wk >= w - 1e-9).all() and (wk[:CARD] <= np.arange(CARD) * weight + 1e-9).all()
 
 
-def test_waste_table_without_shares_is_zero() -> None:
-    assert not waste_table({(0, 1000, 2, ()): 1.0, (4000, 0, 0, ()): 1.0}, kappa=0.05).any()
+def test_waste_table_without_shares_wastes_every_partly_used_card() -> None:
+    w = waste_table({(0, 1000, 2, ()): 1.0, (4000, 0, 0, ()): 1.0}, kappa=0.05)
+    assert w[CARD] == 0.0 and np.allclose(w[:CARD], np.arange(CARD) * 0.5)
 
 
-@given(st.dictionaries(st.tuples(st.just(0), st.integers(1, 999), st.just(1), st.just(())),
+@given(st.dictionaries(st.tuples(st.sampled_from([0, 4000]), st.integers(0, 1000), st.integers(0, 2), st.just(())),
                        st.floats(0.1, 10.0), min_size=1, max_size=6),
        st.integers(0, CARD))
-def test_fgd_share_frag_is_fgd_card_fragmentation(classes: dict, r: int) -> None:
+def test_fgd_card_frag_is_fgd_per_card_fragmentation(classes: dict, r: int) -> None:
     total = sum(classes.values())
-    naive = sum(p / total * r for (_c, milli, _n, _m), p in classes.items() if milli > r)
-    assert np.isclose(fgd_share_frag(classes)[r], naive)
+    naive = 0.0
+    for (_c, milli, count, _m), p in classes.items():
+        if count == 1 and 0 < milli < CARD and milli > r:  # a share that does not fit the card
+            naive += p / total * r
+        if count >= 1 and milli >= CARD and r < CARD:  # whole cards: a partly used card is no use
+            naive += p / total * r
+    assert np.isclose(fgd_card_frag(classes)[r], naive)
 
 
 def _trace_state() -> ClusterState:

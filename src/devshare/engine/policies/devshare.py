@@ -8,13 +8,15 @@ prices a card's leftover share by the waste it will end with.
   unquantized delta is clearly worse (5.8% unallocated vs 4.6%), and so is breaking ties by best or
   worst fit (7.6%), or quantizing in 25, 50 or 200 steps instead of 100 (4.94, 4.64, 4.72 on seeds
   42-44 against 4.59): equal moves stay ties, which go to the seeded node order.
-- A share of one card: on the card it would take, FGD's share-class fragmentation ``r x P(share > r)``
-  is swapped for ``remainder_weight x`` the card's expected eventual waste (:mod:`remainder`,
-  ``kappa`` = 0.05). FGD's measure prefers to leave 210 on a card (470 + 320: nothing but rare 160/110
-  shares will fit it) over 360 or 680 (which the next 320 or 650 fills to 40 or 30); the eventual waste
-  sees the difference. Default openb trace, seeds 42-51, unallocated GPU % at 100% arrival: 4.61
-  (without it: 4.67; FGD 4.78, the paper's FGD 4.77). Weights 1-3 and kappa 0.02-0.1 measured 4.52-4.74
-  on seeds 42-44 (noise between seeds is about 0.1); swapping FGD's whole-card part as well: 4.57.
+- A share of one card: on the card it would take, FGD's per-card fragmentation (``r x P(share > r)``
+  for the share classes, ``r x P(whole)`` for the whole-card ones) is swapped for ``remainder_weight x``
+  the card's expected eventual waste (:mod:`remainder`, ``kappa`` = 0.05). FGD's measure prefers to
+  leave 210 on a card (470 + 320: nothing but rare 160/110 shares will fit it) over 360 or 680 (which
+  the next 320 or 650 fills to 40 or 30), and charges a share that opens a free card for all of the
+  card's remainder; the eventual waste sees both differences. Default openb trace, seeds 42-51,
+  unallocated GPU % at 100% arrival: 4.55 (without the remainder term: 4.67; swapping only the
+  share-class part: 4.61; FGD 4.78, the paper's FGD 4.77). Weights 1-3 and kappa 0.02-0.1 measured
+  4.52-4.74 on seeds 42-44 (the noise between seeds is about 0.1).
 - A CPU-only pod, which removes no GPU fragmentation anywhere, goes (among equal moves) to the node with
   the least free GPU, so its CPU strands as little GPU as possible.
 
@@ -34,7 +36,7 @@ import numpy as np
 from devshare.engine.policies.base import MAX_SPEC_GPU, class_key, empty_choice, gpu_free
 from devshare.engine.policies.fgd import NodeFrag, frag_deltas
 from devshare.engine.policies.frag import ClassKey, Floats, FragModel, top_classes
-from devshare.engine.policies.remainder import CARD, fgd_share_frag, waste_table
+from devshare.engine.policies.remainder import CARD, fgd_card_frag, waste_table
 from devshare.engine.policy import Choice, FitView
 from devshare.model.request import PodRequest
 
@@ -67,7 +69,7 @@ class DevsharePolicy:
 
     def _tables(self) -> None:
         classes = self.cache.model.classes
-        self.share_frag = fgd_share_frag(classes)
+        self.card_frag = fgd_card_frag(classes)
         self.share_waste = self.remainder_weight * waste_table(classes, self.kappa)
 
     # ------------------------------------------------------------------ learning
@@ -131,11 +133,11 @@ class DevsharePolicy:
         return Choice(node, best[:, None].astype(np.int64))
 
     def _remainder_correction(self, view: FitView, share: int) -> Floats:
-        """``[M, W]``: on the card the share would take, FGD's share-class fragmentation swapped for the
+        """``[M, W]``: on the card the share would take, FGD's per-card fragmentation swapped for the
         card's expected eventual waste (:mod:`remainder`), as a change in the fragmentation removed."""
         w = view.fits.shape[1]
         before = np.clip(gpu_free(view.state, view.rows)[:, :w], 0, CARD)
         after = np.clip(before - share, 0, CARD)
-        fgd = self.share_frag[before] - self.share_frag[after]
+        fgd = self.card_frag[before] - self.card_frag[after]
         ours = self.share_waste[before] - self.share_waste[after]
         return np.asarray(ours - fgd, np.float64)

@@ -13,6 +13,12 @@ instead estimates the waste the card is *left with in the end*:
 the 160/110/50 shares that fit a 190 sliver, are mostly never used), and the expectation is over the
 share classes that fit, in proportion to their frequency. A free card (1000) is worth nothing wasted:
 whole-card tasks take it. Values are tabulated on the 1-milli grid 0..1000.
+
+The policy swaps FGD's whole per-card term, :func:`fgd_card_frag` (the share classes' part and the
+whole-card classes' ``r x P(whole)`` for any card not fully free), for ``W`` times the weight of those
+classes. FGD's whole-card term makes any partly used card cost as much as its free share, so a share
+joins a used card even when the remainder it leaves is useless; W charges a partly used card only for
+what is expected to stay unused on it.
 """
 
 from __future__ import annotations
@@ -37,24 +43,31 @@ def share_mix(classes: Mapping[ClassKey, float]) -> tuple[list[int], list[float]
     return sizes, [mix[s] for s in sizes]
 
 
-def fgd_share_frag(classes: Mapping[ClassKey, float]) -> Floats:
-    """``[CARD + 1]``: FGD's share-class fragmentation of one card by its free milli: r x P(share > r)."""
+def whole_weight(classes: Mapping[ClassKey, float]) -> float:
+    """The probability (among all classes) of the classes asking whole cards."""
+    total = float(sum(classes.values())) or 1.0
+    return sum(p for (_c, milli, count, _m), p in classes.items() if count >= 1 and milli >= CARD) / total
+
+
+def fgd_card_frag(classes: Mapping[ClassKey, float]) -> Floats:
+    """``[CARD + 1]``: FGD's fragmentation of one card by its free milli r, for the classes of one share
+    (``r x P(share > r)``) and of whole cards (``r x P(whole)`` unless the card is fully free)."""
     sizes, probs = share_mix(classes)
     s = np.array(sizes, np.int64)
     p = np.array(probs, np.float64)
     r = np.arange(CARD + 1)
-    above = (s[None, :] > r[:, None]) * p[None, :]
-    return np.asarray(r * above.sum(axis=1), np.float64)
+    above = ((s[None, :] > r[:, None]) * p[None, :]).sum(axis=1)
+    return np.asarray(r * above + np.where(r < CARD, r * whole_weight(classes), 0.0), np.float64)
 
 
 def waste_table(classes: Mapping[ClassKey, float], kappa: float) -> Floats:
     """``[CARD + 1]``: expected eventual waste W(r) of a card with r milli free (module doc), times
-    the share classes' total probability, so it is on the scale of :func:`fgd_share_frag`."""
+    the probability of the share and whole-card classes, so it is on the scale of :func:`fgd_card_frag`."""
     sizes, probs = share_mix(classes)
     w = np.arange(CARD + 1, dtype=np.float64)  # no share fits: all of r is wasted
+    w[CARD] = 0.0
     if not sizes:
-        w[CARD] = 0.0
-        return w * 0.0
+        return np.asarray(w * whole_weight(classes), np.float64)
     s = np.array(sizes, np.int64)
     p = np.array(probs, np.float64)
     cum = np.cumsum(p)
@@ -64,4 +77,4 @@ def waste_table(classes: Mapping[ClassKey, float], kappa: float) -> Floats:
         a = fit / (fit + kappa) if kappa > 0 else 1.0
         w[r] = (1.0 - a) * r + a * float((p[:k] * w[r - s[:k]]).sum()) / fit
     w[CARD] = 0.0
-    return np.asarray(w * float(cum[-1]), np.float64)
+    return np.asarray(w * (float(cum[-1]) + whole_weight(classes)), np.float64)
