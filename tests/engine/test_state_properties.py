@@ -35,6 +35,13 @@ ask = st.one_of(
 containers = st.lists(st.lists(ask, min_size=0, max_size=1), min_size=1, max_size=3)
 
 
+PROBES = [
+    pod("probe-share", DeviceRequest(type="gpu", core_milli=300, memory=GiB)),
+    pod("probe-whole", DeviceRequest(type="gpu", count=2, core_milli=1000, memory_ratio_milli=1000)),
+    pod("probe-mem", DeviceRequest(type="gpu", memory=2 * GiB)),
+]
+
+
 class StateMachine(RuleBasedStateMachine):
     @initialize(max_containers=st.integers(1, 4))
     def setup(self, max_containers: int) -> None:
@@ -118,6 +125,22 @@ class StateMachine(RuleBasedStateMachine):
             assert alloc == rec.allocation
             assert rebuilt.add_bound(rec.pod, alloc) is None
         assert rebuilt.usage_key() == self.state.usage_key()
+
+    @invariant()
+    def cached_answers_equal_fresh_ones(self) -> None:
+        """Per-node answers kept between pods (score cache) equal answers computed afresh."""
+        sch = Scheduler(self.state)
+        rows = self.state.node_rows()
+        for probe in PROBES:
+            warm = sch.evaluate(probe, rows)
+            saved = dict(self.state.score_cache)
+            self.state.score_cache.clear()
+            cold = sch.evaluate(probe, rows)
+            self.state.score_cache.update(saved)
+            assert warm.codes.tolist() == cold.codes.tolist()
+            assert np.allclose(warm.scores, cold.scores)
+            for i in np.flatnonzero(cold.codes == 0).tolist():
+                assert warm.allocation(self.state, i) == cold.allocation(self.state, i)
 
     @invariant()
     def unhealthy_device_unused(self) -> None:

@@ -12,7 +12,7 @@ it is scored, and :meth:`Policy.placed` after it is placed. It never sees pods t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +62,14 @@ class Choice:
 
 
 class Policy(Protocol):
+    """A node policy. Optional attributes the engine reads:
+
+    - ``row_local: bool`` — a node's score and devices depend only on that node's state, the pod and
+      the policy's model (not on which other nodes are candidates). The engine then reuses a node's
+      answer for the next pod of the same shape until that node changes (one node changes per bind).
+    - ``model_version: int`` — bumped whenever what the policy learned changes its answers.
+    """
+
     name: str
 
     def observe(self, pod: PodRequest) -> None:
@@ -90,6 +98,8 @@ class BinpackPolicy:
     def __init__(self, *, card_binpack: bool = True, node_binpack: bool = True, core_weight: float = 0.5,
                  card_weight: float = 0.5) -> None:
         self.name = "binpack" if card_binpack else "spread"
+        self.row_local = True
+        self.model_version = 0
         self.card_binpack = card_binpack
         self.node_binpack = node_binpack
         self.core_weight = core_weight
@@ -119,3 +129,15 @@ class BinpackPolicy:
         node = util if self.node_binpack else 1.0 - util
         scores = self.card_weight * card + (1.0 - self.card_weight) * node
         return Choice(np.asarray(scores, np.float64), cols)
+
+
+_BINPACK: dict[tuple[bool, bool, float], BinpackPolicy] = {}
+
+
+def binpack_for(settings: Any, *, core_weight: float) -> BinpackPolicy:
+    """The shared binpack/spread policy for these settings (one object each, so its answers cache)."""
+    key = (bool(settings.card_binpack), bool(settings.node_binpack), float(core_weight))
+    p = _BINPACK.get(key)
+    if p is None:
+        p = _BINPACK[key] = BinpackPolicy(card_binpack=key[0], node_binpack=key[1], core_weight=key[2])
+    return p

@@ -59,10 +59,12 @@ class ClusterState:
         self.mem_total = np.zeros(cap, np.int64)
         self.mem_used = np.zeros(cap, np.int64)
         self.rank = np.arange(cap, dtype=np.int64)  # tie-break order among equal scores (lowest wins)
+        self.row_version = np.zeros(cap, np.int64)  # bumped whenever anything of that node changes
         self.tables: dict[str, DeviceTable] = {}
         self.bandwidth: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
         self.version = 0  # bumped on every change; caches key on it
         self.layout_version = 0  # bumped when nodes or devices change (not on usage changes)
+        self.score_cache: dict[Any, Any] = {}  # policies' per-node answers, see handlers/share.py
         self._all_rows: np.ndarray[Any, np.dtype[np.int64]] | None = None
         self._all_rows_key = -1
 
@@ -89,6 +91,9 @@ class ClusterState:
             rank = np.arange(cap, dtype=np.int64)
             rank[: self.rank.shape[0]] = self.rank
             self.rank = rank
+            rv = np.zeros(cap, np.int64)
+            rv[: self.row_version.shape[0]] = self.row_version
+            self.row_version = rv
         for t in self.tables.values():
             t.ensure_rows(row + 1)
         return row
@@ -107,6 +112,7 @@ class ClusterState:
             self.name_of[row] = info.name
             self._all_rows = None
         self.nodes[info.name] = info
+        self.row_version[row] += 1
         self.active[row] = not info.unschedulable
         self.cpu_total[row] = info.cpu_milli
         self.mem_total[row] = info.memory_bytes
@@ -124,6 +130,7 @@ class ClusterState:
         self._all_rows = None
         self.nodes.pop(name, None)
         self.active[row] = False
+        self.row_version[row] += 1
         self.cpu_total[row] = self.cpu_used[row] = self.mem_total[row] = self.mem_used[row] = 0
         for t in self.tables.values():
             t.clear(row)
@@ -149,6 +156,7 @@ class ClusterState:
 
     def _load_devices(self, row: int, nd: NodeDevices | None) -> None:
         name = self.name_of[row]
+        self.row_version[row] += 1
         types = set(self.tables)
         if nd is not None:
             types |= {d.type for d in nd.devices}
@@ -170,6 +178,7 @@ class ClusterState:
         row = self.row_of.get(rec.allocation.node)
         if row is None:
             return
+        self.row_version[row] += 1
         self.cpu_used[row] += sign * rec.pod.cpu_milli
         self.mem_used[row] += sign * rec.pod.memory_bytes
         for _, g in rec.allocation.grants():

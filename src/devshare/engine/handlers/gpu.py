@@ -7,10 +7,11 @@ import numpy.typing as npt
 
 from devshare.engine.handlers.base import Code, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
-from devshare.engine.policy import BinpackPolicy, Choice, FitView
+from devshare.engine.policy import Choice, FitView, Policy, binpack_for
 from devshare.engine.state import ClusterState
 from devshare.engine.topology import TopologySolver, solver_for
 from devshare.model import names
+from devshare.model.request import DeviceRequest
 
 
 class GpuHandler(ShareHandler):
@@ -61,16 +62,13 @@ class GpuHandler(ShareHandler):
             codes[i] = Code.UNRESOLVABLE
         return codes, lambda i: why.get(i, "")
 
-    def choose(self, ctx: Context, view: FitView) -> Choice:
-        req = view.request
-        if req is not None and req.core_milli == 0:
+    def policy_for(self, ctx: Context, req: DeviceRequest) -> Policy:
+        if req.core_milli == 0:
             # memory only (Aliyun gpu-mem): no compute share to defragment; seed 002's bind rule,
             # the fitting card with the least free memory, is card-level binpack
-            s = ctx.settings
-            return BinpackPolicy(card_binpack=s.card_binpack, node_binpack=s.node_binpack,
-                                 core_weight=s.core_weight).choose(view)
-        choice: Choice = ctx.policy.choose(view)
-        return choice
+            return binpack_for(ctx.settings, core_weight=ctx.settings.core_weight)
+        policy: Policy = ctx.policy
+        return policy
 
     def row_solvers(self, state: ClusterState) -> tuple[npt.NDArray[np.int64], list[tuple[TopologySolver, float]]]:
         """Per node row, the index of its bandwidth matrix's solver (-1: none), and the solvers with

@@ -19,7 +19,7 @@ from devshare.engine.handlers.base import (
     grant_for,
     needs_of,
 )
-from devshare.engine.policy import Choice, FitView, node_utilization
+from devshare.engine.policy import Choice, FitView, Policy, node_utilization
 from devshare.engine.table import DeviceTable
 from devshare.model.quantity import human_bytes
 from devshare.model.request import DeviceRequest
@@ -102,8 +102,13 @@ class ShareHandler(DeviceHandler):
         """Node-level rules that no amount of freed capacity can change (UNRESOLVABLE)."""
         return np.zeros(len(rows), np.int8), lambda i: ""
 
-    def choose(self, ctx: Context, view: FitView) -> Choice:
+    def policy_for(self, ctx: Context, req: DeviceRequest) -> Policy:
+        """The policy that scores nodes and picks devices for ``req``."""
         raise NotImplementedError
+
+    def choose(self, ctx: Context, view: FitView) -> Choice:
+        assert view.request is not None
+        return self.policy_for(ctx, view.request).choose(view)
 
     def refine(self, ctx: Context, view: FitView, choice: Choice) -> Choice:
         """Adjust the chosen devices (e.g. by topology) after the policy's choice."""
@@ -155,13 +160,7 @@ class ShareHandler(DeviceHandler):
             ok = np.flatnonzero(codes == Code.SUCCESS)
             cols = np.zeros((m, req.count), np.int64)
             if ok.size:
-                if ok.size == m:
-                    view = FitView(state, pod, rows, table, req, fits, g)
-                else:
-                    view = FitView(state, pod, rows[ok], table, req, fits[ok], g.subset(ok))
-                choice = self.refine(ctx, view, self.choose(ctx, view))
-                scores[ok] = choice.scores
-                cols[ok] = choice.columns
+                self._choose(ctx, table, rows, ok, fits, g, req, scores, cols)
 
             def explain(i: int) -> str:
                 if i in reasons:
@@ -220,6 +219,52 @@ class ShareHandler(DeviceHandler):
                     for c, cols_ in res.columns.items()}
 
         return Evaluation(rows, codes, scores, explain_multi, grant_multi)
+
+    def _choose(self, ctx: Context, table: DeviceTable, rows: Ints, ok: Ints, fits: npt.NDArray[np.bool_],
+                g: Gather, req: DeviceRequest, scores: npt.NDArray[np.float64], cols: Ints) -> None:
+        """Scores and devices of the fitting rows ``rows[ok]``, written into ``scores``/``cols``.
+
+        With a row-local policy, a node's answer is kept until that node changes (its row version),
+        the policy's model changes, or nodes come and go: between two binds only one node changes,
+        so the next pod of the same shape is scored on that node alone."""
+        state, pod = ctx.state, ctx.pod
+        policy = self.policy_for(ctx, req)
+        m = len(rows)
+
+        def compute(idx: Ints) -> Choice:
+            if idx.size == m:
+                view = FitView(state, pod, rows, table, req, fits, g)
+            else:
+                view = FitView(state, pod, rows[idx], table, req, fits[idx], g.subset(idx))
+            return self.refine(ctx, view, policy.choose(view))
+
+        if not getattr(policy, "row_local", False):
+            choice = compute(ok)
+            scores[ok] = choice.scores
+            cols[ok] = choice.columns
+            return
+        key = (self.type, id(policy), getattr(policy, "model_version", 0), req, pod.cpu_milli,
+               pod.memory_bytes, pod.gpu_models, pod.compute_policy, ctx.settings, state.layout_version)
+        entry = state.score_cache.get(key)
+        if entry is None or entry[0].shape[0] < state.n_rows:
+            if len(state.score_cache) >= 64:
+                state.score_cache.clear()
+            n = max(state.n_rows, 1)
+            entry = (np.zeros(n), np.zeros((n, req.count), np.int64), np.full(n, -1, np.int64))
+            state.score_cache[key] = entry
+        e_scores, e_cols, e_version = entry
+        okrows = rows[ok]
+        version = state.row_version[okrows]
+        miss = e_version[okrows] != version
+        if miss.any():
+            idx = ok[miss]
+            choice = compute(idx)
+            r = rows[idx]
+            e_scores[r] = choice.scores
+            e_cols[r] = choice.columns
+            e_version[r] = state.row_version[r]
+        scores[ok] = e_scores[okrows]
+        cols[ok] = e_cols[okrows]
 
     def _search(self, ctx: Context, table: DeviceTable, row: int,
                 needs: list[tuple[int, DeviceRequest]], first: bool = False) -> SearchResult | None:
