@@ -24,6 +24,10 @@ Of the 4.6% left unallocated, about 3.0% is structural on this trace: 13% of the
 and leave a 190 sliver only the rare 160/110/50 shares fit; best-fit-decreasing packing of all the
 shares offline (with hindsight) still wastes 3.97-4.02% on seeds 42-43.
 
+Open: on multigpu40 (seeds 44-47) it leaves 3.28% against FGD's 3.13%; the same scoring with the
+trace's fixed class table gets 3.12, so the gap is in learning the mix online (95% coverage or no
+prior: 3.25-3.26), not in the remainder term.
+
 It keeps no state beyond what ``observe``/``placed`` and the cluster arrays give, so the extender can
 use it as is. Pods of other shapes (several cards with a share each, memory asks, several containers)
 get FGD's score without the remainder term, and always one of the view's fitting cards.
