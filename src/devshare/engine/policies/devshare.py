@@ -50,6 +50,9 @@ PRIOR: dict[ClassKey, float] = {(0, 500, 1, ()): 1.0, (0, 1000, 1, ()): 1.0}
 
 class DevsharePolicy:
     name = "devshare"
+    # a node's score and card depend only on that node, the pod and the learned mix: the engine keeps
+    # each node's answer until the node changes or the mix is rebuilt (model_version)
+    row_local = True
 
     def __init__(self, *, coverage: float = 1.0, prior: dict[ClassKey, float] | None = None,
                  prior_weight: float = 2.0, fit_weight: float = 0.0, quantize: float = 100.0,
@@ -67,7 +70,8 @@ class DevsharePolicy:
         self.fit_weight = fit_weight
         self.counts: dict[ClassKey, float] = {}
         self.seen = 0
-        self._built_at = -1
+        self.model_version = 0
+        self._built_at = 0
         self.cache = NodeFrag(FragModel(self.distribution()))
         self._tables()
 
@@ -90,6 +94,7 @@ class DevsharePolicy:
         key = class_key(pod)
         self.counts[key] = self.counts.get(key, 0.0) + 1.0
         self.seen += 1
+        self._refresh()
 
     def placed(self, pod: PodRequest, row: int) -> None:
         return None
@@ -98,10 +103,11 @@ class DevsharePolicy:
         """Rebuild the class table at 1, 2, 4, ... 256 pods seen, then every 256."""
         n = self.seen
         due = n != self._built_at and (n & (n - 1) == 0 if n <= 256 else n - self._built_at >= 256)
-        if due or self._built_at < 0:
+        if due:
             self.cache = NodeFrag(FragModel(self.distribution()))
             self._tables()
             self._built_at = n
+            self.model_version += 1
 
     # ------------------------------------------------------------------ scoring
     def choose(self, view: FitView) -> Choice:
