@@ -186,7 +186,17 @@ class ShareHandler(DeviceHandler):
             sub = g.subset(live) if live.size != m else g
             ok_g, score_g = greedy(sub, needs, mc, ctx.settings.core_weight, ctx.settings.card_binpack)
             scores[live] = score_g
-            for k in np.flatnonzero(~ok_g).tolist():
+            # where greedy failed, a node that cannot pass the necessary tests (each container finds
+            # enough devices on its own; the free compute covers the sum) fails without a search
+            possible = ~ok_g
+            if possible.any():
+                total_core = sum(r.core_milli * r.count for _, r in needs)
+                possible &= np.where(sub.usable, np.maximum(sub.free_core, 0), 0).sum(axis=1) >= total_core
+                for _, r in needs:
+                    possible &= card_fits(sub, r, mc).sum(axis=1) >= r.count
+                for k in np.flatnonzero(~ok_g & ~possible).tolist():
+                    codes[int(live[k])] = Code.UNSCHEDULABLE
+            for k in np.flatnonzero(possible).tolist():
                 i = int(live[k])
                 res = self._search(ctx, table, int(rows[i]), needs, first=True)
                 if res is None:
