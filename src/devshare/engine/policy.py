@@ -90,7 +90,17 @@ def node_utilization(g: Gather, extra: float) -> Floats:
     return np.asarray(np.where(total > 0, used / np.maximum(total, 1), 0.0), dtype=np.float64)
 
 
-class BinpackPolicy:
+class StatelessPolicy:
+    """Base for policies that learn nothing from the pods they see."""
+
+    def observe(self, pod: PodRequest) -> None:
+        return None
+
+    def placed(self, pod: PodRequest, row: int) -> None:
+        return None
+
+
+class BinpackPolicy(StatelessPolicy):
     """Seed 000: card-level binpack or spread (``w x core-score + (1 - w) x memory-score``),
     combined with node-level binpack or spread. Aliyun's bind rule (the fitting card with the least
     free memory) is card binpack with memory-only requests."""
@@ -104,12 +114,6 @@ class BinpackPolicy:
         self.node_binpack = node_binpack
         self.core_weight = core_weight
         self.card_weight = card_weight
-
-    def observe(self, pod: PodRequest) -> None:
-        return None
-
-    def placed(self, pod: PodRequest, row: int) -> None:
-        return None
 
     def choose(self, view: FitView) -> Choice:
         m = len(view.rows)

@@ -19,7 +19,7 @@ from devshare.engine.policies.base import (
     lowest_columns,
     pod_gpu,
 )
-from devshare.engine.policy import Choice, FitView
+from devshare.engine.policy import Choice, FitView, StatelessPolicy
 from devshare.model import names
 from devshare.model.request import PodRequest
 
@@ -38,17 +38,11 @@ def min_max(raw: Ints) -> Floats:
     return ((raw - lo) * MAX_SCORE // (hi - lo)).astype(np.float64)
 
 
-class BestFitPolicy:
+class BestFitPolicy(StatelessPolicy):
     """100 x (1 - [0.5 (free CPU - ask) / 128000 + 0.5 (free GPU - ask) / 8000]), truncated, then
     min-max rescaled over the feasible nodes. Cards: best fit."""
 
     name = "bestfit"
-
-    def observe(self, pod: PodRequest) -> None:
-        return None
-
-    def placed(self, pod: PodRequest, row: int) -> None:
-        return None
 
     def choose(self, view: FitView) -> Choice:
         if len(view.rows) == 0:
@@ -62,17 +56,11 @@ class BestFitPolicy:
         return _choice(view, min_max(raw), free)
 
 
-class DotProdPolicy:
+class DotProdPolicy(StatelessPolicy):
     """Tetris' alignment: node (free CPU, free GPU) . pod (CPU, GPU), each over the largest node's,
     score int(100 (1 - dot / 2)): the smallest dot product wins. Cards: best fit."""
 
     name = "dotprod"
-
-    def observe(self, pod: PodRequest) -> None:
-        return None
-
-    def placed(self, pod: PodRequest, row: int) -> None:
-        return None
 
     def choose(self, view: FitView) -> Choice:
         if len(view.rows) == 0:
@@ -129,17 +117,11 @@ class GpuClusteringPolicy:
         return _choice(view, (fill + band).astype(np.float64), free)
 
 
-class GpuPackingPolicy:
+class GpuPackingPolicy(StatelessPolicy):
     """Shared cards first (100 - free % on them / 10, floor 50), then free cards on a used node
     (50 - free cards taken, floor 33), then an idle node (33 - its cards, floor its cards)."""
 
     name = "packing"
-
-    def observe(self, pod: PodRequest) -> None:
-        return None
-
-    def placed(self, pod: PodRequest, row: int) -> None:
-        return None
 
     def choose(self, view: FitView) -> Choice:
         m = len(view.rows)
@@ -166,19 +148,13 @@ class GpuPackingPolicy:
         return Choice(score.astype(np.float64), cols)
 
 
-class RandomPolicy:
+class RandomPolicy(StatelessPolicy):
     """A uniformly random feasible node; a random fitting card for a share."""
 
     name = "random"
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = np.random.default_rng([seed, 7])
-
-    def observe(self, pod: PodRequest) -> None:
-        return None
-
-    def placed(self, pod: PodRequest, row: int) -> None:
-        return None
 
     def choose(self, view: FitView) -> Choice:
         m = len(view.rows)

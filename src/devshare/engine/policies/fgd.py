@@ -20,8 +20,7 @@ from devshare.engine.policies.base import (
     lowest_columns,
 )
 from devshare.engine.policies.frag import ClassKey, FragModel
-from devshare.engine.policy import Choice, FitView
-from devshare.model.request import PodRequest
+from devshare.engine.policy import Choice, FitView, StatelessPolicy
 
 
 def sigmoid(x: Floats) -> Floats:
@@ -119,19 +118,13 @@ def frag_deltas(cache: NodeFrag, view: FitView) -> tuple[Floats, Ints | None]:
     return before - after, cols
 
 
-class FGDPolicy:
+class FGDPolicy(StatelessPolicy):
     """FGD with a fixed class table (from the original trace, before inflation)."""
 
     def __init__(self, classes: Mapping[ClassKey, float], *, name: str = "fgd") -> None:
         self.name = name
         self.model = FragModel(classes)
         self.cache = NodeFrag(self.model)
-
-    def observe(self, pod: PodRequest) -> None:
-        return None
-
-    def placed(self, pod: PodRequest, row: int) -> None:
-        return None
 
     def choose(self, view: FitView) -> Choice:
         if len(view.rows) == 0:
