@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,74 +68,69 @@ def _device_pod(review: Review) -> dict[str, Any] | None:
     return with_identity(pod, review.namespace, review.name)
 
 
-def _answer(body: bytes) -> web.Response:
+Decide = Callable[[Review, WebhookConfig], tuple[bytes, str]]
+
+
+async def _review(request: web.Request, op: str, decide: Decide, on_error: Callable[[Review, Exception], bytes]
+                  ) -> web.Response:
+    """Read the AdmissionReview (400 if malformed), decide, count and time it. A failure inside the
+    decision is logged and answered by ``on_error`` (never a 500)."""
+    config = request.app[CONFIG]
+    started = time.perf_counter()
+    try:
+        review = read_review(await request.read())
+    except BadReview as e:
+        config.metrics.reviews.labels(op, m.MALFORMED).inc()
+        return web.Response(status=400, body=bad_review_body(e), content_type=JSON)
+    try:
+        body, result = decide(review, config)
+    except Exception as e:
+        log.exception("%s of %s/%s (uid %s) failed", op, review.namespace, review.name, review.uid)
+        body, result = on_error(review, e), m.ERROR
+    config.metrics.reviews.labels(op, result).inc()
+    config.metrics.latency.labels(op).observe(time.perf_counter() - started)
     return web.Response(body=body, content_type=JSON)
 
 
+def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]:
+    pod = _device_pod(review)
+    if pod is None:
+        return allow(review), m.SKIPPED
+    problems = judge(pod, config.cluster)
+    if not problems:
+        return allow(review), m.ALLOWED
+    for reason in {p.reason for p in problems}:
+        config.metrics.rejections.labels(reason).inc()
+    return deny(review, refusal(problems)), m.DENIED
+
+
+def _validate_failed(review: Review, e: Exception) -> bytes:
+    return deny(
+        review,
+        f"devshare could not check this pod (internal error: {type(e).__name__}); the webhook's log has the details",
+        code=500,
+        reason="InternalError",
+    )
+
+
+def _decide_mutate(review: Review, config: WebhookConfig) -> tuple[bytes, str]:
+    pod = _device_pod(review)
+    if pod is None:
+        return allow(review), m.SKIPPED
+    ops, warnings = mutation(pod, scheduler_name=config.scheduler_name, replace_schedulers=config.replace_schedulers)
+    return patch(review, ops, warnings), (m.PATCHED if ops else m.ALLOWED)
+
+
+def _mutate_failed(review: Review, e: Exception) -> bytes:
+    return allow(review, [f"devshare left this pod unchanged (internal error: {type(e).__name__})"])
+
+
 async def _validate(request: web.Request) -> web.Response:
-    config = request.app[CONFIG]
-    started = time.perf_counter()
-    op = "validate"
-    try:
-        review = read_review(await request.read())
-    except BadReview as e:
-        config.metrics.reviews.labels(op, m.MALFORMED).inc()
-        return web.Response(status=400, body=bad_review_body(e), content_type=JSON)
-    try:
-        pod = _device_pod(review)
-        if pod is None:
-            body, result = allow(review), m.SKIPPED
-        else:
-            problems = judge(pod, config.cluster)
-            if problems:
-                for reason in {p.reason for p in problems}:
-                    config.metrics.rejections.labels(reason).inc()
-                body, result = deny(review, refusal(problems)), m.DENIED
-            else:
-                body, result = allow(review), m.ALLOWED
-    except Exception as e:
-        log.exception("validating %s/%s (uid %s) failed", review.namespace, review.name, review.uid)
-        config.metrics.rejections.labels("internal").inc()
-        body, result = (
-            deny(
-                review,
-                f"devshare could not check this pod (internal error: {type(e).__name__}); the webhook's "
-                "log has the details",
-                code=500,
-                reason="InternalError",
-            ),
-            m.ERROR,
-        )
-    config.metrics.reviews.labels(op, result).inc()
-    config.metrics.latency.labels(op).observe(time.perf_counter() - started)
-    return _answer(body)
+    return await _review(request, "validate", _decide_validate, _validate_failed)
 
 
 async def _mutate(request: web.Request) -> web.Response:
-    config = request.app[CONFIG]
-    started = time.perf_counter()
-    op = "mutate"
-    try:
-        review = read_review(await request.read())
-    except BadReview as e:
-        config.metrics.reviews.labels(op, m.MALFORMED).inc()
-        return web.Response(status=400, body=bad_review_body(e), content_type=JSON)
-    try:
-        pod = _device_pod(review)
-        if pod is None:
-            body, result = allow(review), m.SKIPPED
-        else:
-            ops, warnings = mutation(
-                pod, scheduler_name=config.scheduler_name, replace_schedulers=config.replace_schedulers
-            )
-            body, result = patch(review, ops, warnings), (m.PATCHED if ops else m.ALLOWED)
-    except Exception as e:
-        log.exception("mutating %s/%s (uid %s) failed", review.namespace, review.name, review.uid)
-        body = allow(review, [f"devshare left this pod unchanged (internal error: {type(e).__name__})"])
-        result = m.ERROR
-    config.metrics.reviews.labels(op, result).inc()
-    config.metrics.latency.labels(op).observe(time.perf_counter() - started)
-    return _answer(body)
+    return await _review(request, "mutate", _decide_mutate, _mutate_failed)
 
 
 async def _metrics(request: web.Request) -> web.Response:
