@@ -65,6 +65,7 @@ class ClusterState:
         self.version = 0  # bumped on every change; caches key on it
         self.layout_version = 0  # bumped when nodes or devices change (not on usage changes)
         self.score_cache: dict[Any, Any] = {}  # policies' per-node answers, see handlers/share.py
+        self.reason_cache: dict[Any, str] = {}  # per-node "why not" texts, keyed on the node's version
         self._all_rows: np.ndarray[Any, np.dtype[np.int64]] | None = None
         self._all_rows_key = -1
 

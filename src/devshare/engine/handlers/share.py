@@ -168,8 +168,15 @@ class ShareHandler(DeviceHandler):
                 if codes[i] == Code.UNRESOLVABLE:
                     return c_reason(i)
                 row = int(rows[i])
-                return (f"needs {describe_ask(self.type, req)}; "
-                        f"{describe_cards(table, row, req, mc)}")
+                # a full node stays full for many pods: its text is kept until the node changes
+                key = (self.type, row, int(state.row_version[row]), req, mc)
+                text = state.reason_cache.get(key)
+                if text is None:
+                    if len(state.reason_cache) > 50_000:
+                        state.reason_cache.clear()
+                    text = state.reason_cache[key] = (f"needs {describe_ask(self.type, req)}; "
+                                                      f"{describe_cards(table, row, req, mc)}")
+                return text
 
             def grant(i: int) -> Grants:
                 row = int(rows[i])
