@@ -143,6 +143,11 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
         client.add(pod("q", "n1", [("main", {names.NVIDIA_GPU: 2}, [gpu(0, u[0]), gpu(1, u[1])])]))
         got = allocate(sockdir, names.NVIDIA_GPU, 2)
         assert got.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[0]},{u[1]}"
+        # the agent counts a registration round once its last Register call has returned, which can
+        # be just after kubelet saw the request: wait for it rather than race it
+        deadline = time.monotonic() + 10
+        while agent.plugins.registrations < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert agent.plugins.registrations == 2
     finally:
         agent.close()
