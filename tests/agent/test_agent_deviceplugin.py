@@ -135,11 +135,12 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
 
         # kubelet restarts: it wipes the directory and recreates its socket; the agent registers again
         kubelet.stop()
-        for f in sockdir.iterdir():
+        (sockdir / "kubelet.sock").unlink()  # kubelet's own socket goes first, then the plugins'
+        for f in list(sockdir.iterdir()):
             f.unlink()
         kubelet = FakeKubelet(sockdir)
         assert registrations(kubelet, 2) == {names.KOORD_GPU_CORE, names.NVIDIA_GPU}
-        assert len(kubelet.lists[names.KOORD_GPU_CORE].get(timeout=10)) == 200
+        assert len(kubelet.lists[names.KOORD_GPU_CORE].get(timeout=30)) == 200
         client.add(pod("q", "n1", [("main", {names.NVIDIA_GPU: 2}, [gpu(0, u[0]), gpu(1, u[1])])]))
         got = allocate(sockdir, names.NVIDIA_GPU, 2)
         assert got.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[0]},{u[1]}"
