@@ -135,7 +135,7 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
 
         # kubelet restarts: it wipes the directory and recreates its socket; the agent registers again
         kubelet.stop()
-        (sockdir / "kubelet.sock").unlink()  # kubelet's own socket goes first, then the plugins'
+        # gRPC's stop already removed kubelet's socket; the plugins' sockets are wiped as kubelet does
         for f in list(sockdir.iterdir()):
             f.unlink()
         kubelet = FakeKubelet(sockdir)
