@@ -51,7 +51,9 @@ class FakeKubelet(pb_grpc.RegistrationServicer):
 
         def follow() -> None:
             try:
-                for response in stub.ListAndWatch(pb.Empty()):
+                # kubelet dials a plugin blocking until it connects (grpc.WithBlock); without
+                # wait_for_ready a channel still backing off from the previous plugin server fails at once
+                for response in stub.ListAndWatch(pb.Empty(), wait_for_ready=True, timeout=60):
                     q.put([(d.ID, d.health) for d in response.devices])
             except grpc.RpcError:
                 pass
