@@ -18,7 +18,7 @@ from typing import Any
 
 from devshare.model import names
 from devshare.model.allocation import DeviceGrant, PodAllocation
-from devshare.model.codecs.units import percent_text
+from devshare.model.codecs.units import json_object, percent_text
 from devshare.model.errors import InvalidAnnotation, InvalidInput
 from devshare.model.quantity import format_bytes, parse_quantity
 
@@ -105,15 +105,9 @@ def _grant(dtype: str, entry: Any) -> DeviceGrant:
 
 def decode_koordinator(annotations: dict[str, str]) -> dict[str, list[DeviceGrant]] | None:
     """Device type -> grants per device (no ids: Koordinator records minors only); None when absent."""
-    text = annotations.get(names.KOORD_DEVICE_ALLOCATED)
-    if text is None:
+    doc = json_object(annotations, names.KOORD_DEVICE_ALLOCATED, shape='{"gpu": [{"minor": 0, "resources": {...}}]}')
+    if doc is None:
         return None
-    try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as e:
-        raise InvalidAnnotation(f"not JSON ({e})", field=FIELD) from e
-    if not isinstance(doc, dict):
-        raise InvalidAnnotation('must be an object such as {"gpu": [{"minor": 0, "resources": {...}}]}', field=FIELD)
     out: dict[str, list[DeviceGrant]] = {}
     try:
         for dtype, entries in doc.items():

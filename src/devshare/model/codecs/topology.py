@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from devshare.model import names
+from devshare.model.codecs.units import json_object
 from devshare.model.errors import InvalidAnnotation
 
 FIELD = f"annotation {names.TOPOLOGY_GPU}"
@@ -30,15 +31,9 @@ def _index(value: Any) -> int:
 
 def decode_topology(annotations: dict[str, str]) -> tuple[dict[int, list[int]], list[int]] | None:
     """(container index -> GPU indexes, visible GPU indexes); None when absent."""
-    text = annotations.get(names.TOPOLOGY_GPU)
-    if text is None:
+    doc = json_object(annotations, names.TOPOLOGY_GPU, shape='{"allocatedGPUs": {...}, "visibleGPUs": [...]}')
+    if doc is None:
         return None
-    try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as e:
-        raise InvalidAnnotation(f"not JSON ({e})", field=FIELD) from e
-    if not isinstance(doc, dict):
-        raise InvalidAnnotation('must be {"allocatedGPUs": {...}, "visibleGPUs": [...]}', field=FIELD)
     allocated = doc.get("allocatedGPUs", {})
     visible = doc.get("visibleGPUs", [])
     if not isinstance(allocated, dict) or not isinstance(visible, list):

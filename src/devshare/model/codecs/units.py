@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from devshare.model.errors import InvalidAnnotation
@@ -34,3 +35,17 @@ def index_list(text: str, *, field: str) -> list[int]:
             raise InvalidAnnotation(f'{text!r} must list GPU indexes separated by commas, e.g. "1,0"', field=field)
         out.append(int(part))
     return out
+
+
+def json_object(annotations: dict[str, str], key: str, *, shape: str) -> dict[str, Any] | None:
+    """The JSON object under annotation ``key``; None when absent; ``shape`` shows what it must look like."""
+    text = annotations.get(key)
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as e:
+        raise InvalidAnnotation(f"not JSON ({e})", field=f"annotation {key}") from e
+    if not isinstance(doc, dict):
+        raise InvalidAnnotation(f"must be an object such as {shape}", field=f"annotation {key}")
+    return doc
