@@ -90,7 +90,7 @@ def gpu_devices(pod: PendingPod, container: str, inv: Inventory) -> ContainerDev
         pod_mib = sum(c.amounts.get(names.ALIYUN_GPU_MEM, 0) for c in pod.containers if not c.init)
         envs[names.ALIYUN_IDX] = ",".join(str(g.minor) for g in grants)
         envs[names.ALIYUN_POD] = str(pod_mib)
-        envs["ALIYUN_COM_GPU_MEM_CONTAINER"] = str(ask.amounts[names.ALIYUN_GPU_MEM])
+        envs[names.ALIYUN_CONTAINER] = str(ask.amounts[names.ALIYUN_GPU_MEM])
         envs[names.ALIYUN_DEV] = str(_total(grants[0], inv) // MIB)
     return ContainerDevices(envs=envs)
 

@@ -27,12 +27,13 @@ from typing import Any
 
 import msgspec
 
+from devshare.model import names
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import decode_allocation
 from devshare.model.errors import InvalidInput
 from devshare.model.quantity import quantity_int
 
-ASSIGNED = "devshare.io/assigned"
+ASSIGNED = names.ASSIGNED
 
 
 class AllocateError(Exception):

@@ -40,9 +40,11 @@ ALIYUN_POD = "ALIYUN_COM_GPU_MEM_POD"
 ALIYUN_DEV = "ALIYUN_COM_GPU_MEM_DEV"
 ALIYUN_ASSUME_TIME = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
 ALIYUN_ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"
+ALIYUN_CONTAINER = "ALIYUN_COM_GPU_MEM_CONTAINER"  # env: MiB the container asked
 
 # --- devshare's own
 ALLOCATION = "devshare.io/allocation"
+ASSIGNED = "devshare.io/assigned"  # set by the node agent once every container got its devices
 NODE_GPU_MODEL = "devshare.io/gpu-model"
 COMPUTE_POLICY = "devshare.io/gpu-compute-policy"  # node label and pod annotation
 MULTI_GPU_SHARE = "devshare.io/multi-gpu-share"  # node label "true"
