@@ -1,8 +1,9 @@
 """Full openb benchmark: every trace in shared/traces/openb, every policy, seeds 42..51.
 
-Results go to a JSON file as each run finishes (partial results survive), and BENCHMARKS-sim.md is
-rewritten after every run with the table so far: our mean unallocated GPU % at 100% arrival next to the
-FGD authors' reference, and the seconds per run.
+Results go to a JSON file as each run finishes (partial results survive; a re-run resumes), and a
+markdown table (out/bench_sim.md, copied into BENCHMARKS.md's simulator section) is rewritten after
+every run with the table so far: our mean unallocated GPU % at 100% arrival next to the FGD authors'
+reference, and the seconds per run.
 
     python bench/bench_sim.py [--shared ../shared] [--workers 2] [--seeds 42-51] [--out FILE.json]
 """
@@ -33,9 +34,11 @@ def main() -> None:
     ap.add_argument("--seeds", default="42-51")
     ap.add_argument("--policies", default=",".join(NAMES))
     ap.add_argument("--traces", default=",".join(TRACE_ORDER))
-    ap.add_argument("--out", type=Path, default=Path("/tmp/bench_sim.json"))
-    ap.add_argument("--md", type=Path, default=ROOT / "BENCHMARKS-sim.md")
+    ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_sim.json")
+    ap.add_argument("--md", type=Path, default=ROOT / "out" / "bench_sim.md")
     args = ap.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.md.parent.mkdir(parents=True, exist_ok=True)
     traces_dir = args.shared / "traces" / "openb"
     nodes = traces_dir / "openb_node_list_gpu_node.csv"
     ref = load_reference(args.shared / "reference" / "fgd_unallocated_at_100.csv")
