@@ -39,12 +39,6 @@ def pods_of(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def device_memory(state: ClusterState, node: str) -> dict[int, int]:
-    """GPU minor -> total bytes on ``node`` (for dialect annotations that carry the card size)."""
-    nd = state.devices.get(node)
-    return {d.minor: d.memory for d in nd.of_type("gpu")} if nd is not None else {}
-
-
 class Placer:
     """Places pods one by one on a state, the way the extender would, recording each result."""
 
@@ -69,7 +63,7 @@ class Placer:
 
     def _annotate(self, pod: PodRequest, alloc: PodAllocation, visible: list[int] | None = None) -> dict[str, str]:
         return encode_annotations(pod, alloc, now_ns=self.now_ns, visible_gpus=visible,
-                                  device_memory=device_memory(self.state, alloc.node))
+                                  device_memory=self.state.gpu_memory(alloc.node))
 
     def place(self, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]

@@ -22,6 +22,7 @@ from devshare.model.request import PodRequest
 log = logging.getLogger(__name__)
 Ints = npt.NDArray[np.int64]
 MAX_SCORE = 10  # kube-scheduler's extender priority range is 0..10
+UNKNOWN_NODE = "node is not known to devshare (no such Node, or no Device object yet)"
 
 
 @dataclass
@@ -146,7 +147,7 @@ class Scheduler:
         rows, unknown = self._rows(nodes)
         out = FilterOutcome()
         for n in unknown:
-            out.unresolvable[n] = "node is not known to devshare (no such Node, or no Device object yet)"
+            out.unresolvable[n] = UNKNOWN_NODE
         ev = self.evaluate(pod, rows)
         for i, row in enumerate(rows.tolist()):
             name = self.state.name_of[row]

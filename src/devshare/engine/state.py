@@ -312,6 +312,14 @@ class ClusterState:
             return self._all_rows
         return np.fromiter((self.row_of[n] for n in names_ if n in self.row_of), np.int64)
 
+    def gpu_memory(self, node: str) -> dict[int, int]:
+        """Total memory (bytes) of each GPU of ``node`` by minor (dialect annotations carry it)."""
+        row = self.row_of.get(node)
+        t = self.tables.get(names.GPU)
+        if row is None or t is None:
+            return {}
+        return {int(t.minor[row, c]): int(t.total_mem[row, c]) for c in range(t.count(row))}
+
     def usage_key(self) -> tuple[Any, ...]:
         """A comparable summary of all usage (tests compare a live state with a rebuilt one)."""
         out: list[Any] = []

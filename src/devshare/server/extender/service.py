@@ -369,7 +369,7 @@ class Extender:
         except Conflict as e:
             return f"pod {key}: {e}"
         annotations = encode_annotations(pod, alloc, now_ns=time.time_ns(),
-                                         device_memory=self._device_memory(node))
+                                         device_memory=self.state.gpu_memory(node))
         # ---- asynchronous: write the decision, then bind ----
         done = False
         try:
@@ -446,7 +446,7 @@ class Extender:
                 return f"pod {m.pod} is already bound to node {bound_to}"
         annotations = encode_annotations(pod, m.allocation, now_ns=time.time_ns(),
                                          visible_gpus=list(m.visible_gpus),
-                                         device_memory=self._device_memory(m.node))
+                                         device_memory=self.state.gpu_memory(m.node))
         try:
             await self.backend.patch_pod_annotations(ns, name, annotations)
         except BackendError as e:
@@ -531,14 +531,6 @@ class Extender:
                 await self.backend.patch_pod_annotations(ns, name, dict.fromkeys(annotations))
         except BackendError as e:
             log.info("could not remove the annotations of unbound pod %s/%s: %s", ns, name, e)
-
-    def _device_memory(self, node: str) -> dict[int, int]:
-        """Total memory of each GPU of ``node`` by minor (the Aliyun annotations carry it)."""
-        row = self.state.row_of.get(node)
-        t = self.state.tables.get("gpu")
-        if row is None or t is None:
-            return {}
-        return {int(t.minor[row, c]): int(t.total_mem[row, c]) for c in range(t.count(row))}
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:

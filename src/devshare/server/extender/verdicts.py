@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.scheduler import Scheduler, normalize
+from devshare.engine.handlers import Code
+from devshare.engine.scheduler import UNKNOWN_NODE, Scheduler, normalize
 from devshare.model.request import PodRequest
 from devshare.server.extender.nodeset import NodeSet
 
-SUCCESS = 0
-UNRESOLVABLE = 3  # engine.handlers.Code.UNRESOLVABLE
+SUCCESS = int(Code.SUCCESS)  # plain ints: compared per array, not looked up per node
+UNRESOLVABLE = int(Code.UNRESOLVABLE)
 Ints = npt.NDArray[np.int64]
-UNKNOWN_NODE = "node is not known to devshare (no such Node, or no Device object yet)"
 
 
 @dataclass
