@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 import yaml
@@ -15,6 +15,14 @@ import yaml
 from devshare.model.errors import InvalidInput
 
 T = TypeVar("T")
+
+# options shared by the commands that read a real cluster
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(help="Kubeconfig of a real cluster (default without --cluster: in-cluster, $KUBECONFIG or "
+                 "~/.kube/config)."),
+]
+ContextOption = Annotated[str | None, typer.Option(help="Kubeconfig context to use.")]
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from devshare.cli.common import fail, user_errors
+from devshare.cli.common import ContextOption, KubeconfigOption, fail, user_errors
 
 
 def extender(
@@ -21,12 +21,8 @@ def extender(
         Path | None,
         typer.Option(help="With --cluster: write the objects back to this file after each bind and on shutdown."),
     ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(help="Kubeconfig of a real cluster (default without --cluster: in-cluster, $KUBECONFIG or "
-                     "~/.kube/config)."),
-    ] = None,
-    context: Annotated[str | None, typer.Option(help="Kubeconfig context to use.")] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     namespace: Annotated[
         str | None, typer.Option(help="Namespace devshare runs in (its leader Lease lives there).")
     ] = None,

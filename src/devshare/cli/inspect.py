@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from devshare.cli.common import emit, fail, user_errors
+from devshare.cli.common import ContextOption, KubeconfigOption, emit, fail, user_errors
 from devshare.kube.backend import Backend
 from devshare.model.quantity import human_bytes
 
@@ -49,12 +49,8 @@ def inspect(
     cluster: Annotated[
         Path | None, typer.Option(help="Multi-document YAML of Node, Device and Pod objects.")
     ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(help="Kubeconfig of a real cluster (default without --cluster: in-cluster, $KUBECONFIG or "
-                     "~/.kube/config)."),
-    ] = None,
-    context: Annotated[str | None, typer.Option(help="Kubeconfig context to use.")] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     output: Annotated[str, typer.Option("--output", "-o", help="json, yaml or table.")] = "table",
 ) -> None:
     """Per node, per device: total, used, and the pods (ns/name/container) using it."""
