@@ -106,7 +106,7 @@ def free_port() -> int:
 
 
 class FilterResult(msgspec.Struct):
-    NodeNames: list[str] | None = None
+    NodeNames: msgspec.Raw = msgspec.Raw(b"null")  # passed on to prioritize as they came, as raw JSON
     FailedNodes: dict[str, str] = {}
     Error: str = ""
 
@@ -120,64 +120,108 @@ class BindResult(msgspec.Struct):
     Error: str = ""
 
 
-ANSWERS: dict[str, Any] = {"filter": FilterResult, "prioritize": list[HostPriority], "bind": BindResult}
+class Conn:
+    """One keep-alive HTTP/1.1 connection, one request at a time. The bench client's own cost is
+    on the measured path (the filter of the next pod waits for it), so it does what kube-scheduler's
+    Go client does and no more: no per-request session machinery, bodies written as bytes."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.r, self.w = reader, writer
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> Conn:
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer)
+
+    async def post(self, path: bytes, body: bytes) -> tuple[int, bytes]:
+        self.w.write(b"POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (path, len(body), body))
+        head = await self.r.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        at = head.lower().find(b"content-length:")
+        if at < 0:
+            raise RuntimeError(f"{path!r}: no Content-Length in the answer: {head[:200]!r}")
+        length = int(head[at + 15: head.index(b"\r\n", at)])
+        return status, await self.r.readexactly(length)
+
+    def close(self) -> None:
+        self.w.close()
 
 
-async def drive(base: str, pods: list[dict[str, Any]], node_names: list[str], sample: int | None,
+def best_host(raw: bytes) -> str:
+    """The first node with the highest score of a HostPriorityList (JSON bytes). The scores are
+    0..10: the first ``"Score":s}`` from 10 down is found in the bytes, and its Host read back."""
+    for s in range(10, -1, -1):
+        i = raw.find(b'"Score":%d}' % s)
+        if i >= 0:
+            start = raw.rfind(b'{"Host":', 0, i)
+            if start >= 0:
+                return str(msgspec.json.decode(raw[start + 8: i].rstrip(b", ")))
+            break
+    scores = msgspec.json.decode(raw, type=list[HostPriority])  # another layout: decode it all
+    return max(scores, key=operator.attrgetter("Score")).Host
+
+
+async def drive(host: str, port: int, pods: list[dict[str, Any]], node_names: list[str], sample: int | None,
                 seed: int) -> dict[str, Any]:
-    """Play kube-scheduler (its own JSON work kept small: typed decoding, as Go's is)."""
+    """Play kube-scheduler: one pod at a time through filter and prioritize, binds in the background."""
     sampler = Sampler(node_names, sample, seed)
     lat: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
     enc = msgspec.json.encode
-    decoders = {verb: msgspec.json.Decoder(t) for verb, t in ANSWERS.items()}
+    filter_answer = msgspec.json.Decoder(FilterResult)
+    bind_answer = msgspec.json.Decoder(BindResult)
+    all_names = enc(node_names)
+    pod_bodies = [enc(p) for p in pods]  # kube-scheduler holds them already (its informer cache)
     bound = unschedulable = bind_errors = failed = 0
     binds: set[asyncio.Task[None]] = set()
-    headers = {"Content-Type": "application/json"}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as http:
+    idle: list[Conn] = []  # keep-alive connections for binds
 
-        async def call(verb: str, body: Any) -> Any:
-            t = time.perf_counter()
-            async with http.post(f"{base}/{verb}", data=enc(body), headers=headers) as r:
-                raw = await r.read()
-                if r.status != 200:
-                    raise RuntimeError(f"{verb}: HTTP {r.status}: {raw[:200]!r}")
-            lat[verb].append(time.perf_counter() - t)
-            return decoders[verb].decode(raw)
+    async def call(conn: Conn, verb: str, body: bytes) -> bytes:
+        t = time.perf_counter()
+        status, raw = await conn.post(b"/" + verb.encode(), body)
+        if status != 200:
+            raise RuntimeError(f"{verb}: HTTP {status}: {raw[:200]!r}")
+        lat[verb].append(time.perf_counter() - t)
+        return raw
 
-        async def bind(p: dict[str, Any], node: str) -> None:
-            nonlocal bound, bind_errors
-            m = p["metadata"]
-            out = await call("bind", {"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"],
-                                      "Node": node})
-            if out.Error:
-                bind_errors += 1
-            else:
-                bound += 1
+    async def bind(p: dict[str, Any], node: str) -> None:
+        nonlocal bound, bind_errors
+        m = p["metadata"]
+        conn = idle.pop() if idle else await Conn.open(host, port)
+        raw = await call(conn, "bind", enc({"PodName": m["name"], "PodNamespace": m["namespace"],
+                                            "PodUID": m["uid"], "Node": node}))
+        idle.append(conn)
+        if bind_answer.decode(raw).Error:
+            bind_errors += 1
+        else:
+            bound += 1
 
-        started = time.perf_counter()
-        for p in pods:
-            names = sampler.next()
-            out = await call("filter", {"Pod": p, "Nodes": None, "NodeNames": names})
-            fit = out.NodeNames
-            failed += len(out.FailedNodes)
-            if not fit:
-                unschedulable += 1
-                continue
-            target = fit[0]
-            if len(fit) > 1:  # kube-scheduler skips prioritize when one node is left
-                scores = await call("prioritize", {"Pod": p, "Nodes": None, "NodeNames": fit})
-                target = best_host(scores)
-            task = asyncio.create_task(bind(p, target))
-            binds.add(task)
-            task.add_done_callback(binds.discard)
-        await asyncio.gather(*binds)
-        wall = time.perf_counter() - started
+    main = await Conn.open(host, port)
+    started = time.perf_counter()
+    for p, pod_raw in zip(pods, pod_bodies, strict=True):
+        names = sampler.next()
+        names_raw = all_names if names is node_names else enc(names)
+        out = filter_answer.decode(await call(main, "filter", b'{"Pod":%s,"Nodes":null,"NodeNames":%s}'
+                                              % (pod_raw, names_raw)))
+        failed += len(out.FailedNodes)
+        fit = bytes(out.NodeNames)
+        if fit in (b"null", b"[]"):
+            unschedulable += 1
+            continue
+        if b'","' in fit:  # more than one node passed (node names hold no quotes or commas)
+            target = best_host(await call(main, "prioritize", b'{"Pod":%s,"Nodes":null,"NodeNames":%s}'
+                                          % (pod_raw, fit)))
+        else:  # kube-scheduler skips prioritize when one node is left
+            target = msgspec.json.decode(fit, type=list[str])[0]
+        task = asyncio.create_task(bind(p, target))
+        binds.add(task)
+        task.add_done_callback(binds.discard)
+    await asyncio.gather(*binds)
+    wall = time.perf_counter() - started
+    for c in [main, *idle]:
+        c.close()
     return {"wall": wall, "bound": bound, "unschedulable": unschedulable, "bind_errors": bind_errors, "lat": lat,
             "failed": failed / max(1, len(pods))}
-
-
-def best_host(scores: list[HostPriority]) -> str:
-    return max(scores, key=operator.attrgetter("Score")).Host  # the first of the best, as a plain max
 
 
 def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None) -> None:
@@ -193,14 +237,13 @@ def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str |
             [sys.executable, *wrap, "-m", "devshare.cli.main", "extender", "--cluster", str(path), "--port", str(port),
              "--log-level", "warning", *(["--policy", policy] if policy else [])],
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        base = f"http://127.0.0.1:{port}"
         try:
-            asyncio.run(wait_ready(base, proc))
+            asyncio.run(wait_ready(f"http://127.0.0.1:{port}", proc))
             ready = time.perf_counter() - t
             pod_objs = [o for o in objs if o["kind"] == "Pod"]
             names = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
             server_cpu, client_cpu = cpu_seconds(proc.pid), time.process_time()
-            res = asyncio.run(drive(base, pod_objs, names, sample, seed))
+            res = asyncio.run(drive("127.0.0.1", port, pod_objs, names, sample, seed))
             server_cpu, client_cpu = cpu_seconds(proc.pid) - server_cpu, time.process_time() - client_cpu
         finally:
             proc.terminate()
@@ -249,7 +292,7 @@ def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: st
     pod_objs = [o for o in objs if o["kind"] == "Pod"]
     sampler = Sampler(names, sample, seed)
     enc = msgspec.json.encode
-    decoders = {verb: msgspec.json.Decoder(t) for verb, t in ANSWERS.items()}
+    filter_answer = msgspec.json.Decoder(FilterResult)
 
     async def main() -> None:
         app = build_app(backend, ExtenderOptions(policy=policy) if policy else ExtenderOptions())
@@ -269,7 +312,7 @@ def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: st
             answer, _ = await getattr(handlers, f"_{verb}")(ext, data)
             answer = answer if isinstance(answer, bytes) else enc(answer)
             spent[verb].append(time.perf_counter() - t)
-            return decoders[verb].decode(answer)
+            return answer
 
         prof = cProfile.Profile() if os.environ.get("SORT") != "none" else None
         t = time.perf_counter()
@@ -277,8 +320,8 @@ def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: st
             prof.enable()
         for p in pod_objs:
             ns = sampler.next()
-            fr = await call("filter", {"Pod": p, "Nodes": None, "NodeNames": ns})
-            fit = fr.NodeNames or []
+            fr = filter_answer.decode(await call("filter", {"Pod": p, "Nodes": None, "NodeNames": ns}))
+            fit = msgspec.json.decode(bytes(fr.NodeNames), type=list[str] | None) or []
             if not fit:
                 continue
             target = fit[0]
