@@ -143,6 +143,20 @@ class StateMachine(RuleBasedStateMachine):
                 assert warm.allocation(self.state, i) == cold.allocation(self.state, i)
 
     @invariant()
+    def kept_reasons_equal_fresh_ones(self) -> None:
+        """The "why not" texts kept per node between pods (reason cache) equal texts written afresh,
+        and every node lands in exactly one of passed / failed / unresolvable."""
+        sch = Scheduler(self.state)
+        rows = self.state.node_rows()
+        for probe in PROBES:
+            v = sch.verdicts(probe, rows)
+            ev = v.evaluation
+            assert sorted([*v.passed.tolist(), *v.failed.tolist(), *v.unresolvable.tolist()]) == list(range(len(rows)))
+            assert v.failed_reasons == [ev.reason(i) for i in v.failed.tolist()]
+            assert v.unresolvable_reasons == [ev.reason(i) for i in v.unresolvable.tolist()]
+            assert all(v.failed_reasons) and all(v.unresolvable_reasons)
+
+    @invariant()
     def unhealthy_device_unused(self) -> None:
         t = self.state.tables["gpu"]
         row = self.state.row_of["b"]

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -22,6 +23,8 @@ from devshare.model.request import PodRequest
 log = logging.getLogger(__name__)
 Ints = npt.NDArray[np.int64]
 MAX_SCORE = 10  # kube-scheduler's extender priority range is 0..10
+ERROR, SUCCESS, UNRESOLVABLE = int(Code.ERROR), int(Code.SUCCESS), int(Code.UNRESOLVABLE)
+REASON_SHAPES = 64  # pod shapes whose per-node reasons are kept
 UNKNOWN_NODE = "node is not known to devshare (no such Node, or no Device object yet)"
 
 
@@ -32,6 +35,20 @@ class FilterOutcome:
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Verdicts:
+    """The filter over candidate rows, as arrays: indexes into the rows that passed, failed
+    (freeing devices could help: kube-scheduler's FailedNodes) and unresolvable, with the reasons of
+    the last two in the same order."""
+
+    evaluation: PodEvaluation
+    passed: Ints
+    failed: Ints
+    failed_reasons: list[str]
+    unresolvable: Ints
+    unresolvable_reasons: list[str]
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,30 @@ class PodEvaluation:
             if ev.codes[i] != Code.SUCCESS:
                 return ev.reason(i)
         return ""
+
+    def reasons(self, state: ClusterState, settings: Settings, idx: Ints) -> list[str]:
+        """:meth:`reason` of the rows at ``idx``. A node that stays full stays full for many pods of
+        the same shape, so its text is kept, per pod shape, until that node changes (its row
+        version): thousands of failing nodes cost one array lookup, not a text each."""
+        if idx.size == 0:
+            return []
+        shape = msgspec.structs.replace(self.pod, namespace="", name="", uid="", priority=0)
+        key = (shape, settings, state.layout_version)
+        n = max(state.n_rows, 1)
+        entry = state.reason_cache.get(key)
+        if entry is None or entry[0].shape[0] < n:
+            if len(state.reason_cache) >= REASON_SHAPES:
+                state.reason_cache.clear()
+            entry = state.reason_cache[key] = (np.empty(n, dtype=object), np.full(n, -1, np.int64))
+        texts, versions = entry
+        rows = self.rows[idx]
+        now = state.row_version[rows]
+        for k in np.flatnonzero(versions[rows] != now).tolist():
+            i, row = int(idx[k]), int(rows[k])
+            texts[row] = self.reason(i)
+            # an internal error (seed 004's Error) is not kept: the next pod tries again
+            versions[row] = now[k] if self.codes[i] != ERROR else -1
+        return list(texts[rows].tolist())
 
     def allocation(self, state: ClusterState, i: int) -> PodAllocation:
         by_container: dict[int, list[DeviceGrant]] = {}
@@ -143,22 +184,28 @@ class Scheduler:
         return self.state.node_rows(nodes), unknown
 
     # ------------------------------------------------------------------ extender verbs
+    def verdicts(self, pod: PodRequest, rows: Ints) -> Verdicts:
+        """Filter ``rows``: which pass, which fail and why, without a Python step per passing node."""
+        ev = self.evaluate(pod, rows)
+        codes = ev.codes
+        hard = np.flatnonzero(codes == UNRESOLVABLE)
+        # UNSCHEDULABLE, or ERROR (an internal failure: retrying may help)
+        soft = np.flatnonzero((codes != SUCCESS) & (codes != UNRESOLVABLE))
+        return Verdicts(ev, np.flatnonzero(codes == SUCCESS), soft, ev.reasons(self.state, self.settings, soft),
+                        hard, ev.reasons(self.state, self.settings, hard))
+
     def filter(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> FilterOutcome:
         rows, unknown = self._rows(nodes)
-        out = FilterOutcome()
-        for n in unknown:
-            out.unresolvable[n] = UNKNOWN_NODE
-        ev = self.evaluate(pod, rows)
-        for i, row in enumerate(rows.tolist()):
-            name = self.state.name_of[row]
-            code = ev.codes[i]
-            if code == Code.SUCCESS:
-                out.passed.append(name)
-            elif code == Code.UNRESOLVABLE:
-                out.unresolvable[name] = ev.reason(i)
-            else:  # UNSCHEDULABLE, or ERROR (an internal failure: retrying may help)
-                out.failed[name] = ev.reason(i)
-        return out
+        v = self.verdicts(pod, rows)
+        name_of = self.state.name_of
+
+        def names(idx: Ints) -> list[str]:
+            return [name_of[r] for r in rows[idx].tolist()]
+
+        unresolvable = dict.fromkeys(unknown, UNKNOWN_NODE)
+        unresolvable.update(zip(names(v.unresolvable), v.unresolvable_reasons, strict=True))
+        return FilterOutcome(names(v.passed), dict(zip(names(v.failed), v.failed_reasons, strict=True)),
+                             unresolvable)
 
     def prioritize(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> dict[str, int]:
         """Scores 0..10 (min-max over the nodes that fit; all equal -> all 10; unfit -> 0)."""

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from devshare.engine.table import DeviceTable
 from devshare.model import names
@@ -65,7 +66,8 @@ class ClusterState:
         self.version = 0  # bumped on every change; caches key on it
         self.layout_version = 0  # bumped when nodes or devices change (not on usage changes)
         self.score_cache: dict[Any, Any] = {}  # policies' per-node answers, see handlers/share.py
-        self.reason_cache: dict[Any, str] = {}  # per-node "why not" texts, keyed on the node's version
+        # per pod shape: each node's "why not" text and the row version it was written at
+        self.reason_cache: dict[Any, tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]] = {}
         self._all_rows: np.ndarray[Any, np.dtype[np.int64]] | None = None
         self._all_rows_key = -1
 

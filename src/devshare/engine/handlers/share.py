@@ -167,16 +167,7 @@ class ShareHandler(DeviceHandler):
                     return reasons[i]
                 if codes[i] == Code.UNRESOLVABLE:
                     return c_reason(i)
-                row = int(rows[i])
-                # a full node stays full for many pods: its text is kept until the node changes
-                key = (self.type, row, int(state.row_version[row]), req, mc)
-                text = state.reason_cache.get(key)
-                if text is None:
-                    if len(state.reason_cache) > 50_000:
-                        state.reason_cache.clear()
-                    text = state.reason_cache[key] = (f"needs {describe_ask(self.type, req)}; "
-                                                      f"{describe_cards(table, row, req, mc)}")
-                return text
+                return f"needs {describe_ask(self.type, req)}; {describe_cards(table, int(rows[i]), req, mc)}"
 
             def grant(i: int) -> Grants:
                 row = int(rows[i])

@@ -1,10 +1,6 @@
-"""Filter and prioritize answers for thousands of nodes, built from one :meth:`Scheduler.evaluate`.
-
-Same verdicts as :meth:`Scheduler.filter` and :meth:`Scheduler.prioritize`, but the per-node work
-outside the engine's arrays is kept to the nodes that need it: the names that pass are picked with
-an array mask, and a reason is written only for the nodes that fail. (At 5,000 nodes the engine's
-own per-node loop costs more than the evaluation itself.)
-"""
+"""Filter and prioritize answers for thousands of nodes, from the engine's :meth:`Scheduler.verdicts`
+(the same as :meth:`Scheduler.filter` and :meth:`Scheduler.prioritize`), with the names taken from the
+candidate list's object array by index: no Python step per node."""
 
 from __future__ import annotations
 
@@ -13,18 +9,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.handlers import Code
-from devshare.engine.scheduler import UNKNOWN_NODE, Scheduler, normalize
+from devshare.engine.scheduler import SUCCESS, UNKNOWN_NODE, Scheduler, normalize
 from devshare.model.request import PodRequest
 from devshare.server.extender.nodeset import NodeSet
 
-SUCCESS = int(Code.SUCCESS)  # plain ints: compared per array, not looked up per node
-UNRESOLVABLE = int(Code.UNRESOLVABLE)
 Ints = npt.NDArray[np.int64]
 
 
 @dataclass
-class Verdicts:
+class NamedVerdicts:
+    """A filter answer by node name (and the rows and raw scores of the nodes that passed)."""
+
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
@@ -32,19 +27,14 @@ class Verdicts:
     raw_scores: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, np.float64))
 
 
-def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> Verdicts:
-    ev = scheduler.evaluate(pod, nodes.rows)
-    out = Verdicts(unresolvable=dict.fromkeys(nodes.unknown, UNKNOWN_NODE))
-    codes: npt.NDArray[np.int8] = ev.codes
-    ok = codes == SUCCESS
-    out.passed = nodes.known[ok].tolist()
-    out.passed_rows = nodes.rows[ok]
-    out.raw_scores = ev.scores[ok]
-    bad = np.flatnonzero(~ok)
-    if bad.size:
-        hard = (codes[bad] == UNRESOLVABLE).tolist()
-        for i, name, is_hard in zip(bad.tolist(), nodes.known[bad].tolist(), hard, strict=True):
-            (out.unresolvable if is_hard else out.failed)[name] = ev.reason(i)
+def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> NamedVerdicts:
+    v = scheduler.verdicts(pod, nodes.rows)
+    names = nodes.known
+    out = NamedVerdicts(passed=names[v.passed].tolist(), passed_rows=nodes.rows[v.passed],
+                   raw_scores=v.evaluation.scores[v.passed],
+                   failed=dict(zip(names[v.failed].tolist(), v.failed_reasons, strict=True)),
+                   unresolvable=dict.fromkeys(nodes.unknown, UNKNOWN_NODE))
+    out.unresolvable.update(zip(names[v.unresolvable].tolist(), v.unresolvable_reasons, strict=True))
     return out
 
 
