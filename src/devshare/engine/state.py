@@ -11,8 +11,8 @@ checks the allocation against the arrays first and refuses it whole (nothing hal
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Literal
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, TypeVar
 
 import msgspec
 import numpy as np
@@ -30,6 +30,7 @@ DEFAULT_MAX_CONTAINERS = 16  # seed 000: MGPUMaxContainersPerCard
 DEFAULT_ASSUME_TTL = 60.0  # seconds an assumed allocation waits for its bind
 
 Phase = Literal["assumed", "bound"]
+T = TypeVar("T")
 
 
 class Conflict(Exception):
@@ -70,6 +71,29 @@ class ClusterState:
         self.reason_cache: dict[Any, tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]] = {}
         self._all_rows: np.ndarray[Any, np.dtype[np.int64]] | None = None
         self._all_rows_key = -1
+        self._layout_values: dict[Any, Any] = {}
+        self._layout_values_at = -1
+
+    def per_layout(self, key: Any, make: Callable[[], T]) -> T:
+        """A value derived from the nodes and devices only (not from usage: totals, health, labels,
+        bandwidth), made once and kept until a node or a device changes (``layout_version``)."""
+        if self._layout_values_at != self.layout_version:
+            self._layout_values.clear()
+            self._layout_values_at = self.layout_version
+        try:
+            return self._layout_values[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._layout_values[key] = make()
+            return value
+
+    def gpu_model(self, row: int) -> str:
+        """The node's GPU model: its label if set, else its first GPU's model ("" when unknown)."""
+        info = self.nodes.get(self.name_of.get(row, ""))
+        if info is not None and info.gpu_model:
+            return info.gpu_model
+        t = self.tables.get(names.GPU)
+        models = [m for m in (t.models[row] if t is not None and row < len(t.models) else []) if m]
+        return models[0] if models else ""
 
     # ------------------------------------------------------------------ nodes and devices
     def table(self, device_type: str) -> DeviceTable:

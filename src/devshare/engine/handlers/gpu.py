@@ -17,17 +17,6 @@ from devshare.model.request import DeviceRequest
 class GpuHandler(ShareHandler):
     def __init__(self) -> None:
         super().__init__(names.GPU)
-        self._rows_key: tuple[int, int] | None = None
-        self._row_solver = np.zeros(0, np.int64)
-        self._solver_list: list[tuple[TopologySolver, float]] = []
-
-    def node_model(self, ctx: Context, row: int) -> str:
-        info = ctx.state.nodes.get(ctx.state.name_of.get(row, ""))
-        if info is not None and info.gpu_model:
-            return info.gpu_model
-        t = ctx.state.tables.get(self.type)
-        models = [m for m in (t.models[row] if t is not None else []) if m]
-        return models[0] if models else ""
 
     def constraints(self, ctx: Context, rows: Ints) -> tuple[npt.NDArray[np.int8], Reasons]:
         pod, state = ctx.pod, ctx.state
@@ -39,7 +28,7 @@ class GpuHandler(ShareHandler):
         for i, row in enumerate(rows.tolist()):
             info = state.nodes.get(state.name_of.get(row, ""))
             if pod.gpu_models:
-                model = self.node_model(ctx, row)
+                model = ctx.state.gpu_model(row)
                 if model not in pod.gpu_models:
                     why[i] = (f"GPU model {model or 'unknown'} is not one of {', '.join(pod.gpu_models)}"
                               + ("" if model else f" (label the node {names.NODE_GPU_MODEL})"))
@@ -73,23 +62,7 @@ class GpuHandler(ShareHandler):
     def row_solvers(self, state: ClusterState) -> tuple[npt.NDArray[np.int64], list[tuple[TopologySolver, float]]]:
         """Per node row, the index of its bandwidth matrix's solver (-1: none), and the solvers with
         their best link (to normalise bottlenecks). Rebuilt only when nodes or devices change."""
-        key = (id(state), state.layout_version)
-        if self._rows_key == key:
-            return self._row_solver, self._solver_list
-        idx = np.full(max(state.n_rows, 1), -1, np.int64)
-        solvers: list[tuple[TopologySolver, float]] = []
-        seen: dict[int, int] = {}
-        for name, matrix in state.bandwidth.items():
-            s = solver_for(matrix)
-            k = seen.get(id(s))
-            if k is None:
-                m = np.asarray(matrix, np.float64)
-                off = m[~np.eye(m.shape[0], dtype=bool)]
-                k = seen[id(s)] = len(solvers)
-                solvers.append((s, float(off.max()) if off.size else 0.0))
-            idx[state.row_of[name]] = k
-        self._rows_key, self._row_solver, self._solver_list = key, idx, solvers
-        return idx, solvers
+        return state.per_layout("gpu topology solvers", lambda: _row_solvers(state))
 
     def refine(self, ctx: Context, view: FitView, choice: Choice) -> Choice:
         """Whole multi-GPU asks on nodes with a bandwidth matrix take the set with the largest
@@ -129,3 +102,19 @@ class GpuHandler(ShareHandler):
         cols[where[good]] = u_cols[inverse[good]]
         topo[where[good]] = u_topo[inverse[good]]
         return Choice(0.5 * choice.scores + 0.5 * topo, cols)
+
+
+def _row_solvers(state: ClusterState) -> tuple[npt.NDArray[np.int64], list[tuple[TopologySolver, float]]]:
+    idx = np.full(max(state.n_rows, 1), -1, np.int64)
+    solvers: list[tuple[TopologySolver, float]] = []
+    seen: dict[int, int] = {}
+    for name, matrix in state.bandwidth.items():
+        s = solver_for(matrix)
+        k = seen.get(id(s))
+        if k is None:
+            m = np.asarray(matrix, np.float64)
+            off = m[~np.eye(m.shape[0], dtype=bool)]
+            k = seen[id(s)] = len(solvers)
+            solvers.append((s, float(off.max()) if off.size else 0.0))
+        idx[state.row_of[name]] = k
+    return idx, solvers

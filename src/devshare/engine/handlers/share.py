@@ -4,6 +4,7 @@ DFS for several, with per-node reasons a person can act on ("gpu 3: 2 GiB free, 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -91,6 +92,14 @@ def _describe(dtype: str, req: DeviceRequest, max_containers: int, minors: list[
     return "; ".join(out) if out else "no usable device"
 
 
+def large_enough(table: DeviceTable, req: DeviceRequest) -> Ints:
+    """Per row, how many usable devices are large enough in all for one share of ``req``."""
+    big = table.usable() & (table.total_core >= req.core_milli)
+    if req.memory or req.memory_ratio_milli:
+        big &= table.total_mem >= memory_need(req, table.total_mem)
+    return np.asarray(big.sum(axis=1), np.int64)
+
+
 class ShareHandler(DeviceHandler):
     """Fractional and whole shares of devices with a compute (share) and a memory dimension."""
 
@@ -126,7 +135,7 @@ class ShareHandler(DeviceHandler):
             none_reason = f"node has no {self.type} devices (no Device object lists any)"
             codes[:] = Code.UNRESOLVABLE if needs else Code.SUCCESS
             return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {})
-        n_dev = table.present[rows].sum(axis=1)
+        n_dev = state.per_layout((self.type, "devices"), lambda: table.present.sum(axis=1))[rows]
         c_codes, c_reason = self.constraints(ctx, rows)
         codes = c_codes.copy()
         reasons: dict[int, str] = {}
@@ -138,15 +147,12 @@ class ShareHandler(DeviceHandler):
                           if n_dev[i] else f"node has no {self.type} devices")
         # asks no amount of freed capacity can satisfy: too few devices big enough (preemption won't help)
         g = Gather(table, rows)
-        usable = g.usable
         for _, req in needs:
-            big = usable & (g.total_core >= req.core_milli)
-            if req.memory or req.memory_ratio_milli:
-                big &= g.total_mem >= memory_need(req, g.total_mem)
-            never = (codes == Code.SUCCESS) & (big.sum(axis=1) < req.count)
+            n_big = state.per_layout((self.type, "large enough", req), partial(large_enough, table, req))[rows]
+            never = (codes == Code.SUCCESS) & (n_big < req.count)
             codes[never] = Code.UNRESOLVABLE
             for i in np.flatnonzero(never).tolist():
-                reasons[i] = (f"needs {describe_ask(self.type, req)}; {int(big[i].sum())} usable {self.type} "
+                reasons[i] = (f"needs {describe_ask(self.type, req)}; {int(n_big[i])} usable {self.type} "
                               f"device(s) on the node are that large: "
                               f"{describe_cards(table, int(rows[i]), req, state.max_containers)}")
         mc = state.max_containers

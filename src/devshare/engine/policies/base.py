@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 
@@ -51,38 +49,24 @@ def class_key(pod: PodRequest) -> tuple[int, int, int, tuple[str, ...]]:
 
 
 class NodeModels:
-    """The GPU model of every row, as small integer codes, refreshed when nodes change."""
+    """The GPU model of every row as a small integer code into ``names``, made once per layout of the
+    cluster (nodes and devices) and shared by every policy on the state."""
 
     def __init__(self) -> None:
         self.names: list[str] = []
-        self._code: dict[str, int] = {}
-        self._key: tuple[Any, ...] = ()
-        self._codes: Ints = np.zeros(0, np.int64)
 
     def codes(self, state: ClusterState, rows: Ints) -> Ints:
-        key = (id(state), state.n_rows, len(state.nodes), len(state.devices))
-        if key != self._key:
-            codes = np.zeros(max(state.n_rows, 1), np.int64)
-            for name, row in state.row_of.items():
-                codes[row] = self.code(model_of(state, name, row))
-            self._codes, self._key = codes, key
-        return self._codes[rows]
-
-    def code(self, model: str) -> int:
-        c = self._code.get(model)
-        if c is None:
-            c = self._code[model] = len(self.names)
-            self.names.append(model)
-        return c
+        self.names, codes = state.per_layout("gpu model codes", lambda: model_codes(state))
+        return codes[rows]
 
 
-def model_of(state: ClusterState, name: str, row: int) -> str:
-    info = state.nodes.get(name)
-    if info is not None and info.gpu_model:
-        return info.gpu_model
-    t = state.tables.get(names.GPU)
-    models = [m for m in (t.models[row] if t is not None and row < len(t.models) else []) if m]
-    return models[0] if models else ""
+def model_codes(state: ClusterState) -> tuple[list[str], Ints]:
+    """The distinct GPU models (in row order of first use) and each row's index into them."""
+    names_: dict[str, int] = {}
+    codes = np.zeros(max(state.n_rows, 1), np.int64)
+    for row in state.row_of.values():
+        codes[row] = names_.setdefault(state.gpu_model(row), len(names_))
+    return list(names_), codes
 
 
 def empty_choice(view: FitView, scores: Floats | None = None) -> Choice:
