@@ -12,7 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from devshare.engine.scheduler import Scheduler
+from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState, Conflict
 from devshare.model import names
 from devshare.model.codecs import decode_allocation, encode_annotations
@@ -155,6 +155,20 @@ class StateMachine(RuleBasedStateMachine):
             assert v.failed_reasons == [ev.reason(i) for i in v.failed.tolist()]
             assert v.unresolvable_reasons == [ev.reason(i) for i in v.unresolvable.tolist()]
             assert all(v.failed_reasons) and all(v.unresolvable_reasons)
+
+    @invariant()
+    def earlier_evaluation_used_only_where_nothing_changed(self) -> None:
+        """Allocating with an earlier evaluation of the pod (the filter's, at bind) gives what a fresh
+        evaluation gives on every node, whatever changed in between."""
+        sch = Scheduler(self.state)
+        kept: dict[str, PodEvaluation] = getattr(self, "kept", {})
+        for probe in PROBES:
+            earlier = kept.get(probe.name)
+            if earlier is not None:
+                for node in sorted(self.state.nodes):
+                    assert sch.allocate_on(probe, node, evaluated=earlier) == sch.allocate_on(probe, node)
+            kept[probe.name] = sch.evaluate(probe, self.state.node_rows())
+        self.kept = kept
 
     @invariant()
     def unhealthy_device_unused(self) -> None:

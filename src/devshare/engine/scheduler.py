@@ -68,6 +68,7 @@ class PodEvaluation:
     scores: npt.NDArray[np.float64]
     parts: list[Evaluation]
     node_reasons: dict[int, str]
+    versions: Ints  # each row's version when evaluated
 
     def reason(self, i: int) -> str:
         if i in self.node_reasons:
@@ -171,7 +172,7 @@ class Scheduler:
 
             view = FitView(state, pod, rows[live], None, None, np.zeros((live.size, 0), np.bool_))
             scores[live] = self.policy.choose(view).scores
-        return PodEvaluation(pod, rows, codes, scores, parts, node_reasons)
+        return PodEvaluation(pod, rows, codes, scores, parts, node_reasons, state.row_version[rows])
 
     def _rows(self, nodes: Sequence[str] | None) -> tuple[Ints, list[str]]:
         if nodes is None:
@@ -245,12 +246,22 @@ class Scheduler:
         return f"0/{len(reasons) + len(out.passed)} nodes fit: " + "; ".join(
             f"{n} node(s): {r}" for r, n in top)
 
-    def allocate_on(self, pod: PodRequest, node: str) -> PodAllocation | str:
-        """The allocation the pod gets on ``node``, or the reason it does not fit there."""
-        if node not in self.state.row_of:
+    def allocate_on(self, pod: PodRequest, node: str, *,
+                    evaluated: PodEvaluation | None = None) -> PodAllocation | str:
+        """The allocation the pod gets on ``node``, or the reason it does not fit there.
+
+        ``evaluated``: an earlier evaluation of the same pod (the filter's); its answer for ``node``
+        is used as is when that node has not changed since (nothing else can change the answer)."""
+        row = self.state.row_of.get(node)
+        if row is None:
             return f"node {node} is not known to devshare"
-        rows = self.state.node_rows([node])
-        ev = self.evaluate(pod, rows)
+        if evaluated is not None and evaluated.pod == pod:
+            at = np.flatnonzero(evaluated.rows == row)
+            if at.size and evaluated.versions[at[0]] == self.state.row_version[row]:
+                i = int(at[0])
+                if evaluated.codes[i] == SUCCESS:
+                    return evaluated.allocation(self.state, i)
+        ev = self.evaluate(pod, np.array([row], np.int64))
         if ev.codes[0] != Code.SUCCESS:
             return ev.reason(0)
         return ev.allocation(self.state, 0)

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement
-from devshare.engine.scheduler import Scheduler
+from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
 from devshare.kube.backend import Backend, meta, object_key
 from devshare.kube.errors import BackendError
@@ -121,6 +121,7 @@ class Remembered:
     passed: list[str]
     rows: npt.NDArray[np.int64]
     raw: npt.NDArray[np.float64]
+    evaluation: PodEvaluation | None  # for the bind: its answer on a node that has not changed since
     encoded: bytes | None = None  # the JSON of ``passed``, as kube-scheduler sends it back
 
 
@@ -250,7 +251,7 @@ class Extender:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
             return self._answer(cands, outcome.passed, outcome.failed, outcome.unresolvable)
         out = filter_nodes(self.scheduler, pod, cands.nodes)
-        self._scores = Remembered(pod_id, self.clock(), out.passed, out.passed_rows, out.raw_scores)
+        self._scores = Remembered(pod_id, self.clock(), out.passed, out.passed_rows, out.raw_scores, out.evaluation)
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
         return self._answer(cands, out.passed, out.failed, out.unresolvable)
@@ -361,7 +362,8 @@ class Extender:
             if stale.phase == "bound":
                 return f"pod {key} already holds devices on node {stale.allocation.node}"
             self.state.unreserve(key)  # a leftover reservation of an earlier attempt
-        alloc = self.scheduler.allocate_on(pod, node)
+        r = self._scores
+        alloc = self.scheduler.allocate_on(pod, node, evaluated=r.evaluation if r and r.pod_id[0] == key else None)
         if isinstance(alloc, str):
             return f"pod {key} does not fit on node {node}: {alloc}"
         try:

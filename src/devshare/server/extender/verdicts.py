@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.scheduler import SUCCESS, UNKNOWN_NODE, Scheduler, normalize
+from devshare.engine.scheduler import SUCCESS, UNKNOWN_NODE, PodEvaluation, Scheduler, normalize
 from devshare.model.request import PodRequest
 from devshare.server.extender.nodeset import NodeSet
 
@@ -25,12 +25,13 @@ class NamedVerdicts:
     unresolvable: dict[str, str] = field(default_factory=dict)
     passed_rows: Ints = field(default_factory=lambda: np.zeros(0, np.int64))
     raw_scores: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, np.float64))
+    evaluation: PodEvaluation | None = None
 
 
 def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> NamedVerdicts:
     v = scheduler.verdicts(pod, nodes.rows)
     names = nodes.known
-    out = NamedVerdicts(passed=names[v.passed].tolist(), passed_rows=nodes.rows[v.passed],
+    out = NamedVerdicts(passed=names[v.passed].tolist(), passed_rows=nodes.rows[v.passed], evaluation=v.evaluation,
                    raw_scores=v.evaluation.scores[v.passed],
                    failed=dict(zip(names[v.failed].tolist(), v.failed_reasons, strict=True)),
                    unresolvable=dict.fromkeys(nodes.unknown, UNKNOWN_NODE))
