@@ -401,7 +401,7 @@ async def test_prioritize_after_filter_reuses_equal_scores() -> None:
     ask = pod("p", core=25, mem="2Gi", resource_version="7")
     async with running(backend) as (client, runtime):
         out = await post(client, "/filter", names_body(ask, ["node-0", "node-1", "node-2"]))
-        assert runtime.extender._scores is not None  # kept for the prioritize that follows
+        assert "default/p" in runtime.extender._filtered  # kept for the prioritize that follows
         reused = await post(client, "/prioritize", names_body(ask, out["NodeNames"]))
         ext = runtime.extender
         fresh = score_nodes(ext.scheduler, ext.parse(ask), resolve(runtime.state, out["NodeNames"])).tolist()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,7 @@ NOT_READY = "not ready: state not synced"
 NOT_LEADER = "not the leader"
 SEEN_LIMIT = 65536  # pods remembered as observed by the policy
 SCORE_REUSE_SECONDS = 2.0  # prioritize reuses the scores of a filter this recent for the same pod
+FILTERS_KEPT = 8  # filter results kept for prioritize and bind (each holds arrays over its candidates)
 PARSED_LIMIT = 1024  # pod requests cached by their JSON
 
 
@@ -157,7 +159,9 @@ class Extender:
         self._binding: set[str] = set()  # pods with a bind in flight
         self._parsed: dict[tuple[str, str, str], PodRequest] = {}  # (key, uid, resourceVersion) -> request
         self._parsed_raw: dict[bytes, tuple[PodRequest | InvalidInput, PodId]] = {}  # Pod JSON -> request
-        self._scores: Remembered | None = None
+        # the last filters' results by pod key, for prioritize and bind (kube-scheduler binds in the
+        # background: the next pods' filters may come before a pod's bind)
+        self._filtered: OrderedDict[str, Remembered] = OrderedDict()
         self.nodesets = NodeSets(state)
         self.priorities = PriorityEncoder(state)
         self._seen: dict[tuple[str, str], None] = {}  # pods the policy was told of (observe), oldest first
@@ -215,7 +219,7 @@ class Extender:
         """The scores of the filter just made for this pod, when prioritize asks about exactly the
         nodes that passed it (scores as of the filter's moment: kube-scheduler too scores on its own
         snapshot)."""
-        r = self._scores
+        r = self._filtered.get(pod_id[0])
         if r is None or r.pod_id != pod_id or not pod_id[1] or self.clock() - r.at > SCORE_REUSE_SECONDS:
             return None
         if is_null(args.node_names):
@@ -243,7 +247,7 @@ class Extender:
             return self._answer(cands, cands.names, {}, {})
         self._observe(pod)
         if pod.group is not None:
-            self._scores = None
+            self._filtered.pop(pod_id[0], None)
             nodes = cands.nodes
             outcome = self.planner.filter(pod, nodes.known.tolist(), now=self.clock())
             outcome.unresolvable.update(dict.fromkeys(nodes.unknown, UNKNOWN_NODE))
@@ -251,10 +255,16 @@ class Extender:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
             return self._answer(cands, outcome.passed, outcome.failed, outcome.unresolvable)
         out = filter_nodes(self.scheduler, pod, cands.nodes)
-        self._scores = Remembered(pod_id, self.clock(), out.passed, out.passed_rows, out.raw_scores, out.evaluation)
+        self._remember(Remembered(pod_id, self.clock(), out.passed, out.passed_rows, out.raw_scores, out.evaluation))
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
         return self._answer(cands, out.passed, out.failed, out.unresolvable)
+
+    def _remember(self, r: Remembered) -> None:
+        self._filtered.pop(r.pod_id[0], None)
+        self._filtered[r.pod_id[0]] = r
+        if len(self._filtered) > FILTERS_KEPT:
+            self._filtered.popitem(last=False)
 
     @staticmethod
     def _answer(cands: Candidates, passed: list[str], failed: dict[str, str],
@@ -362,8 +372,8 @@ class Extender:
             if stale.phase == "bound":
                 return f"pod {key} already holds devices on node {stale.allocation.node}"
             self.state.unreserve(key)  # a leftover reservation of an earlier attempt
-        r = self._scores
-        alloc = self.scheduler.allocate_on(pod, node, evaluated=r.evaluation if r and r.pod_id[0] == key else None)
+        r = self._filtered.get(key)
+        alloc = self.scheduler.allocate_on(pod, node, evaluated=r.evaluation if r is not None else None)
         if isinstance(alloc, str):
             return f"pod {key} does not fit on node {node}: {alloc}"
         try:
