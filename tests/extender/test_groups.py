@@ -172,7 +172,7 @@ async def test_gang_member_whose_binding_fails_is_bound_on_the_next_bind() -> No
         assert await bind(client, "job-0", "host04") == ""  # kube-scheduler's retry binds it
         await settle(runtime, backend)
         assert (await stored(backend, "job-0"))["spec"]["nodeName"] == "host04"
-        assert runtime.extender._unbound == {}
+        assert runtime.extender.members.unbound == {}
 
 
 async def test_deleted_member_gives_back_its_place() -> None:
@@ -207,12 +207,12 @@ async def test_failed_member_binding_is_retried_by_any_later_bind() -> None:
 
         backend.bind_pod = flaky  # type: ignore[method-assign]
         assert await schedule(client, pods[1], ["host04", "host05"]) == ""
-        assert set(runtime.extender._unbound) == {"default/job-0"}
+        assert set(runtime.extender.members.unbound) == {"default/job-0"}
         failing.clear()
         assert await schedule(client, other, ["host04", "host05"]) == ""  # another pod's bind retries it
         planned = runtime.state.pods["default/job-0"].allocation.node
         assert (await stored(backend, "job-0"))["spec"]["nodeName"] == planned
-        assert runtime.extender._unbound == {}
+        assert runtime.extender.members.unbound == {}
 
 
 @pytest.mark.parametrize("seed", range(6))

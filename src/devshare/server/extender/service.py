@@ -16,8 +16,8 @@ how kube-scheduler reads them); only a body that is not the protocol's type gets
 
 Pods of a group or gang go through the engine's :class:`GroupPlanner` (one per extender, on the
 same state): filter passes the member's planned node, prioritize scores it 10, bind claims the
-planned devices; at a gang's quorum the extender binds every waiting member itself (see
-docs/extender.md).
+planned devices; at a gang's quorum the extender binds every waiting member itself (:mod:`members`,
+docs/extender.md). The API writes of a bind are in :mod:`writes`.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement
-from devshare.engine.scheduler import PodEvaluation, Scheduler
+from devshare.engine.gang import GroupPlanner
+from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
 from devshare.kube.backend import Backend, meta, object_key
 from devshare.kube.errors import BackendError
@@ -45,6 +45,7 @@ from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
 from devshare.server.extender import preempt as _preempt
+from devshare.server.extender.members import MemberBinds
 from devshare.server.extender.metrics import ERROR, OK, ExtenderMetrics
 from devshare.server.extender.nodeset import (
     NodeSet,
@@ -53,7 +54,7 @@ from devshare.server.extender.nodeset import (
     encode_priorities,
     resolve,
 )
-from devshare.server.extender.verdicts import UNKNOWN_NODE, filter_nodes, score_nodes, scores_from
+from devshare.server.extender.verdicts import filter_nodes, score_nodes, scores_from
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -66,6 +67,7 @@ from devshare.server.extender.wire import (
     decode_pod,
     is_null,
 )
+from devshare.server.extender.writes import PodWrites
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +157,6 @@ class Extender:
         self.metrics = metrics or ExtenderMetrics()
         self.assume_ttl = assume_ttl
         self.clock = clock
-        self.after_bind = after_bind  # e.g. save the --cluster file
         self._binding: set[str] = set()  # pods with a bind in flight
         self._parsed: dict[tuple[str, str, str], PodRequest] = {}  # (key, uid, resourceVersion) -> request
         self._parsed_raw: dict[bytes, tuple[PodRequest | InvalidInput, PodId]] = {}  # Pod JSON -> request
@@ -166,7 +167,8 @@ class Extender:
         self.priorities = PriorityEncoder(state)
         self._seen: dict[tuple[str, str], None] = {}  # pods the policy was told of (observe), oldest first
         self.planner = GroupPlanner(self.scheduler)  # groups and gangs (seed 003), on the same state
-        self._unbound: dict[str, MemberPlacement] = {}  # gang members bound in the state, API binding failed
+        self.writes = PodWrites(backend, after_bind)
+        self.members = MemberBinds(state, backend, self.planner, self.writes, self._binding, lambda: self.clock())
 
     # ------------------------------------------------------------------ helpers
     def parse(self, pod: dict[str, Any]) -> PodRequest:
@@ -335,8 +337,8 @@ class Extender:
             return f"pod {key}: a bind is already in progress"
         self._binding.add(key)
         try:
-            if self._unbound:
-                await self._retry_unbound()
+            if self.members.unbound:
+                await self.members.retry_unbound()
             return await self._bind_one(ns, name, node, args.pod_uid)
         finally:
             self._binding.discard(key)
@@ -354,7 +356,7 @@ class Extender:
             return f"pod {key} has uid {m.get('uid')}, not {uid}: it was deleted and re-created"
         bound_to = (obj.get("spec") or {}).get("nodeName")
         if bound_to:
-            if bound_to == node and self._bound_member(key, node):
+            if bound_to == node and self.members.is_bound(key, node):
                 return ""  # a group member the extender bound itself when its gang reached its quorum
             return f"pod {key} is already bound to node {bound_to}"
         try:
@@ -362,9 +364,9 @@ class Extender:
         except InvalidInput as e:
             return invalid_request(e)
         if not pod.has_devices():
-            return await self._create_binding(ns, name, node, uid)
+            return await self.writes.bind(ns, name, node, uid)
         if pod.group is not None:
-            return await self._bind_member(pod, node, obj)
+            return await self.members.bind(pod, node, obj)
 
         # ---- synchronous: choose and reserve (no await in between) ----
         stale = self.state.pods.get(key)
@@ -385,13 +387,12 @@ class Extender:
         # ---- asynchronous: write the decision, then bind ----
         done = False
         try:
-            try:
-                await self.backend.patch_pod_annotations(ns, name, annotations)
-            except BackendError as e:
-                return f"writing the allocation annotations of pod {key} failed: {e}"
-            error = await self._create_binding(ns, name, node, uid)
+            error = await self.writes.annotate(ns, name, annotations)
             if error:
-                await self._forget_annotations(ns, name, annotations)
+                return error
+            error = await self.writes.bind(ns, name, node, uid)
+            if error:
+                await self.writes.forget(ns, name, annotations)
                 return error
             done = True
         finally:
@@ -400,119 +401,10 @@ class Extender:
         self._confirm(pod, alloc)
         return ""
 
-    # ------------------------------------------------------------------ bind: groups and gangs
-    def _bound_member(self, key: str, node: str) -> bool:
-        rec = self.state.pods.get(key)
-        return (rec is not None and rec.phase == "bound" and rec.pod.group is not None
-                and rec.allocation.node == node)
-
-    async def _bind_member(self, pod: PodRequest, node: str, obj: dict[str, Any]) -> str:
-        """A group member's bind: the planner decides (bind now, wait for the gang, or refuse). At a
-        gang's quorum every waiting member is bound here too (annotations, then Binding), since
-        kube-scheduler only retries them later; the asking member's answer is its own outcome."""
-        decision = self.planner.claim(pod, node, now=self.clock())
-        if not isinstance(decision, Bind):
-            return decision.reason
-        answer = ""
-        for m in decision.members:
-            mine = m.pod == pod.key
-            if not mine:
-                if m.pod in self._binding:
-                    continue  # that member's own /bind is in flight: it binds it
-                self._binding.add(m.pod)
-            try:
-                error = await self._bind_placed(m, obj if mine else None)
-            finally:
-                if not mine:
-                    self._binding.discard(m.pod)
-            if mine:
-                answer = error
-            elif error:
-                log.warning("gang member %s (bound with %s) could not be bound yet: %s", m.pod, pod.key, error)
-        return answer
-
-    async def _bind_placed(self, m: MemberPlacement, obj: dict[str, Any] | None = None) -> str:
-        """Write a member's annotations and create its Binding (the member is bound in the state)."""
-        ns, _, name = m.pod.partition("/")
-        rec = self.state.pods.get(m.pod)
-        if rec is None or rec.phase != "bound" or rec.allocation != m.allocation:
-            self._unbound.pop(m.pod, None)
-            return f"pod {m.pod} no longer holds its planned devices"
-        pod = rec.pod
-        if obj is None:
-            try:
-                obj = await self.backend.get_pod(ns, name)
-            except BackendError as e:
-                return await self._member_failed(m, f"reading pod {m.pod} from the API server failed: {e}")
-            if obj is None:
-                self._unbound.pop(m.pod, None)
-                self.planner.forget(m.pod)
-                return f"pod {m.pod} not found"
-            bound_to = (obj.get("spec") or {}).get("nodeName")
-            if bound_to == m.node:
-                self._unbound.pop(m.pod, None)
-                return ""
-            if bound_to:
-                self._unbound.pop(m.pod, None)
-                self.planner.forget(m.pod)
-                return f"pod {m.pod} is already bound to node {bound_to}"
-        annotations = encode_annotations(pod, m.allocation, now_ns=time.time_ns(),
-                                         visible_gpus=list(m.visible_gpus),
-                                         device_memory=self.state.gpu_memory(m.node))
-        try:
-            await self.backend.patch_pod_annotations(ns, name, annotations)
-        except BackendError as e:
-            return await self._member_failed(m, f"writing the allocation annotations of pod {m.pod} failed: {e}")
-        error = await self._create_binding(ns, name, m.node, pod.uid)
-        if error:
-            return await self._member_failed(m, error, annotations)
-        self._unbound.pop(m.pod, None)
-        return ""
-
-    async def _member_failed(self, m: MemberPlacement, error: str,
-                             annotations: dict[str, str] | None = None) -> str:
-        """A plain group's member goes back to its planned devices (and loses its annotations); a
-        gang's member stays bound in the state (the gang's decision stands): its binding is retried
-        on the next /bind."""
-        if self.planner.bind_failed(m.pod, now=self.clock()):
-            self._unbound.pop(m.pod, None)
-            if annotations is not None:
-                ns, _, name = m.pod.partition("/")
-                await self._forget_annotations(ns, name, annotations)
-        else:
-            self._unbound[m.pod] = m
-        return error
-
-    async def _retry_unbound(self) -> None:
-        """Bind the gang members whose API binding failed after their gang reached its quorum."""
-        for key, m in list(self._unbound.items()):
-            if key in self._binding:
-                continue
-            self._binding.add(key)
-            try:
-                error = await self._bind_placed(m)
-            finally:
-                self._binding.discard(key)
-            if error:
-                log.info("gang member %s: binding retried, still failing: %s", key, error)
-
     def pod_changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
         """StateSync's hook: a deleted group member gives up its place in its group's plan."""
-        if kind != "pods" or type_ != "DELETED":
-            return
-        key = object_key(obj)
-        self._unbound.pop(key, None)
-        if any(plan.slot_of(key) is not None for plan in self.planner.plans.values()):
-            self.planner.forget(key)
-
-    async def _create_binding(self, ns: str, name: str, node: str, uid: str) -> str:
-        try:
-            await self.backend.bind_pod(ns, name, node, uid=uid or None)
-        except BackendError as e:
-            return f"binding pod {ns}/{name} to node {node} failed: {e}"
-        if self.after_bind is not None:
-            self.after_bind()
-        return ""
+        if kind == "pods" and type_ == "DELETED":
+            self.members.deleted(object_key(obj))
 
     def _undo(self, key: str, alloc: PodAllocation) -> None:
         rec = self.state.pods.get(key)
@@ -534,15 +426,6 @@ class Extender:
         row = self.state.row_of.get(alloc.node)
         if row is not None:
             self.scheduler.policy.placed(pod, row)
-
-    async def _forget_annotations(self, ns: str, name: str, annotations: dict[str, str]) -> None:
-        """Best effort: take our annotations off a pod left unbound (unless someone else bound it)."""
-        try:
-            obj = await self.backend.get_pod(ns, name)
-            if obj is not None and not (obj.get("spec") or {}).get("nodeName"):
-                await self.backend.patch_pod_annotations(ns, name, dict.fromkeys(annotations))
-        except BackendError as e:
-            log.info("could not remove the annotations of unbound pod %s/%s: %s", ns, name, e)
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
