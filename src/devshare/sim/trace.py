@@ -103,16 +103,22 @@ def _int(row: dict[str, str], col: str, path: Path, lineno: int, *, lo: int = 0,
     return v
 
 
+def _unique_name(row: dict[str, str], col: str, what: str, seen: set[str], path: Path, lineno: int) -> str:
+    """The row's name in ``col``: not empty, not seen on an earlier line."""
+    name = row[col]
+    if not name:
+        raise InvalidInput(f"line {lineno}: {col} (the {what} name) is empty", field=str(path))
+    if name in seen:
+        raise InvalidInput(f"line {lineno}: {what} {name} is listed twice", field=str(path))
+    seen.add(name)
+    return name
+
+
 def load_nodes(path: Path) -> tuple[TraceNode, ...]:
     nodes: list[TraceNode] = []
     seen: set[str] = set()
     for lineno, row in _rows(path, NODE_COLUMNS):
-        name = row["sn"]
-        if not name:
-            raise InvalidInput(f"line {lineno}: sn (the node name) is empty", field=str(path))
-        if name in seen:
-            raise InvalidInput(f"line {lineno}: node {name} is listed twice", field=str(path))
-        seen.add(name)
+        name = _unique_name(row, "sn", "node", seen, path, lineno)
         gpus = _int(row, "gpu", path, lineno, hi=64)
         model = row["model"]
         if gpus and not model:
@@ -128,12 +134,7 @@ def load_pods(path: Path, models: set[str] | None = None) -> tuple[TracePod, ...
     pods: list[TracePod] = []
     seen: set[str] = set()
     for lineno, row in _rows(path, POD_COLUMNS):
-        name = row["name"]
-        if not name:
-            raise InvalidInput(f"line {lineno}: name is empty", field=str(path))
-        if name in seen:
-            raise InvalidInput(f"line {lineno}: pod {name} is listed twice", field=str(path))
-        seen.add(name)
+        name = _unique_name(row, "name", "pod", seen, path, lineno)
         num_gpu = _int(row, "num_gpu", path, lineno, hi=64)
         gpu_milli = _int(row, "gpu_milli", path, lineno, hi=MILLI)
         if num_gpu == 0 and gpu_milli:
