@@ -101,8 +101,15 @@ class Gather:
 
 
 def _is_range(rows: Ints) -> bool:
-    """True when ``rows`` is exactly 0, 1, ..., n-1 (cheap: checked once per evaluation)."""
-    return bool(np.all(np.diff(rows) == 1)) if len(rows) > 1 else True
+    """True when ``rows`` is exactly 0, 1, ..., n-1 (checked once per evaluation)."""
+    global _RANGE
+    n = len(rows)
+    if n > len(_RANGE):
+        _RANGE = np.arange(max(n, 2 * len(_RANGE)), dtype=np.int64)
+    return bool(np.array_equal(rows, _RANGE[:n]))
+
+
+_RANGE = np.arange(1024, dtype=np.int64)
 
 
 def card_fits(g: Gather, req: DeviceRequest, max_containers: int) -> Mask:

@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from devshare.engine.handlers import Code
 from devshare.engine.handlers.base import grant_for
+from devshare.engine.rowwise import sum_per_row
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState, Conflict
 from devshare.engine.topology import mask_of, solver_for
@@ -89,7 +90,7 @@ def free_gpus(state: ClusterState, rows: Ints) -> Floats:
     if t is None:
         return np.zeros(len(rows), np.float64)
     free = np.where(t.usable()[rows], np.maximum(t.total_core[rows] - t.used_core[rows], 0), 0)
-    return np.asarray(free.sum(axis=1) / 1000.0, np.float64)
+    return np.asarray(sum_per_row(free) / 1000.0, np.float64)
 
 
 # ---------------------------------------------------------------------------------- capacity
@@ -145,7 +146,7 @@ def capacities(scheduler: Scheduler, template: PodRequest, rows: Ints, limit: in
         return cap
     g = whole_gpus(template)
     if g is not None:
-        cap = untouched_gpus(state, rows).sum(axis=1).astype(np.int64) // g
+        cap = sum_per_row(untouched_gpus(state, rows)) // g
         cap = np.minimum(_node_limits(state, template, rows, cap), limit)
     else:
         cap[:] = limit
@@ -278,7 +279,7 @@ def plan_layout(scheduler: Scheduler, template: PodRequest, count: int, rows: In
         return Layout((), max(count, 0), 0.0)
     cap = capacities(scheduler, template, rows, count)
     g = whole_gpus(template)
-    cost = untouched_gpus(state, rows).sum(axis=1).astype(np.float64) if g is not None else free_gpus(state, rows)
+    cost = sum_per_row(untouched_gpus(state, rows)).astype(np.float64) if g is not None else free_gpus(state, rows)
     picks = choose_nodes(cap, cost, state.rank[rows], count)
     allocs: list[PodAllocation] = []
     leftover = 0.0

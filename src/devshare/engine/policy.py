@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.fit import Gather, card_scores, pick_columns
+from devshare.engine.rowwise import sum_per_row
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
 from devshare.model.request import DeviceRequest, PodRequest
@@ -85,8 +86,8 @@ class Policy(Protocol):
 
 def node_utilization(g: Gather, extra: float) -> Floats:
     """Share of each node's device compute in use once ``extra`` thousandths more are placed."""
-    total = g.total_core.sum(axis=1)
-    used = total - g.free_core.sum(axis=1) + extra
+    total = sum_per_row(g.total_core)
+    used = total - sum_per_row(g.free_core) + extra
     return np.asarray(np.where(total > 0, used / np.maximum(total, 1), 0.0), dtype=np.float64)
 
 

@@ -21,6 +21,7 @@ from devshare.engine.handlers.base import (
     needs_of,
 )
 from devshare.engine.policy import Choice, FitView, Policy, node_utilization
+from devshare.engine.rowwise import any_per_row, sum_per_row
 from devshare.engine.table import DeviceTable
 from devshare.model.quantity import human_bytes
 from devshare.model.request import DeviceRequest
@@ -97,7 +98,7 @@ def large_enough(table: DeviceTable, req: DeviceRequest) -> Ints:
     big = table.usable() & (table.total_core >= req.core_milli)
     if req.memory or req.memory_ratio_milli:
         big &= table.total_mem >= memory_need(req, table.total_mem)
-    return np.asarray(big.sum(axis=1), np.int64)
+    return sum_per_row(big)
 
 
 class ShareHandler(DeviceHandler):
@@ -135,7 +136,7 @@ class ShareHandler(DeviceHandler):
             none_reason = f"node has no {self.type} devices (no Device object lists any)"
             codes[:] = Code.UNRESOLVABLE if needs else Code.SUCCESS
             return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {})
-        n_dev = state.per_layout((self.type, "devices"), lambda: table.present.sum(axis=1))[rows]
+        n_dev = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))[rows]
         c_codes, c_reason = self.constraints(ctx, rows)
         codes = c_codes.copy()
         reasons: dict[int, str] = {}
@@ -160,7 +161,7 @@ class ShareHandler(DeviceHandler):
         if len(needs) == 1:
             ci, req = needs[0]
             fits = card_fits(g, req, mc)
-            nfit = fits.sum(axis=1) if req.count > 1 else fits.any(axis=1)
+            nfit = sum_per_row(fits) if req.count > 1 else any_per_row(fits)
             short = (codes == Code.SUCCESS) & (nfit < req.count)
             codes[short] = Code.UNSCHEDULABLE
             ok = np.flatnonzero(codes == Code.SUCCESS)
@@ -195,9 +196,9 @@ class ShareHandler(DeviceHandler):
             possible = ~ok_g
             if possible.any():
                 total_core = sum(r.core_milli * r.count for _, r in needs)
-                possible &= np.where(sub.usable, np.maximum(sub.free_core, 0), 0).sum(axis=1) >= total_core
+                possible &= sum_per_row(np.where(sub.usable, np.maximum(sub.free_core, 0), 0)) >= total_core
                 for _, r in needs:
-                    possible &= card_fits(sub, r, mc).sum(axis=1) >= r.count
+                    possible &= sum_per_row(card_fits(sub, r, mc)) >= r.count
                 for k in np.flatnonzero(~ok_g & ~possible).tolist():
                     codes[int(live[k])] = Code.UNSCHEDULABLE
             for k in np.flatnonzero(possible).tolist():

@@ -20,6 +20,7 @@ from devshare.engine.policies.base import (
     pod_gpu,
 )
 from devshare.engine.policy import Choice, FitView, StatelessPolicy
+from devshare.engine.rowwise import sum_per_row
 from devshare.model import names
 from devshare.model.request import PodRequest
 
@@ -51,7 +52,7 @@ class BestFitPolicy(StatelessPolicy):
         free = gpu_free(state, rows)
         count, milli = pod_gpu(pod)
         cpu_rest = (cpu_left(state, rows) - pod.cpu_milli) / MAX_SPEC_CPU
-        gpu_rest = (free.sum(axis=1) - count * milli) / MAX_SPEC_GPU
+        gpu_rest = (sum_per_row(free) - count * milli) / MAX_SPEC_GPU
         raw = np.trunc((1.0 - (0.5 * cpu_rest + 0.5 * gpu_rest)) * MAX_SCORE).astype(np.int64)
         return _choice(view, min_max(raw), free)
 
@@ -69,7 +70,7 @@ class DotProdPolicy(StatelessPolicy):
         free = gpu_free(state, rows)
         count, milli = pod_gpu(pod)
         cpu = cpu_left(state, rows) / MAX_SPEC_CPU * (pod.cpu_milli / MAX_SPEC_CPU)
-        gpu = free.sum(axis=1) / MAX_SPEC_GPU * (count * milli / MAX_SPEC_GPU)
+        gpu = sum_per_row(free) / MAX_SPEC_GPU * (count * milli / MAX_SPEC_GPU)
         raw = np.trunc(MAX_SCORE * (1.0 - (cpu + gpu) / 2.0))
         return _choice(view, raw.astype(np.float64), free)
 
@@ -106,7 +107,7 @@ class GpuClusteringPolicy:
         a = affinity(view.pod)
         if not a:
             return _choice(view, np.zeros(len(view.rows), np.float64), free)
-        fill = (MAX_SCORE // 4) * (MAX_SPEC_GPU - free.sum(axis=1)) // MAX_SPEC_GPU
+        fill = (MAX_SCORE // 4) * (MAX_SPEC_GPU - sum_per_row(free)) // MAX_SPEC_GPU
         band = np.empty(len(view.rows), np.int64)
         for i, row in enumerate(view.rows.tolist()):
             on = self.types.get(row)
@@ -134,13 +135,13 @@ class GpuPackingPolicy(StatelessPolicy):
             return empty_choice(view, np.zeros(m, np.float64))
         t = state.tables[names.GPU]
         present = t.usable_mask[rows]
-        n_cards = present.sum(axis=1)
+        n_cards = sum_per_row(present)
         full = (free >= 1000) & present
-        n_full = full.sum(axis=1)
+        n_full = sum_per_row(full)
         cols = best_fit_columns(view, free)
         taken = np.take_along_axis(free, cols, axis=1)
-        full_used = (taken >= 1000).sum(axis=1)
-        pct_on_used = (taken * 100 // 1000).sum(axis=1)
+        full_used = sum_per_row(taken >= 1000)
+        pct_on_used = sum_per_row(taken * 100 // 1000)
         case1 = np.maximum(MAX_SCORE - pct_on_used // 10, MAX_SCORE // 2)
         case2 = np.maximum(MAX_SCORE // 2 - full_used, MAX_SCORE // 3)
         case3 = np.maximum(MAX_SCORE // 3 - n_full, n_full)

@@ -21,6 +21,7 @@ from devshare.engine.policies.base import (
 )
 from devshare.engine.policies.frag import ClassKey, FragModel
 from devshare.engine.policy import Choice, FitView, StatelessPolicy
+from devshare.engine.rowwise import any_per_row, sum_per_row
 
 
 def sigmoid(x: Floats) -> Floats:
@@ -64,7 +65,7 @@ class NodeFrag:
         codes = self.models.codes(state, rows)
         access = model.access(self.models.names)[:, codes]
         self._fit(max(state.n_rows, int(rows.max()) + 1), free.shape[1])
-        stale = ~self.valid[rows] | (self.cpu[rows] != cpu) | (self.free[rows] != free).any(axis=1)
+        stale = ~self.valid[rows] | (self.cpu[rows] != cpu) | any_per_row(self.free[rows] != free)
         if stale.any():
             k = np.flatnonzero(stale)
             r = rows[k]
@@ -73,9 +74,9 @@ class NodeFrag:
             self.cpu[r] = cpu[k]
             self.big[:, r] = big
             self.cnt[:, r] = cnt
-            self.frag[r] = model.frag(free[k].sum(axis=1), big, cnt, access[:, k], cpu[k])
+            self.frag[r] = model.frag(sum_per_row(free[k]), big, cnt, access[:, k], cpu[k])
             self.valid[r] = True
-        return (free, cpu, free.sum(axis=1), self.big[:, rows], self.cnt[:, rows], access,
+        return (free, cpu, sum_per_row(free), self.big[:, rows], self.cnt[:, rows], access,
                 self.frag[rows])
 
 
@@ -108,13 +109,13 @@ def frag_deltas(cache: NodeFrag, view: FitView) -> tuple[Floats, Ints | None]:
     cols = lowest_columns(view, req.count)
     taken = np.take_along_axis(free, cols, axis=1)
     if req.whole:  # fully free cards: above every threshold before, nothing after
-        gone = taken.sum(axis=1)
+        gone = sum_per_row(taken)
         after = model.frag(total - gone, big - gone, cnt - req.count, access, cpu_after)
     else:
         free_after = free.copy()
         np.put_along_axis(free_after, cols, np.maximum(taken - req.core_milli, 0), axis=1)
         big_a, cnt_a = model.levels(free_after)
-        after = model.frag(free_after.sum(axis=1), big_a, cnt_a, access, cpu_after)
+        after = model.frag(sum_per_row(free_after), big_a, cnt_a, access, cpu_after)
     return before - after, cols
 
 
