@@ -238,6 +238,7 @@ async def test_not_ready_until_synced() -> None:
 MALFORMED = [
     (b"", "empty body"),
     (b"{not json", "not valid JSON"),
+    (b"0\x00", "not valid JSON"),
     (b"[1, 2]", "got a JSON array"),
     (b'"Pod"', "got a JSON string"),
     (b'{"Nodes": null, "NodeNames": ["a"]}', "missing required field `Pod`"),
@@ -249,6 +250,8 @@ MALFORMED = [
     (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}', "Nodes.items[0] has no metadata.name"),
     (b'{"Pod": {}, "Nodes": {"items": 3}}', "Nodes.items must be a list"),
     (b'{"pod": {}, "NodeNames": [], "nodenames": []}', "given twice"),
+    (b'{"Pod": {"metadata": {"name": "\x80"}}, "NodeNames": ["a"]}', "not valid UTF-8"),
+    (b'{"Pod": {}, "NodeNames": ["\xff"]}', "not valid UTF-8"),
 ]
 
 
@@ -266,6 +269,7 @@ async def test_malformed_filter_bodies_get_400(verb: str, body: bytes, message: 
     ("/bind", b'{"PodName": "p", "PodNamespace": "default"}', "missing required field `Node`"),
     ("/bind", b'{"PodName": 3, "PodNamespace": "default", "Node": "n"}', "at `$.PodName`"),
     ("/bind", b"garbage", "not valid JSON"),
+    ("/bind", b'{"PodName": "\xc3", "PodNamespace": "default", "Node": "n"}', "UTF-8"),
     ("/preempt", b'{"NodeNameToMetaVictims": {}}', "missing required field `Pod`"),
     ("/preempt", b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": 1}]}}}',
      "at `$.NodeNameToMetaVictims[...].Pods[0].UID`"),

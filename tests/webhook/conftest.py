@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from webhook_http import Client, ServerThread
+from webhook_http import Client
 
 from devshare.server.tls import CertReloader, ServingCert, make_serving_cert
 from devshare.server.webhook.app import WebhookConfig, make_app
 from devshare.server.webhook.cluster import StaticDeviceTypes
+from support.server import ServerThread
 
 
 @pytest.fixture(scope="session")

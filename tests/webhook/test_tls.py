@@ -11,12 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from webhook_http import Client, ServerThread
+from webhook_http import Client
 from webhook_pods import pod
 
 from devshare.model.errors import InvalidInput
 from devshare.server.tls import CertReloader, ServingCert, load_server_context, make_serving_cert
 from devshare.server.webhook.app import make_app
+from support.server import ServerThread
 
 NAMES = ("localhost", "127.0.0.1")
 

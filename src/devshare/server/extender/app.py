@@ -61,6 +61,9 @@ def _verb(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.
         except BadRequest as e:
             result = MALFORMED
             response = _json(_error_body(f"{name}: {e}"), 400)
+        except UnicodeDecodeError as e:  # msgspec reads JSON strings as UTF-8
+            result = MALFORMED
+            response = _json(_error_body(f"{name}: body is not valid UTF-8 ({e}): JSON text must be UTF-8"), 400)
         except NotReady as e:
             result = NOT_READY
             response = _json(_error_body(str(e)), 503)

@@ -198,7 +198,10 @@ def decode(body: bytes, cls: type[T]) -> T:
         pass  # maybe another spelling of the keys; the slow path says what is wrong
     except msgspec.DecodeError as e:
         raise BadRequest(f"body is not valid JSON ({e}): expected a JSON object of type {what}") from None
-    raw = msgspec.json.decode(body)
+    try:
+        raw = msgspec.json.decode(body)
+    except msgspec.DecodeError as e:  # the typed decode can stop at a wrong type before the bad JSON
+        raise BadRequest(f"body is not valid JSON ({e}): expected a JSON object of type {what}") from None
     if not isinstance(raw, dict):
         raise BadRequest(f"body must be a JSON object of type {what}, got a JSON {_json_kind(raw)}")
     try:

@@ -68,6 +68,8 @@ def read_review(body: bytes) -> Review:
         doc = _decode(body)
     except msgspec.DecodeError as e:
         raise BadReview(f"body is not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise BadReview(f"body is not valid UTF-8 ({e}): JSON text must be UTF-8") from None
     except RecursionError:
         raise BadReview("body is nested too deeply to be an AdmissionReview") from None
     if not isinstance(doc, dict):
