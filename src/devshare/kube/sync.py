@@ -286,6 +286,8 @@ class StateSync:
             log.warning("pod %s runs on %s but its allocation names node %s; ignoring the allocation",
                         key, node, alloc.node)
             return
+        if rec is not None and rec.phase == "bound" and rec.allocation == alloc:
+            return  # already recorded (the extender's own bind): nothing changes
         self._record_bound(key, obj, alloc)
 
     def _record_bound(self, key: str, obj: dict[str, Any], alloc: PodAllocation) -> None:
