@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from devshare.engine.policies.base import MAX_SPEC_GPU, class_key, empty_choice, gpu_free
+from devshare.engine.policies.base import MAX_SPEC_GPU, class_key, cpu_left, empty_choice, gpu_free
 from devshare.engine.policies.fgd import NodeFrag, frag_deltas
 from devshare.engine.policies.frag import ClassKey, Floats, FragModel, top_classes
-from devshare.engine.policies.remainder import CARD, fgd_card_frag, waste_table
+from devshare.engine.policies.remainder import CARD, fgd_card_frag, waste_tables_by_cpu
 from devshare.engine.policy import Choice, FitView
 from devshare.model.request import PodRequest
 
@@ -78,7 +78,8 @@ class DevsharePolicy:
     def _tables(self) -> None:
         classes = self.cache.model.classes
         self.card_frag = fgd_card_frag(classes)
-        self.share_waste = self.remainder_weight * waste_table(classes, self.kappa)
+        self.cpu_steps, tables = waste_tables_by_cpu(classes, self.kappa)
+        self.card_waste = self.remainder_weight * tables  # [CPU step, free milli] -> eventual waste
 
     # ------------------------------------------------------------------ learning
     def distribution(self) -> dict[ClassKey, float]:
@@ -115,8 +116,9 @@ class DevsharePolicy:
             return empty_choice(view)
         self._refresh()
         delta, cols = frag_deltas(self.cache, view)
-        if delta.ndim == 2 and self.remainder_weight and view.request is not None:
-            delta = delta + self._remainder_correction(view, view.request.core_milli)
+        if self.remainder_weight:
+            share = view.request.core_milli if delta.ndim == 2 and view.request is not None else 0
+            delta = delta + self._waste_removed(view, share)
         if self.quantize:
             with np.errstate(over="ignore"):
                 q = np.floor(self.quantize / (1.0 + np.exp(-delta / 1000.0)))
@@ -142,12 +144,21 @@ class DevsharePolicy:
         node = delta[np.arange(s.shape[0]), best]
         return Choice(node, best[:, None].astype(np.int64))
 
-    def _remainder_correction(self, view: FitView, share: int) -> Floats:
-        """``[M, W]``: on the card the share would take, FGD's per-card fragmentation swapped for the
-        card's expected eventual waste (:mod:`remainder`), as a change in the fragmentation removed."""
-        w = view.fits.shape[1]
-        before = np.clip(gpu_free(view.state, view.rows)[:, :w], 0, CARD)
+    def _waste_removed(self, view: FitView, share: int) -> Floats:
+        """The change in the node's expected eventual waste that FGD's score does not already hold:
+        every partly used card's waste (:func:`waste_tables_by_cpu`) with the node's CPU left before
+        minus after the pod, ``[M]`` (the CPU the pod takes may leave no share that fits a card's gap
+        the CPU to run); for a ``share`` of one card, ``[M, W]`` with, on the card it would take,
+        FGD's CPU-blind per-card fragmentation swapped for the card's eventual waste."""
+        free = np.clip(gpu_free(view.state, view.rows), 0, CARD)
+        cpu = cpu_left(view.state, view.rows)
+        row_before = np.searchsorted(self.cpu_steps, cpu, side="right")[:, None]
+        row_after = np.searchsorted(self.cpu_steps, cpu - view.pod.cpu_milli, side="right")[:, None]
+        removed = (self.card_waste[row_before, free] - self.card_waste[row_after, free]).sum(axis=1)
+        if not share:
+            return np.asarray(removed, np.float64)
+        before = free[:, :view.fits.shape[1]]
         after = np.clip(before - share, 0, CARD)
+        ours = self.card_waste[row_after, before] - self.card_waste[row_after, after]
         fgd = self.card_frag[before] - self.card_frag[after]
-        ours = self.share_waste[before] - self.share_waste[after]
-        return np.asarray(ours - fgd, np.float64)
+        return np.asarray(removed[:, None] + ours - fgd, np.float64)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from devshare.engine.policies.frag import ClassKey, Floats
+from devshare.engine.policies.frag import ClassKey, Floats, Ints
 
 CARD = 1000  # milli-GPU of one card
 
@@ -64,17 +64,45 @@ def waste_table(classes: Mapping[ClassKey, float], kappa: float) -> Floats:
     """``[CARD + 1]``: expected eventual waste W(r) of a card with r milli free (module doc), times
     the probability of the share and whole-card classes, so it is on the scale of :func:`fgd_card_frag`."""
     sizes, probs = share_mix(classes)
+    scale = float(sum(probs)) + whole_weight(classes)
+    return np.asarray(_eventual_waste(sizes, probs, kappa) * scale, np.float64)
+
+
+def waste_tables_by_cpu(classes: Mapping[ClassKey, float], kappa: float) -> tuple[Ints, Floats]:
+    """W(r) when only the share classes asking at most ``x`` CPU can still come to the card, for every
+    distinct CPU ask ``x`` of the share classes: ``(steps [K], tables [K + 1, CARD + 1])``. Row 0 is for
+    a node with less CPU left than any share asks (nothing fills its cards: W(r) = r); row
+    ``searchsorted(steps, cpu_left, side="right")`` is the one for a node with ``cpu_left``. The classes
+    keep their probability among all classes (a card on a node short of CPU is filled less often), and
+    the last row is :func:`waste_table`."""
+    total = float(sum(classes.values())) or 1.0
+    shares = [(cpu, milli, p / total) for (cpu, milli, count, _m), p in classes.items()
+              if count == 1 and 0 < milli < CARD]
+    steps = sorted({cpu for cpu, _milli, _p in shares})
+    _, probs = share_mix(classes)
+    scale = float(sum(probs)) + whole_weight(classes)
+    rows = [_eventual_waste([], [], kappa)]
+    for x in steps:
+        mix: dict[int, float] = {}
+        for cpu, milli, p in shares:
+            if cpu <= x:
+                mix[milli] = mix.get(milli, 0.0) + p
+        sizes = sorted(mix)
+        rows.append(_eventual_waste(sizes, [mix[k] for k in sizes], kappa))
+    return np.array(steps, np.int64), np.asarray(np.stack(rows) * scale, np.float64)
+
+
+def _eventual_waste(sizes: list[int], probs: list[float], kappa: float) -> Floats:
+    """W(r) on the 1-milli grid for share ``sizes`` with (absolute) probabilities ``probs``."""
     w = np.arange(CARD + 1, dtype=np.float64)  # no share fits: all of r is wasted
-    w[CARD] = 0.0
-    if not sizes:
-        return np.asarray(w * whole_weight(classes), np.float64)
-    s = np.array(sizes, np.int64)
-    p = np.array(probs, np.float64)
-    cum = np.cumsum(p)
-    for r in range(int(s[0]), CARD + 1):
-        k = int(np.searchsorted(s, r, side="right"))  # shares s[:k] fit
-        fit = float(cum[k - 1])
-        a = fit / (fit + kappa) if kappa > 0 else 1.0
-        w[r] = (1.0 - a) * r + a * float((p[:k] * w[r - s[:k]]).sum()) / fit
-    w[CARD] = 0.0
-    return np.asarray(w * (float(cum[-1]) + whole_weight(classes)), np.float64)
+    if sizes:
+        s = np.array(sizes, np.int64)
+        p = np.array(probs, np.float64)
+        cum = np.cumsum(p)
+        for r in range(int(s[0]), CARD + 1):
+            k = int(np.searchsorted(s, r, side="right"))  # shares s[:k] fit
+            fit = float(cum[k - 1])
+            a = fit / (fit + kappa) if kappa > 0 else 1.0
+            w[r] = (1.0 - a) * r + a * float((p[:k] * w[r - s[:k]]).sum()) / fit
+    w[CARD] = 0.0  # a free card goes to whole-card tasks
+    return w

@@ -1,0 +1,102 @@
+"""devshare's policy counts a card's eventual waste with the CPU its node has left: the share classes that
+ask more CPU than the node has can no longer fill the card's gap."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from devshare.engine.policies.devshare import DevsharePolicy
+from devshare.engine.policies.remainder import CARD, waste_table, waste_tables_by_cpu
+from devshare.engine.policy import FitView
+from devshare.engine.scheduler import Scheduler
+from devshare.engine.state import ClusterState
+from devshare.model import names
+from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
+from devshare.sim.replay import build_state, pod_request
+from devshare.sim.trace import Trace, TraceNode, TracePod
+
+CLASSES = st.dictionaries(
+    st.tuples(st.sampled_from([0, 2000, 4000, 8000]), st.sampled_from([0, 110, 320, 470, 650, 810, 1000]),
+              st.integers(0, 2), st.just(())),
+    st.floats(0.1, 10.0), min_size=1, max_size=8)
+
+
+def _scale(classes: dict) -> float:
+    total = sum(classes.values())
+    # the one-card shares and the whole-card asks: the classes a card's free share can go to
+    return sum(p for (_c, m, n, _), p in classes.items() if (n == 1 and 0 < m < CARD) or (n >= 1 and m >= CARD)) / total
+
+
+@settings(max_examples=60, deadline=None)
+@given(CLASSES, st.sampled_from([0.0, 0.05, 0.2]))
+def test_cpu_rows_are_waste_tables_of_the_share_classes_that_fit(classes: dict, kappa: float) -> None:
+    steps, tables = waste_tables_by_cpu(classes, kappa)
+    assert tables.shape == (len(steps) + 1, CARD + 1)
+    assert np.allclose(tables[-1], waste_table(classes, kappa))
+    scale = _scale(classes)
+    r = np.arange(CARD + 1)
+    assert np.allclose(tables[0, :CARD], r[:CARD] * scale) and (tables[:, CARD] == 0).all()
+    assert (tables >= -1e-9).all() and (tables[:, :CARD] <= r[:CARD] * scale + 1e-9).all()
+    for i, x in enumerate(steps.tolist(), start=1):
+        # the same as turning every share class asking more than x CPU into a CPU-only class
+        # (its probability stays in the total; it just never fills a card)
+        cut: dict = {}
+        for (cpu, milli, count, m), p in classes.items():
+            share = count == 1 and 0 < milli < CARD
+            key = (cpu, 0, 0, m) if share and cpu > x else (cpu, milli, count, m)
+            cut[key] = cut.get(key, 0.0) + p
+        expect = waste_table(cut, kappa)
+        s = _scale(cut)
+        if s > 0:
+            assert np.allclose(tables[i] / scale, expect / s)
+
+
+def _state(cpus: tuple[int, int]) -> ClusterState:
+    """Two nodes of two cards and 16 cores; card 0 of each has a 470 share on it (530 free), taking
+    16000 - cpus[k] CPU."""
+    nodes = tuple(TraceNode(f"n{k}", 16000, 1 << 20, 2, "P100") for k in range(2))
+    state = build_state(Trace("t", nodes, ()))
+    for k, left in enumerate(cpus):
+        grant = DeviceGrant(type="gpu", minor=0, id=f"n{k}-gpu0", core_milli=470)
+        alloc = PodAllocation(node=f"n{k}", containers=(ContainerAllocation(name="main", devices=(grant,)),))
+        state.reserve(pod_request(TracePod(f"u{k}", 16000 - left, 0, 1, 470)), alloc, now=0.0, ttl=None)
+    return state
+
+
+def _policy() -> DevsharePolicy:
+    pol = DevsharePolicy()
+    for i in range(64):  # the mix: 470 shares asking 8 cores, whole cards asking 4
+        tp = TracePod(f"m{i}", 8000, 0, 1, 470) if i % 2 else TracePod(f"m{i}", 4000, 0, 1, 1000)
+        pol.observe(pod_request(tp, f"m{i}"))
+    return pol
+
+
+def test_a_pod_does_not_take_the_cpu_a_neighbour_cards_gap_needs() -> None:
+    # n0 has 12 cores left, n1 16: a whole card asking 4 cores leaves n0 8 (a 470 still fits its gap)
+    # and n1 12; asking 6 it would leave n0 only 6 (no 470 fits the gap any more): it goes to n1
+    # whatever the node order
+    for rank in ((0, 1), (1, 0)):
+        state = _state((12000, 16000))
+        state.rank[state.node_rows()] = np.array(rank)
+        where = Scheduler(state, policy=_policy()).place(pod_request(TracePod("w", 6000, 0, 1, 1000)))
+        assert where is not None and where.node == "n1"
+
+
+def test_waste_removed_for_a_cpu_only_pod_is_the_gap_waste_it_strands() -> None:
+    state = _state((12000, 16000))
+    pol = _policy()
+    pol._refresh()
+    rows = state.node_rows()
+    pod = pod_request(TracePod("c", 6000, 0, 0, 0))
+    view = FitView(state=state, pod=pod, rows=rows, table=None, request=None,
+                   fits=np.zeros((len(rows), 0), np.bool_))
+    got = pol._waste_removed(view, 0)
+    t = pol.card_waste
+    row = {c: int(np.searchsorted(pol.cpu_steps, c, side="right")) for c in (6000, 10000, 12000, 16000)}
+    # n0: its 530 gap goes from "a 470 may come" (12 cores) to "nothing fits" (6 cores); n1 keeps 10 cores
+    assert np.isclose(got[0], t[row[12000], 530] - t[row[6000], 530])
+    assert np.isclose(got[1], t[row[16000], 530] - t[row[10000], 530])
+    assert got[0] < got[1] <= 1e-9  # stranding costs (a negative "removed"), n0 more than n1
+    assert names.GPU in state.tables
