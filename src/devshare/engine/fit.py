@@ -47,7 +47,7 @@ class Gather:
         self._parent: tuple[Gather, Ints] | None = None
         # rows 0..n-1 in order (every node, none removed): a slice is a free view, no gather
         n = len(rows)
-        self._prefix = n if n and int(rows[0]) == 0 and int(rows[-1]) == n - 1 and _is_range(rows) else None
+        self._prefix = n if n and int(rows[0]) == 0 and int(rows[-1]) == n - 1 and is_range(rows) else None
 
     def _get(self, name: str) -> Any:
         v = self._cache.get(name)
@@ -100,7 +100,7 @@ class Gather:
         return sub
 
 
-def _is_range(rows: Ints) -> bool:
+def is_range(rows: Ints) -> bool:
     """True when ``rows`` is exactly 0, 1, ..., n-1 (checked once per evaluation)."""
     global _RANGE
     n = len(rows)

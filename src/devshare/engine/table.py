@@ -31,6 +31,7 @@ class DeviceTable:
         self.free_core = np.zeros((rows, width), np.int64)  # total - used, kept in step (hot path)
         self.free_mem = np.zeros((rows, width), np.int64)
         self.usable_mask = np.zeros((rows, width), np.bool_)  # present & healthy & not blocked
+        self.open_core = np.zeros((rows, width), np.int64)  # free_core where usable and > 0, else 0 (in step)
         self.inv_core = np.zeros((rows, width), np.float64)  # 1 / total (0 where no device): scores multiply
         self.inv_mem = np.zeros((rows, width), np.float64)
         self.present = np.zeros((rows, width), np.bool_)
@@ -50,7 +51,7 @@ class DeviceTable:
         rows = max(rows, self.rows)
         width = max(width, self.width)
         for name in ("total_core", "total_mem", "used_core", "used_mem", "used_slots", "present", "healthy",
-                     "blocked", "minor", "free_core", "free_mem", "usable_mask", "inv_core", "inv_mem"):
+                     "blocked", "minor", "free_core", "free_mem", "usable_mask", "open_core", "inv_core", "inv_mem"):
             old = getattr(self, name)
             fill = -1 if name == "minor" else 0
             new = np.full((rows, width), fill, old.dtype)
@@ -80,6 +81,7 @@ class DeviceTable:
         self.free_core[row] = self.total_core[row]
         self.free_mem[row] = self.total_mem[row]
         self.usable_mask[row] = self.present[row] & self.healthy[row] & ~self.blocked[row]
+        self.open_core[row] = np.where(self.usable_mask[row], self.free_core[row], 0)
         self.inv_core[row] = np.where(self.total_core[row] > 0, 1.0 / np.maximum(self.total_core[row], 1), 0.0)
         self.inv_mem[row] = np.where(self.total_mem[row] > 0, 1.0 / np.maximum(self.total_mem[row], 1), 0.0)
         self.ids[row] = [d.id for d in devices]
@@ -87,7 +89,7 @@ class DeviceTable:
 
     def clear(self, row: int) -> None:
         for arr in (self.total_core, self.total_mem, self.used_core, self.used_mem, self.used_slots,
-                    self.free_core, self.free_mem):
+                    self.free_core, self.free_mem, self.open_core):
             arr[row] = 0
         self.usable_mask[row] = False
         self.inv_core[row] = 0.0
@@ -115,6 +117,8 @@ class DeviceTable:
         self.used_slots[row, col] += sign
         self.free_core[row, col] -= sign * core
         self.free_mem[row, col] -= sign * memory
+        free = int(self.free_core[row, col])
+        self.open_core[row, col] = free if free > 0 and self.usable_mask[row, col] else 0
 
     def usable(self) -> BOOL:
         """Devices that may take new work: present, healthy, not held outside devshare."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.fit import pick_columns
+from devshare.engine.fit import is_range, pick_columns
 from devshare.engine.policy import Choice, FitView
 from devshare.engine.state import ClusterState
 from devshare.model import names
@@ -25,7 +25,12 @@ def gpu_free(state: ClusterState, rows: Ints) -> Ints:
     t = state.tables.get(names.GPU)
     if t is None:
         return np.zeros((rows.shape[0], 1), np.int64)
-    return np.where(t.usable_mask[rows], np.maximum(t.free_core[rows], 0), 0)
+    n = len(rows)
+    if n and int(rows[-1]) == n - 1 and is_range(rows):  # every node in order: a view, no gather
+        view = t.open_core[:n]
+        view.flags.writeable = False  # the table's own array: read, never written through
+        return view
+    return t.open_core[rows]
 
 
 def cpu_left(state: ClusterState, rows: Ints) -> Ints:

@@ -82,12 +82,18 @@ class NodeFrag:
 
 def first_of_kind(free: Ints, fits: Mask) -> Mask:
     """``fits`` without the cards that repeat a lower fitting card's free share on the same node
-    (they would score the same and lose the tie on index)."""
+    (they would score the same and lose the tie on index). Column by column: the pairs of a few
+    columns over thousands of rows, not a ``[rows, W, W]`` cube."""
     w = fits.shape[1]
-    f = free[:, :w]
-    same = (f[:, :, None] == f[:, None, :]) & fits[:, None, :]
-    earlier = np.tril(np.ones((w, w), np.bool_), k=-1)  # [j, k]: k < j
-    return np.asarray(fits & ~(same & earlier[None, :, :]).any(axis=2), np.bool_)
+    f = np.ascontiguousarray(free[:, :w].T)
+    ok = np.ascontiguousarray(fits.T)
+    out = ok.copy()
+    for j in range(1, w):
+        repeat = (f[0] == f[j]) & ok[0]
+        for k in range(1, j):
+            repeat |= (f[k] == f[j]) & ok[k]
+        out[j] &= ~repeat
+    return np.ascontiguousarray(out.T)
 
 
 def frag_deltas(cache: NodeFrag, view: FitView) -> tuple[Floats, Ints | None]:
