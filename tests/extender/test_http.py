@@ -413,6 +413,37 @@ async def test_prioritize_after_filter_reuses_equal_scores() -> None:
     assert max(fresh) == 10 and min(fresh) == 0
 
 
+async def test_prioritize_over_some_of_the_filtered_nodes_reuses_and_rescales() -> None:
+    """kube-scheduler's own filters may drop nodes the extender passed: prioritize over the rest is
+    answered from the filter's scores, 0..10 over the nodes asked, equal to a fresh evaluation."""
+    from devshare.server.extender.nodeset import resolve
+    from devshare.server.extender.verdicts import score_nodes
+
+    busy = [pod(f"b{i}", core=25 * (i + 1), mem="2Gi", node_name=f"node-{i}", annotations={
+        "devshare.io/allocation": json.dumps({"node": f"node-{i}", "containers": [{"name": "main", "devices": [
+            {"type": "gpu", "minor": 0, "id": f"GPU-node-{i}-0", "core": 25 * (i + 1), "memory": 2 * GiB,
+             "memoryRatio": 25 * (i + 1)}]}]})}) for i in range(3)]
+    backend = cluster(4, gpus=2, pods=busy)
+    ask = pod("p", core=20, mem="2Gi", resource_version="9")
+    async with running(backend) as (client, runtime):
+        out = await post(client, "/filter", names_body(ask, ["node-0", "node-1", "node-2", "node-3"]))
+        assert len(out["NodeNames"]) == 4
+        ext = runtime.extender
+        calls = []
+        real = ext.scheduler.evaluate
+        ext.scheduler.evaluate = lambda *a, **k: calls.append(1) or real(*a, **k)  # type: ignore[method-assign]
+        some = ["node-3", "node-1", "node-0"]
+        reused = await post(client, "/prioritize", names_body(ask, some))
+        assert calls == []  # answered from the filter
+        assert [h["Host"] for h in reused] == some
+        ext.scheduler.evaluate = real  # type: ignore[method-assign]
+        fresh = score_nodes(ext.scheduler, ext.parse(ask), resolve(runtime.state, some)).tolist()
+        assert [h["Score"] for h in reused] == fresh
+        assert max(fresh) == 10 and min(fresh) == 0
+        # a node the filter did not pass (or did not see) means a fresh evaluation
+        await post(client, "/prioritize", names_body(ask, ["node-0", "node-9"]))
+
+
 async def test_policy_option_binpack_spread_and_devshare_by_default() -> None:
     half = pod("half", core=50, mem="8Gi", node_name="node-1", annotations={"devshare.io/allocation": json.dumps(
         {"node": "node-1", "containers": [{"name": "main", "devices": [

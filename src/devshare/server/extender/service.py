@@ -126,7 +126,9 @@ class Remembered:
     rows: npt.NDArray[np.int64]
     raw: npt.NDArray[np.float64]
     evaluation: PodEvaluation | None  # for the bind: its answer on a node that has not changed since
+    layout: int  # the state's layout_version then (rows mean the same nodes while it stays)
     encoded: bytes | None = None  # the JSON of ``passed``, as kube-scheduler sends it back
+    position: npt.NDArray[np.int64] | None = None  # state row -> index in ``rows`` (-1: did not pass)
 
 
 def invalid_request(e: InvalidInput) -> str:
@@ -218,21 +220,29 @@ class Extender:
         return Candidates(resolve(self.state, names), node_list, items)
 
     def _recalled_scores(self, pod_id: PodId, args: ExtenderArgs) -> tuple[NodeSet, npt.NDArray[np.int64]] | None:
-        """The scores of the filter just made for this pod, when prioritize asks about exactly the
-        nodes that passed it (scores as of the filter's moment: kube-scheduler too scores on its own
-        snapshot)."""
+        """The scores of the filter just made for this pod, when prioritize asks about the nodes that
+        passed it, or some of them (kube-scheduler's other filters may have dropped some): scores as of
+        the filter's moment (kube-scheduler too scores on its own snapshot), 0..10 over the nodes asked."""
         r = self._filtered.get(pod_id[0])
         if r is None or r.pod_id != pod_id or not pod_id[1] or self.clock() - r.at > SCORE_REUSE_SECONDS:
             return None
-        if is_null(args.node_names):
+        if is_null(args.node_names) or r.layout != self.state.layout_version:
             return None
         if r.encoded is None:
             r.encoded = msgspec.json.encode(r.passed)
         raw = bytes(args.node_names)
-        if raw != r.encoded and self.nodesets.get(raw).names != r.passed:
+        if raw == r.encoded:
+            return NodeSet(r.passed, r.rows, np.empty(0, object), []), scores_from(r.raw)
+        nodes = self.nodesets.get(raw)
+        if nodes.unknown:
             return None
-        nodes = NodeSet(r.passed, r.rows, np.empty(0, object), [])
-        return nodes, scores_from(r.raw)
+        if r.position is None:
+            r.position = np.full(max(self.state.n_rows, 1), -1, np.int64)
+            r.position[r.rows] = np.arange(len(r.rows))
+        at = r.position[nodes.rows]
+        if (at < 0).any():
+            return None  # a node the filter did not pass: evaluate afresh
+        return nodes, scores_from(r.raw[at])
 
     # ------------------------------------------------------------------ filter
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
@@ -257,7 +267,8 @@ class Extender:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
             return self._answer(cands, outcome.passed, outcome.failed, outcome.unresolvable)
         out = filter_nodes(self.scheduler, pod, cands.nodes)
-        self._remember(Remembered(pod_id, self.clock(), out.passed, out.passed_rows, out.raw_scores, out.evaluation))
+        self._remember(Remembered(pod_id, self.clock(), out.passed, out.passed_rows, out.raw_scores, out.evaluation,
+                                  self.state.layout_version))
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
         return self._answer(cands, out.passed, out.failed, out.unresolvable)
