@@ -29,8 +29,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.handlers import Code
-from devshare.engine.handlers.base import grant_for
+from devshare.engine.handlers.base import SUCCESS, grant_for
 from devshare.engine.rowwise import sum_per_row
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState, Conflict
@@ -155,7 +154,7 @@ def capacities(scheduler: Scheduler, template: PodRequest, rows: Ints, limit: in
         # only "can one member use this node at all" matters here: skip the per-node GPU set choice
         quick = Scheduler(state, policy=scheduler.policy, settings=replace(scheduler.settings, topology=False))
         ev = quick.evaluate(template, rows[live])
-        cap[live[ev.codes != Code.SUCCESS]] = 0
+        cap[live[ev.codes != SUCCESS]] = 0
     if g is None:
         for i in np.flatnonzero(cap > 0).tolist():
             cap[i] = len(sequential_fit(scheduler, template, state.name_of[int(rows[i])], limit))

@@ -13,8 +13,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.handlers import Code, handler_for
-from devshare.engine.handlers.base import Context, Evaluation, Settings
+from devshare.engine.handlers import handler_for
+from devshare.engine.handlers.base import ERROR, SUCCESS, UNRESOLVABLE, UNSCHEDULABLE, Context, Evaluation, Settings
 from devshare.engine.policy import BinpackPolicy, Policy
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
@@ -23,7 +23,7 @@ from devshare.model.request import PodRequest
 log = logging.getLogger(__name__)
 Ints = npt.NDArray[np.int64]
 MAX_SCORE = 10  # kube-scheduler's extender priority range is 0..10
-ERROR, SUCCESS, UNRESOLVABLE = int(Code.ERROR), int(Code.SUCCESS), int(Code.UNRESOLVABLE)
+ERROR, SUCCESS, UNRESOLVABLE = int(ERROR), int(SUCCESS), int(UNRESOLVABLE)
 REASON_SHAPES = 64  # pod shapes whose per-node reasons are kept
 UNKNOWN_NODE = "node is not known to devshare (no such Node, or no Device object yet)"
 
@@ -74,7 +74,7 @@ class PodEvaluation:
         if i in self.node_reasons:
             return self.node_reasons[i]
         for ev in self.parts:
-            if ev.codes[i] != Code.SUCCESS:
+            if ev.codes[i] != SUCCESS:
                 return ev.reason(i)
         return ""
 
@@ -137,24 +137,24 @@ class Scheduler:
         inactive = ~state.active[rows]
         for i in np.flatnonzero(inactive).tolist():
             node_reasons[i] = "node is unschedulable (cordoned)"
-        codes[inactive] = Code.UNRESOLVABLE
+        codes[inactive] = UNRESOLVABLE
         if pod.cpu_milli:
             cpu_total = state.cpu_total[rows]
             short = (codes == 0) & (cpu_total > 0) & (state.cpu_used[rows] + pod.cpu_milli > cpu_total)
-            codes[short] = Code.UNSCHEDULABLE
+            codes[short] = UNSCHEDULABLE
             for i in np.flatnonzero(short).tolist():
                 node_reasons[i] = "not enough CPU"
         if pod.memory_bytes:
             mem_total = state.mem_total[rows]
             short = (codes == 0) & (mem_total > 0) & (state.mem_used[rows] + pod.memory_bytes > mem_total)
-            codes[short] = Code.UNSCHEDULABLE
+            codes[short] = UNSCHEDULABLE
             for i in np.flatnonzero(short).tolist():
                 node_reasons[i] = "not enough memory"
         ctx = Context(state=state, pod=pod, settings=self.settings, policy=self.policy)
         parts: list[Evaluation] = []
         scores = np.zeros(m, np.float64)
         types = pod.device_types()
-        live = np.flatnonzero(codes == Code.SUCCESS)
+        live = np.flatnonzero(codes == SUCCESS)
         for k, dtype in enumerate(types):
             try:
                 ev_live = handler_for(dtype).evaluate(ctx, rows[live])
@@ -166,7 +166,7 @@ class Scheduler:
             codes = np.maximum(codes, ev.codes)
             # the first device type (GPUs when asked) leads the score; others refine it
             scores += ev.scores * (1.0 if k == 0 else 0.1)
-            live = np.flatnonzero(codes == Code.SUCCESS)
+            live = np.flatnonzero(codes == SUCCESS)
         if not types and live.size:
             from devshare.engine.policy import FitView
 
@@ -213,7 +213,7 @@ class Scheduler:
         rows, unknown = self._rows(nodes)
         ev = self.evaluate(pod, rows)
         out = {n: 0 for n in unknown}
-        ok = ev.codes == Code.SUCCESS
+        ok = ev.codes == SUCCESS
         norm = normalize(ev.scores, ok)
         for i, row in enumerate(rows.tolist()):
             out[self.state.name_of[row]] = int(norm[i])
@@ -225,7 +225,7 @@ class Scheduler:
         if rows.size == 0:
             return None
         ev = self.evaluate(pod, rows)
-        ok = np.flatnonzero(ev.codes == Code.SUCCESS)
+        ok = np.flatnonzero(ev.codes == SUCCESS)
         if ok.size == 0:
             return None
         s = ev.scores[ok]
@@ -262,7 +262,7 @@ class Scheduler:
                 if evaluated.codes[i] == SUCCESS:
                     return evaluated.allocation(self.state, i)
         ev = self.evaluate(pod, np.array([row], np.int64))
-        if ev.codes[0] != Code.SUCCESS:
+        if ev.codes[0] != SUCCESS:
             return ev.reason(0)
         return ev.allocation(self.state, 0)
 
@@ -302,7 +302,7 @@ def normalize(scores: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]) -> npt
 
 def _error(rows: Ints, reason: str) -> Evaluation:
     """Every row fails with seed 004's Error code and the same reason."""
-    return Evaluation(rows, np.full(len(rows), Code.ERROR, np.int8), np.zeros(len(rows), np.float64),
+    return Evaluation(rows, np.full(len(rows), ERROR, np.int8), np.zeros(len(rows), np.float64),
                       lambda i: reason, lambda i: {})
 
 
@@ -310,7 +310,7 @@ def _widen(ev: Evaluation, live: Ints, rows: Ints) -> Evaluation:
     """Lift an evaluation over ``rows[live]`` to all of ``rows`` (others: UNRESOLVABLE, not asked)."""
     if live.size == len(rows):
         return ev
-    codes = np.full(len(rows), Code.UNRESOLVABLE, np.int8)
+    codes = np.full(len(rows), UNRESOLVABLE, np.int8)
     scores = np.zeros(len(rows), np.float64)
     codes[live] = ev.codes
     scores[live] = ev.scores

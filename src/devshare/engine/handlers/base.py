@@ -39,6 +39,12 @@ class Code(IntEnum):
     UNRESOLVABLE = 3  # UnschedulableAndUnresolvable: preemption would not help
 
 
+# The codes as plain ints, for the code arrays: with an IntEnum operand numpy first probes the enum's
+# class for array hooks (about 6 us per comparison over 5,000 nodes, against 1.5 us).
+SUCCESS, ERROR = int(Code.SUCCESS), int(Code.ERROR)
+UNSCHEDULABLE, UNRESOLVABLE = int(Code.UNSCHEDULABLE), int(Code.UNRESOLVABLE)
+
+
 @dataclass(frozen=True)
 class Outcome:
     code: Code

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.handlers.base import Code, Context, Ints
+from devshare.engine.handlers.base import UNRESOLVABLE, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
 from devshare.engine.policy import Choice, FitView, Policy, binpack_for
 from devshare.engine.state import ClusterState
@@ -48,7 +48,7 @@ class GpuHandler(ShareHandler):
                               f"{names.MULTI_SHARE_POLICY}; node has {node_policy or 'none'}")
                     continue
         for i in why:
-            codes[i] = Code.UNRESOLVABLE
+            codes[i] = UNRESOLVABLE
         return codes, lambda i: why.get(i, "")
 
     def policy_for(self, ctx: Context, req: DeviceRequest) -> Policy:

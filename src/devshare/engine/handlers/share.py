@@ -11,7 +11,9 @@ import numpy.typing as npt
 
 from devshare.engine.fit import Gather, Need, SearchResult, card_fits, greedy, memory_need, search
 from devshare.engine.handlers.base import (
-    Code,
+    SUCCESS,
+    UNRESOLVABLE,
+    UNSCHEDULABLE,
     Context,
     DeviceHandler,
     Evaluation,
@@ -134,15 +136,15 @@ class ShareHandler(DeviceHandler):
         table = state.tables.get(self.type)
         if table is None or not needs:
             none_reason = f"node has no {self.type} devices (no Device object lists any)"
-            codes[:] = Code.UNRESOLVABLE if needs else Code.SUCCESS
+            codes[:] = UNRESOLVABLE if needs else SUCCESS
             return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {})
         n_dev = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))[rows]
         c_codes, c_reason = self.constraints(ctx, rows)
         codes = c_codes.copy()
         reasons: dict[int, str] = {}
         biggest = max(r.count for _, r in needs)
-        too_few = (codes == Code.SUCCESS) & (n_dev < biggest)
-        codes[too_few] = Code.UNRESOLVABLE
+        too_few = (codes == SUCCESS) & (n_dev < biggest)
+        codes[too_few] = UNRESOLVABLE
         for i in np.flatnonzero(too_few).tolist():
             reasons[i] = (f"node has {int(n_dev[i])} {self.type} device(s), a container asks for {biggest}"
                           if n_dev[i] else f"node has no {self.type} devices")
@@ -150,8 +152,8 @@ class ShareHandler(DeviceHandler):
         g = Gather(table, rows)
         for _, req in needs:
             n_big = state.per_layout((self.type, "large enough", req), partial(large_enough, table, req))[rows]
-            never = (codes == Code.SUCCESS) & (n_big < req.count)
-            codes[never] = Code.UNRESOLVABLE
+            never = (codes == SUCCESS) & (n_big < req.count)
+            codes[never] = UNRESOLVABLE
             for i in np.flatnonzero(never).tolist():
                 reasons[i] = (f"needs {describe_ask(self.type, req)}; {int(n_big[i])} usable {self.type} "
                               f"device(s) on the node are that large: "
@@ -162,9 +164,9 @@ class ShareHandler(DeviceHandler):
             ci, req = needs[0]
             fits = card_fits(g, req, mc)
             nfit = sum_per_row(fits) if req.count > 1 else any_per_row(fits)
-            short = (codes == Code.SUCCESS) & (nfit < req.count)
-            codes[short] = Code.UNSCHEDULABLE
-            ok = np.flatnonzero(codes == Code.SUCCESS)
+            short = (codes == SUCCESS) & (nfit < req.count)
+            codes[short] = UNSCHEDULABLE
+            ok = np.flatnonzero(codes == SUCCESS)
             cols = np.zeros((m, req.count), np.int64)
             if ok.size:
                 self._choose(ctx, table, rows, ok, fits, g, req, scores, cols)
@@ -172,7 +174,7 @@ class ShareHandler(DeviceHandler):
             def explain(i: int) -> str:
                 if i in reasons:
                     return reasons[i]
-                if codes[i] == Code.UNRESOLVABLE:
+                if codes[i] == UNRESOLVABLE:
                     return c_reason(i)
                 return f"needs {describe_ask(self.type, req)}; {describe_cards(table, int(rows[i]), req, mc)}"
 
@@ -185,7 +187,7 @@ class ShareHandler(DeviceHandler):
         # several containers ask for this type. A vectorized greedy placement decides most nodes;
         # seed 000's exact DFS runs where it cannot (greedy failed) and, for the devices, on the node
         # finally chosen (grant_multi), so the allocation is the best-scoring combination there.
-        live = np.flatnonzero(codes == Code.SUCCESS)
+        live = np.flatnonzero(codes == SUCCESS)
         results: dict[int, SearchResult] = {}
         if live.size:
             sub = g.subset(live) if live.size != m else g
@@ -200,15 +202,15 @@ class ShareHandler(DeviceHandler):
                 for _, r in needs:
                     possible &= sum_per_row(card_fits(sub, r, mc)) >= r.count
                 for k in np.flatnonzero(~ok_g & ~possible).tolist():
-                    codes[int(live[k])] = Code.UNSCHEDULABLE
+                    codes[int(live[k])] = UNSCHEDULABLE
             for k in np.flatnonzero(possible).tolist():
                 i = int(live[k])
                 res = self._search(ctx, table, int(rows[i]), needs, first=True)
                 if res is None:
-                    codes[i] = Code.UNSCHEDULABLE
+                    codes[i] = UNSCHEDULABLE
                 else:
                     scores[i] = res.score
-            fit_idx = np.flatnonzero(codes == Code.SUCCESS)
+            fit_idx = np.flatnonzero(codes == SUCCESS)
             if fit_idx.size:
                 extra = sum(r.core_milli * r.count for _, r in needs)
                 util = node_utilization(g.subset(fit_idx), float(extra))
@@ -218,7 +220,7 @@ class ShareHandler(DeviceHandler):
         def explain_multi(i: int) -> str:
             if i in reasons:
                 return reasons[i]
-            if codes[i] == Code.UNRESOLVABLE:
+            if codes[i] == UNRESOLVABLE:
                 return c_reason(i)
             asks = ", ".join(f"{pod.containers[c].name}: {describe_ask(self.type, r)}" for c, r in needs)
             return f"no combination of {self.type} devices fits every container ({asks})"
