@@ -49,7 +49,9 @@ def _first_of_kind_cube(free: np.ndarray, fits: np.ndarray) -> np.ndarray:
     hnp.arrays(np.int64, (n, w + 1), elements=st.sampled_from([0, 100, 250, 500, 1000])),
     hnp.arrays(np.bool_, (n, w))))))
 def test_first_of_kind_matches_its_definition(arrays: tuple[np.ndarray, np.ndarray]) -> None:
-    from devshare.engine.policies.fgd import first_of_kind
+    from devshare.engine.policies.fgd import first_of_kind, first_of_kind_by_columns
 
     free, fits = arrays
-    assert first_of_kind(free, fits).tolist() == _first_of_kind_cube(free, fits).tolist()
+    want = _first_of_kind_cube(free, fits).tolist()
+    assert first_of_kind(free, fits).tolist() == want
+    assert first_of_kind_by_columns(free, fits).tolist() == want

@@ -5,6 +5,7 @@ keeps the best (lowest index on ties); whole cards are taken lowest index first.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 
 import numpy as np
 
@@ -82,8 +83,17 @@ class NodeFrag:
 
 def first_of_kind(free: Ints, fits: Mask) -> Mask:
     """``fits`` without the cards that repeat a lower fitting card's free share on the same node
-    (they would score the same and lose the tie on index). Column by column: the pairs of a few
-    columns over thousands of rows, not a ``[rows, W, W]`` cube."""
+    (they would score the same and lose the tie on index)."""
+    w = fits.shape[1]
+    if fits.shape[0] * w * w <= CUBE_LIMIT:  # a few rows: one [rows, W, W] comparison
+        f = free[:, :w]
+        same = (f[:, :, None] == f[:, None, :]) & fits[:, None, :]
+        return np.asarray(fits & ~(same & _earlier(w)).any(axis=2), np.bool_)
+    return first_of_kind_by_columns(free, fits)
+
+
+def first_of_kind_by_columns(free: Ints, fits: Mask) -> Mask:
+    """:func:`first_of_kind` column pair by column pair: for thousands of rows, not a cube."""
     w = fits.shape[1]
     f = np.ascontiguousarray(free[:, :w].T)
     ok = np.ascontiguousarray(fits.T)
@@ -96,12 +106,21 @@ def first_of_kind(free: Ints, fits: Mask) -> Mask:
     return np.ascontiguousarray(out.T)
 
 
-def frag_deltas(cache: NodeFrag, view: FitView) -> tuple[Floats, Ints | None]:
+CUBE_LIMIT = 16_384  # rows x W x W below which the cube is cheaper than the column loop
+
+
+@cache
+def _earlier(w: int) -> Mask:
+    """``[1, j, k]``: k < j."""
+    return np.tril(np.ones((w, w), np.bool_), k=-1)[None, :, :]
+
+
+def frag_deltas(frags: NodeFrag, view: FitView) -> tuple[Floats, Ints | None]:
     """F before minus F after placing the pod, per candidate row ``[M]`` or, for a share of one
     card, per row and card ``[M, W]`` (-inf where the card does not fit). Also the columns taken
     for whole/multi-card asks."""
-    model = cache.model
-    free, cpu, total, big, cnt, access, before = cache.view(view)
+    model = frags.model
+    free, cpu, total, big, cnt, access, before = frags.view(view)
     cpu_after = cpu - view.pod.cpu_milli
     req = view.request
     if req is None or view.count == 0:
