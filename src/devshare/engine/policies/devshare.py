@@ -35,9 +35,12 @@ Tried and dropped (seeds 42-44, against 4.57 / 3.22 / 6.02 before the CPU term):
 cluster fills (``kappa x free^-a``, a = 1 or 2: 4.58 / 3.29 / 5.93 and 4.64 / 3.44 / 5.93); a
 Sum-of-Squares term (Csirik et al.: the cost of a gap size is how many cards already have it) on top
 (weight 0.5-8: 4.64-4.95 on default); counting a free card on a node short of CPU for every card-asking
-class as wasted (after the CPU term: 4.87 / 3.23 / 6.18). The trace's fixed class table instead of the
-learned one measured 4.39 (seeds 42-44) and 4.50 (45-48) against 4.57 / 4.59 before the CPU term, so
-learning the mix online still costs about 0.1.
+class as wasted (after the CPU term: 4.87 / 3.23 / 6.18; one-card classes only, weight 0.25 or 1:
+4.51 / 3.07 / 5.98 and 4.70 / 3.23 / 6.09); rebuilding the class table every 64 or 1024 pods, or only
+at powers of two (4.34 / 3.04-3.08 / 5.78-5.81: no change); 75 or 150 sigmoid steps (4.37 / 3.08 /
+5.78 and 4.46 / 3.02 / 5.82). The trace's fixed class table instead of the learned one measured 4.29
+on seeds 42-44 with the CPU term (4.39 before it, against 4.57), so learning the mix online now costs
+less than the noise.
 
 Where the rest goes (default trace, seed 42, 4.36% free at 100% arrival): 2.99% of the cluster is the
 190 left beside a lone 810 share (13% of the pods ask 810; only the rare 160/110/50 shares fit 190),
