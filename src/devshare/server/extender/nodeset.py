@@ -121,7 +121,8 @@ class PriorityEncoder:
         self._sync()
         if rows.size == 0:
             return b"[]"
-        return b"[" + b",".join(self._frags[rows, scores].tolist()) + b"]"
+        flat = self._frags.reshape(-1)  # a view: row r, score s at r * 11 + s (one index, not two)
+        return b"[" + b",".join(flat[rows * (MAX_SCORE + 1) + scores].tolist()) + b"]"
 
 
 def encode_priorities(names: list[str], scores: list[int]) -> bytes:
