@@ -10,7 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 from devshare.engine.rowwise import any_per_row, sum_per_row
 
-shapes = st.tuples(st.integers(0, 40), st.integers(0, 20))
+shapes = st.tuples(st.integers(0, 40) | st.integers(250, 300), st.integers(0, 12))  # below and above FEW
 arrays = st.one_of(
     hnp.arrays(np.bool_, shapes),
     hnp.arrays(np.int64, shapes, elements=st.integers(-(2**40), 2**40)),

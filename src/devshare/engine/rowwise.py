@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 Mask = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
+FEW = 256  # rows below which numpy's own reduction is cheaper than a Python loop over the columns
 
 
 def any_per_row(m: Mask) -> Mask:
@@ -23,8 +24,8 @@ def any_per_row(m: Mask) -> Mask:
     n, w = m.shape
     if w == 8 and m.flags.c_contiguous and m.dtype == np.bool_:
         return np.asarray(m.view(np.uint64)[:, 0] != 0)
-    if w == 0:
-        return np.zeros(n, np.bool_)
+    if w == 0 or n < FEW:
+        return np.asarray(m.any(axis=1), np.bool_)
     out = m[:, 0].copy()
     for j in range(1, w):
         out |= m[:, j]
@@ -36,8 +37,8 @@ def sum_per_row(a: npt.NDArray[Any]) -> Ints:
     n, w = a.shape
     if w == 8 and a.flags.c_contiguous and a.dtype == np.bool_:
         return np.bitwise_count(a.view(np.uint64)[:, 0]).astype(np.int64)  # one bit set per True byte
-    if w == 0:
-        return np.zeros(n, np.int64)
+    if w == 0 or n < FEW:
+        return np.asarray(a.sum(axis=1, dtype=np.int64), np.int64)
     out = a[:, 0].astype(np.int64)
     for j in range(1, w):
         out += a[:, j]
