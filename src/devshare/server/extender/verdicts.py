@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.scheduler import SUCCESS, UNKNOWN_NODE, PodEvaluation, Scheduler, normalize
+from devshare.engine.handlers.base import SUCCESS
+from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler, normalize
 from devshare.model.request import PodRequest
 from devshare.server.extender.nodeset import NodeSet
 
