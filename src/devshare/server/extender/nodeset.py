@@ -104,7 +104,7 @@ class PriorityEncoder:
         self._frags: npt.NDArray[np.object_] = np.empty((0, _SCORES), dtype=object)
         self._names: list[str | None] = []
         self._layout = -1
-        self._fixed: npt.NDArray[np.bytes_] | None = None
+        self._fixed: npt.NDArray[np.uint8] | None = None
 
     def _sync(self) -> None:
         state = self.state
@@ -133,16 +133,16 @@ class PriorityEncoder:
         self._sync()
         if rows.size == 0:
             return b"[]"
-        if self._fixed is not None:
-            body = self._fixed[rows, scores].tobytes()
+        if self._fixed is not None:  # [row x 11 + score] -> the fragment's bytes, one row of uint8 each
+            body = np.take(self._fixed, rows * _SCORES + scores, axis=0).tobytes()
         else:
             body = b"".join(self._frags.reshape(-1)[rows * _SCORES + scores].tolist())
         return b"[" + body[1:] + b"]"  # the first fragment's comma dropped
 
 
-def _fixed_width(frags: npt.NDArray[np.object_], names: list[str | None]) -> npt.NDArray[np.bytes_] | None:
-    """The fragments as a space-padded fixed-width array, or None when padding would more than
-    double the typical fragment (a few very long names)."""
+def _fixed_width(frags: npt.NDArray[np.object_], names: list[str | None]) -> npt.NDArray[np.uint8] | None:
+    """The fragments space-padded to one width, as ``[rows x 11, width]`` bytes, or None when padding
+    would more than double the typical fragment (a few very long names)."""
     lengths = [len(frags[r, MAX_SCORE]) for r, name in enumerate(names) if name is not None]
     if not lengths:
         return None
@@ -153,7 +153,7 @@ def _fixed_width(frags: npt.NDArray[np.object_], names: list[str | None]) -> npt
     for r, name in enumerate(names):
         if name is not None:
             out[r] = [f.ljust(width) for f in frags[r]]
-    return out
+    return out.view(np.uint8).reshape(-1, width)
 
 
 def encode_priorities(names: list[str], scores: list[int]) -> bytes:
