@@ -90,3 +90,15 @@ def test_a_very_long_name_is_not_padded_into_every_fragment() -> None:
     nodes = resolve(state, names)
     got = enc.encode(nodes.rows, np.array([1, 2, 3, 10], np.int64))
     assert got == encode_priorities(names, [1, 2, 3, 10])  # joined, not padded to 200
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([f"n{i}" for i in range(12)] + ["node-" + "x" * 40]), unique=True, min_size=1),
+       st.data())
+def test_names_json_is_the_json_of_the_names_picked(names: list[str], data: st.DataObject) -> None:
+    state = state_of(names)
+    nodes = resolve(state, names)
+    idx = data.draw(st.lists(st.integers(0, len(names) - 1), unique=True))
+    got = nodes.names_json(np.array(idx, np.int64))
+    assert json.loads(got) == [names[i] for i in idx]
+    assert got.translate(None, b" ") == msgspec.json.encode([names[i] for i in idx])

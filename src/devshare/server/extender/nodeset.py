@@ -15,7 +15,7 @@ evaluation itself, so:
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -29,7 +29,7 @@ Ints = npt.NDArray[np.int64]
 Names = npt.NDArray[np.object_]
 
 
-@dataclass(frozen=True)
+@dataclass
 class NodeSet:
     """A candidate list: ``names`` as sent; ``rows`` and ``known`` (object array) of the names the
     state knows, in the same order; ``unknown`` names."""
@@ -38,6 +38,14 @@ class NodeSet:
     rows: Ints
     known: Names
     unknown: list[str]
+    _fragments: Fragments | None = field(default=None, repr=False, compare=False)
+
+    def names_json(self, idx: Ints) -> bytes:
+        """The JSON array of the known names at ``idx`` (made from per-name fragments kept with the
+        list, which kube-scheduler sends again with every filter)."""
+        if self._fragments is None:
+            self._fragments = Fragments([b"," + msgspec.json.encode(n) for n in self.known.tolist()])
+        return self._fragments.array(idx)
 
 
 def resolve(state: ClusterState, names: list[str]) -> NodeSet:
@@ -86,25 +94,50 @@ class NodeSets:
         return out
 
 
+class Fragments:
+    """JSON array elements, each with a leading comma, gathered by index into one JSON array.
+
+    The elements are padded with spaces (JSON whitespace between elements) to one width in a byte
+    array, so an array is one gather and one copy of contiguous memory: joining thousands of separate
+    bytes objects costs about three times as much in the server, where they lie scattered in memory.
+    When a few elements are far longer than the rest, padding every one to them would bloat the
+    answer: those fragments are joined instead."""
+
+    def __init__(self, parts: list[bytes]) -> None:
+        lengths = sorted(len(p) for p in parts if p)
+        width = lengths[-1] if lengths else 0
+        self._fixed: npt.NDArray[np.uint8] | None = None
+        self._parts = np.empty(len(parts), dtype=object)
+        self._parts[:] = parts
+        if lengths and width <= 2 * lengths[len(lengths) // 2]:
+            fixed = np.array([p.ljust(width) for p in parts], dtype=f"S{width}")
+            self._fixed = fixed.view(np.uint8).reshape(len(parts), width)
+
+    def array(self, idx: Ints) -> bytes:
+        """``[`` the elements at ``idx``, in that order ``]``."""
+        if idx.size == 0:
+            return b"[]"
+        if self._fixed is not None:
+            body = np.take(self._fixed, idx, axis=0).tobytes()
+        else:
+            body = b"".join(self._parts[idx].tolist())
+        return b"[" + body[1:] + b"]"  # the first element's comma dropped
+
+
 _SCORE_TAILS = [f"{s}}}".encode() for s in range(MAX_SCORE + 1)]
 _SCORES = MAX_SCORE + 1
 
 
 class PriorityEncoder:
-    """The JSON of a HostPriorityList from rows and scores (0..10), without per-node objects.
-
-    Each row keeps its eleven fragments ``,{"Host":"<name>","Score":<s>}``, padded with spaces (JSON
-    whitespace) to one width in a fixed-width byte array: an answer is one gather and one copy of
-    contiguous memory. (Joining thousands of separate bytes objects costs about three times as much in
-    the server, where they lie scattered in memory.) Names much longer than the others would pad
-    every fragment; then the fragments are joined instead."""
+    """The JSON of a HostPriorityList from rows and scores (0..10), without per-node objects: each
+    row keeps its eleven elements ``,{"Host":"<name>","Score":<s>}`` (:class:`Fragments`)."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._frags: npt.NDArray[np.object_] = np.empty((0, _SCORES), dtype=object)
         self._names: list[str | None] = []
         self._layout = -1
-        self._fixed: npt.NDArray[np.uint8] | None = None
+        self._all: Fragments | None = None
 
     def _sync(self) -> None:
         state = self.state
@@ -114,6 +147,7 @@ class PriorityEncoder:
         if n > self._frags.shape[0]:
             grown = np.empty((max(n, 2 * self._frags.shape[0]), _SCORES), dtype=object)
             grown[: self._frags.shape[0]] = self._frags
+            grown[self._frags.shape[0]:] = b""
             self._frags = grown
             self._names += [None] * (grown.shape[0] - len(self._names))
         changed = False
@@ -124,36 +158,15 @@ class PriorityEncoder:
                 self._frags[row] = [head + tail for tail in _SCORE_TAILS]
                 self._names[row] = name
                 changed = True
-        if changed or self._fixed is None:
-            self._fixed = _fixed_width(self._frags, self._names)
+        if changed or self._all is None:
+            self._all = Fragments(self._frags.reshape(-1).tolist())
         self._layout = state.layout_version
 
     def encode(self, rows: Ints, scores: Ints) -> bytes:
         """``[{"Host": name of row, "Score": score}, ...]`` in the order of ``rows``."""
         self._sync()
-        if rows.size == 0:
-            return b"[]"
-        if self._fixed is not None:  # [row x 11 + score] -> the fragment's bytes, one row of uint8 each
-            body = np.take(self._fixed, rows * _SCORES + scores, axis=0).tobytes()
-        else:
-            body = b"".join(self._frags.reshape(-1)[rows * _SCORES + scores].tolist())
-        return b"[" + body[1:] + b"]"  # the first fragment's comma dropped
-
-
-def _fixed_width(frags: npt.NDArray[np.object_], names: list[str | None]) -> npt.NDArray[np.uint8] | None:
-    """The fragments space-padded to one width, as ``[rows x 11, width]`` bytes, or None when padding
-    would more than double the typical fragment (a few very long names)."""
-    lengths = [len(frags[r, MAX_SCORE]) for r, name in enumerate(names) if name is not None]
-    if not lengths:
-        return None
-    width = max(lengths)
-    if width > 2 * sorted(lengths)[len(lengths) // 2]:
-        return None
-    out = np.full(frags.shape, b" " * width, dtype=f"S{width}")
-    for r, name in enumerate(names):
-        if name is not None:
-            out[r] = [f.ljust(width) for f in frags[r]]
-    return out.view(np.uint8).reshape(-1, width)
+        assert self._all is not None
+        return self._all.array(rows * _SCORES + scores)
 
 
 def encode_priorities(names: list[str], scores: list[int]) -> bytes:

@@ -114,6 +114,8 @@ def names_of_node_list(node_list: dict[str, Any]) -> tuple[list[str], list[dict[
 
 
 PodId = tuple[str, str, str]  # (namespace/name, uid, resourceVersion)
+Ints = npt.NDArray[np.int64]
+JSON_WHITESPACE = b" \t\r\n"
 
 
 @dataclass
@@ -122,12 +124,11 @@ class Remembered:
 
     pod_id: PodId
     at: float
-    passed: list[str]
-    rows: npt.NDArray[np.int64]
-    raw: npt.NDArray[np.float64]
+    encoded: bytes  # the JSON of the names that passed, as kube-scheduler sends it back
+    rows: npt.NDArray[np.int64]  # their rows
+    raw: npt.NDArray[np.float64]  # and raw scores
     evaluation: PodEvaluation | None  # for the bind: its answer on a node that has not changed since
     layout: int  # the state's layout_version then (rows mean the same nodes while it stays)
-    encoded: bytes | None = None  # the JSON of ``passed``, as kube-scheduler sends it back
     position: npt.NDArray[np.int64] | None = None  # state row -> index in ``rows`` (-1: did not pass)
 
 
@@ -219,7 +220,7 @@ class Extender:
         names, items = names_of_node_list(node_list)
         return Candidates(resolve(self.state, names), node_list, items)
 
-    def _recalled_scores(self, pod_id: PodId, args: ExtenderArgs) -> tuple[NodeSet, npt.NDArray[np.int64]] | None:
+    def _recalled_scores(self, pod_id: PodId, args: ExtenderArgs) -> tuple[Ints, Ints] | None:
         """The scores of the filter just made for this pod, when prioritize asks about the nodes that
         passed it, or some of them (kube-scheduler's other filters may have dropped some): scores as of
         the filter's moment (kube-scheduler too scores on its own snapshot), 0..10 over the nodes asked."""
@@ -228,11 +229,9 @@ class Extender:
             return None
         if is_null(args.node_names) or r.layout != self.state.layout_version:
             return None
-        if r.encoded is None:
-            r.encoded = msgspec.json.encode(r.passed)
         raw = bytes(args.node_names)
-        if raw == r.encoded:
-            return NodeSet(r.passed, r.rows, np.empty(0, object), []), scores_from(r.raw)
+        if raw.translate(None, JSON_WHITESPACE) == r.encoded:  # names hold no whitespace
+            return r.rows, scores_from(r.raw)
         nodes = self.nodesets.get(raw)
         if nodes.unknown:
             return None
@@ -242,7 +241,7 @@ class Extender:
         at = r.position[nodes.rows]
         if (at < 0).any():
             return None  # a node the filter did not pass: evaluate afresh
-        return nodes, scores_from(r.raw[at])
+        return nodes.rows, scores_from(r.raw[at])
 
     # ------------------------------------------------------------------ filter
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
@@ -267,10 +266,15 @@ class Extender:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
             return self._answer(cands, outcome.passed, outcome.failed, outcome.unresolvable)
         out = filter_nodes(self.scheduler, pod, cands.nodes)
-        self._remember(Remembered(pod_id, self.clock(), out.passed, out.passed_rows, out.raw_scores, out.evaluation,
-                                  self.state.layout_version))
+        names_json = out.passed_json()
+        # node names hold no whitespace: without it, the bytes any client sends back to prioritize
+        self._remember(Remembered(pod_id, self.clock(), names_json.translate(None, JSON_WHITESPACE), out.passed_rows,
+                                  out.raw_scores, out.evaluation, self.state.layout_version))
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
+        if cands.node_list is None:
+            return ExtenderFilterResult(node_names=msgspec.Raw(names_json), failed_nodes=out.failed,
+                                        failed_and_unresolvable_nodes=out.unresolvable)
         return self._answer(cands, out.passed, out.failed, out.unresolvable)
 
     def _remember(self, r: Remembered) -> None:
@@ -314,8 +318,7 @@ class Extender:
             return encode_priorities(names, [0] * len(names))
         recalled = self._recalled_scores(pod_id, args) if pod.group is None else None
         if recalled is not None:
-            nodes, scores = recalled
-            return self.priorities.encode(nodes.rows, scores)
+            return self.priorities.encode(*recalled)
         cands = self.candidates(args)
         names = cands.names
         if not pod.has_devices():

@@ -4,7 +4,7 @@ candidate list's object array by index: no Python step per node."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -19,23 +19,32 @@ Ints = npt.NDArray[np.int64]
 
 @dataclass
 class NamedVerdicts:
-    """A filter answer by node name (and the rows and raw scores of the nodes that passed)."""
+    """A filter answer by node name: the nodes that passed (indexes into ``nodes.known``, their rows
+    and raw scores), the failed and unresolvable ones with their reasons."""
 
-    passed: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    unresolvable: dict[str, str] = field(default_factory=dict)
-    passed_rows: Ints = field(default_factory=lambda: np.zeros(0, np.int64))
-    raw_scores: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, np.float64))
-    evaluation: PodEvaluation | None = None
+    nodes: NodeSet
+    passed_idx: Ints
+    passed_rows: Ints
+    raw_scores: npt.NDArray[np.float64]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    evaluation: PodEvaluation
+
+    @property
+    def passed(self) -> list[str]:
+        return list(self.nodes.known[self.passed_idx].tolist())
+
+    def passed_json(self) -> bytes:
+        """The JSON array of the names that passed (kube-scheduler's ``NodeNames``)."""
+        return self.nodes.names_json(self.passed_idx)
 
 
 def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> NamedVerdicts:
     v = scheduler.verdicts(pod, nodes.rows)
     names = nodes.known
-    out = NamedVerdicts(passed=names[v.passed].tolist(), passed_rows=nodes.rows[v.passed], evaluation=v.evaluation,
-                   raw_scores=v.evaluation.scores[v.passed],
-                   failed=dict(zip(names[v.failed].tolist(), v.failed_reasons, strict=True)),
-                   unresolvable=dict.fromkeys(nodes.unknown, UNKNOWN_NODE))
+    out = NamedVerdicts(nodes, v.passed, nodes.rows[v.passed], v.evaluation.scores[v.passed],
+                        dict(zip(names[v.failed].tolist(), v.failed_reasons, strict=True)),
+                        dict.fromkeys(nodes.unknown, UNKNOWN_NODE), v.evaluation)
     out.unresolvable.update(zip(names[v.unresolvable].tolist(), v.unresolvable_reasons, strict=True))
     return out
 

@@ -125,7 +125,7 @@ class ExtenderPreemptionArgs(_Wire, kw_only=True):
 # --------------------------------------------------------------------- answers
 class ExtenderFilterResult(_Wire, kw_only=True):
     nodes: Obj | None = None
-    node_names: list[str] | None = None
+    node_names: list[str] | msgspec.Raw | None = None  # Raw: the JSON array made already (never decoded)
     failed_nodes: dict[str, str] = msgspec.field(default_factory=dict)
     failed_and_unresolvable_nodes: dict[str, str] = msgspec.field(default_factory=dict)
     error: str = ""
