@@ -47,7 +47,7 @@ class Gather:
         self._parent: tuple[Gather, Ints] | None = None
         # rows 0..n-1 in order (every node, none removed): a slice is a free view, no gather
         n = len(rows)
-        self._prefix = n if n and int(rows[0]) == 0 and int(rows[-1]) == n - 1 and is_range(rows) else None
+        self._prefix = n if n and is_range(rows) else None
 
     def _get(self, name: str) -> Any:
         v = self._cache.get(name)
@@ -101,9 +101,11 @@ class Gather:
 
 
 def is_range(rows: Ints) -> bool:
-    """True when ``rows`` is exactly 0, 1, ..., n-1 (checked once per evaluation)."""
+    """True when ``rows`` is exactly 0, 1, ..., n-1 (the ends first: most other lists fail there)."""
     global _RANGE
     n = len(rows)
+    if n and (int(rows[0]) != 0 or int(rows[-1]) != n - 1):
+        return False
     if n > len(_RANGE):
         _RANGE = np.arange(max(n, 2 * len(_RANGE)), dtype=np.int64)
     return bool(np.array_equal(rows, _RANGE[:n]))

@@ -26,7 +26,7 @@ def gpu_free(state: ClusterState, rows: Ints) -> Ints:
     if t is None:
         return np.zeros((rows.shape[0], 1), np.int64)
     n = len(rows)
-    if n and int(rows[-1]) == n - 1 and is_range(rows):  # every node in order: a view, no gather
+    if n and is_range(rows):  # every node in order: a view, no gather
         view = t.open_core[:n]
         view.flags.writeable = False  # the table's own array: read, never written through
         return view

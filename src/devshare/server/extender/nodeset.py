@@ -107,11 +107,13 @@ class Fragments:
         lengths = sorted(len(p) for p in parts if p)
         width = lengths[-1] if lengths else 0
         self._fixed: npt.NDArray[np.uint8] | None = None
-        self._parts = np.empty(len(parts), dtype=object)
-        self._parts[:] = parts
+        self._parts: npt.NDArray[np.object_] | None = None
         if lengths and width <= 2 * lengths[len(lengths) // 2]:
             fixed = np.array([p.ljust(width) for p in parts], dtype=f"S{width}")
             self._fixed = fixed.view(np.uint8).reshape(len(parts), width)
+        else:
+            self._parts = np.empty(len(parts), dtype=object)
+            self._parts[:] = parts
 
     def array(self, idx: Ints) -> bytes:
         """``[`` the elements at ``idx``, in that order ``]``."""
@@ -120,6 +122,7 @@ class Fragments:
         if self._fixed is not None:
             body = np.take(self._fixed, idx, axis=0).tobytes()
         else:
+            assert self._parts is not None
             body = b"".join(self._parts[idx].tolist())
         return b"[" + body[1:] + b"]"  # the first element's comma dropped
 
