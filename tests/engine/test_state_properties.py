@@ -7,12 +7,15 @@
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 import numpy as np
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState, Conflict
 from devshare.model import names
@@ -47,6 +50,7 @@ class StateMachine(RuleBasedStateMachine):
     @initialize(max_containers=st.integers(1, 4))
     def setup(self, max_containers: int) -> None:
         self.state = ClusterState(max_containers_per_device=max_containers)
+        self.lifecycle = Lifecycle(Scheduler(self.state))
         labels = {names.MULTI_GPU_SHARE: "true", names.COMPUTE_POLICY: names.MULTI_SHARE_POLICY}
         add_node(self.state, "a", [8 * GiB, 16 * GiB], labels=labels, rdma=1)
         add_node(self.state, "b", 3, labels=labels, unhealthy=[2])
@@ -64,9 +68,9 @@ class StateMachine(RuleBasedStateMachine):
         if placed is None:
             return
         before = self._snapshot()
-        self.state.reserve(p, placed.allocation, now=self.now, ttl=ttl)
+        self.lifecycle.assume(p, placed.allocation, now=self.now, ttl=math.inf if ttl is None else ttl)
         if self.n % 5 == 0:  # sometimes undo at once: must restore exactly
-            self.state.unreserve(p.key)
+            assert self.lifecycle.forget(p.key)
             assert self._snapshot() == before
 
     @rule(data=st.data())
@@ -88,7 +92,9 @@ class StateMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def bind(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.state.pods)))
-        self.state.bind(key)
+        rec = self.state.pods[key]
+        assert self.lifecycle.confirm(rec.pod, rec.allocation) is None
+        assert self.state.pods[key].phase == "bound" and self.state.pods[key].expires_at is None
 
     @precondition(lambda self: bool(self.state.pods))
     @rule(data=st.data())
@@ -107,8 +113,10 @@ class StateMachine(RuleBasedStateMachine):
     @rule(dt=st.floats(0.5, 3.0))
     def time_passes(self, dt: float) -> None:
         self.now += dt
-        for key in self.state.expire(self.now):
+        for key in self.lifecycle.expire(self.now):
             assert key not in self.state.pods
+        for rec in self.state.pods.values():
+            assert rec.phase == "bound" or rec.expires_at is None or rec.expires_at > self.now
 
     @invariant()
     def never_oversubscribed(self) -> None:
@@ -204,6 +212,6 @@ def test_release_of_unknown_pod_is_a_no_op() -> None:
     add_node(s, "a", 2)
     before = s.usage_key()
     assert s.release("ns/none") is None
-    assert not s.unreserve("ns/none")
+    assert not Lifecycle(Scheduler(s)).forget("ns/none")
     assert s.usage_key() == before
     assert np.all(s.tables["gpu"].used_core == 0)

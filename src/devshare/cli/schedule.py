@@ -12,6 +12,7 @@ import typer
 
 from devshare.cli.common import emit, fail, load_yaml_documents, user_errors
 from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import POLICY_NAMES, Scheduler, scheduler_policy
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation
@@ -40,12 +41,14 @@ def pods_of(path: Path) -> list[dict[str, Any]]:
 
 
 class Placer:
-    """Places pods one by one on a state, the way the extender would, recording each result."""
+    """Places pods one by one on a state, the way the extender would (through the same
+    :class:`Lifecycle`, so the policy learns of each pod as it does there), recording each result."""
 
     def __init__(self, state: ClusterState, scheduler: Scheduler) -> None:
         self.state = state
         self.scheduler = scheduler
-        self.planner = GroupPlanner(scheduler)
+        self.lifecycle = Lifecycle(scheduler)
+        self.planner = GroupPlanner(scheduler, lifecycle=self.lifecycle)
         self.results: dict[str, dict[str, Any]] = {}
         self.order: list[str] = []
         self.clock = 0.0
@@ -78,14 +81,13 @@ class Placer:
             self._record(key, None, f"pod {key} already holds devices on {self.state.pods[key].allocation.node}")
             return
         if pod.group is not None:
+            self.lifecycle.arrived(pod)
             self._place_member(pod)
             return
-        placed = self.scheduler.place(pod)
+        placed = self.lifecycle.schedule(pod, now=self.clock)
         if placed is None:
             self._record(key, None, self.scheduler.why_unschedulable(pod))
             return
-        self.state.reserve(pod, placed.allocation, now=self.clock, ttl=None)
-        self.state.bind(key)
         self._record(key, placed.node, annotations=self._annotate(pod, placed.allocation))
 
     def _place_member(self, pod: PodRequest) -> None:

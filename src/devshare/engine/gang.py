@@ -37,6 +37,7 @@ from typing import Literal
 import msgspec
 
 from devshare.engine.groups import Layout, gpu_minors, plan_layout
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import FilterOutcome, Scheduler
 from devshare.engine.state import Conflict, PodRecord
 from devshare.model import names
@@ -178,9 +179,11 @@ def _differs(pod: PodRequest, other: PodRequest) -> str | None:
 class GroupPlanner:
     """Group plans over a :class:`Scheduler`'s state (see the module docstring)."""
 
-    def __init__(self, scheduler: Scheduler, *, ttl: float = DEFAULT_PLAN_TTL) -> None:
+    def __init__(self, scheduler: Scheduler, *, ttl: float = DEFAULT_PLAN_TTL,
+                 lifecycle: Lifecycle | None = None) -> None:
         self.scheduler = scheduler
         self.state = scheduler.state
+        self.lifecycle = lifecycle or Lifecycle(scheduler)
         self.ttl = ttl
         self.plans: dict[str, GroupPlan] = {}
 
@@ -219,7 +222,7 @@ class GroupPlanner:
         """Reserve ``s.allocation`` for ``pod`` until the plan expires; the reason when it fails."""
         assert s.allocation is not None
         try:
-            self.state.reserve(pod, s.allocation, now=now, ttl=max(plan.expires_at - now, 0.0))
+            self.lifecycle.assume(pod, s.allocation, now=now, expires_at=max(plan.expires_at, now))
         except Conflict as e:
             return str(e)
         return None
@@ -229,7 +232,7 @@ class GroupPlanner:
         if s.phase in ("planned", "claimed"):
             key = plan.holder(s)
             if key is not None:
-                self.state.release(key)
+                self.lifecycle.release(key)
             s.phase = "lost"
             s.node = None
             s.allocation = None
@@ -247,10 +250,9 @@ class GroupPlanner:
     def _set_expiry(self, plan: GroupPlan, expires_at: float) -> None:
         plan.expires_at = expires_at
         for s in plan.slots:
-            if s.phase in ("planned", "claimed"):
-                rec = self.state.pods.get(plan.holder(s) or "")
-                if rec is not None and rec.phase == "assumed":
-                    rec.expires_at = expires_at
+            key = plan.holder(s) if s.phase in ("planned", "claimed") else None
+            if key is not None:
+                self.lifecycle.extend(key, expires_at)
 
     # ------------------------------------------------------------------ planning
     def _lay_out(self, plan: GroupPlan, count: int, nodes: Sequence[str] | None, now: float) -> Layout | str:
@@ -421,7 +423,7 @@ class GroupPlanner:
         if node is not None and s.node != node:
             return Wait(f"group {plan.key}: member {key} is planned on node {s.node}, not {node}", s.node)
         if s.phase == "planned":
-            self.state.release(plan.placeholder(s.index))
+            self.lifecycle.release(plan.placeholder(s.index))
             self._set_expiry(plan, max(plan.expires_at, now + self.ttl))
             why = self._hold(plan, s, pod, now)
             if why is not None:
@@ -437,7 +439,7 @@ class GroupPlanner:
         out: list[MemberPlacement] = []
         for t in sorted(claimed, key=lambda t: (t.member != key, t.index)):
             assert t.member is not None and t.node is not None and t.allocation is not None
-            self.state.bind(t.member)
+            self.lifecycle.confirm(self.state.pods[t.member].pod, t.allocation)
             t.phase = "bound"
             out.append(self.placement(plan.namespace, plan.name, t.member, t.node, t.allocation))
         return Bind(tuple(out))
@@ -459,7 +461,8 @@ class GroupPlanner:
                 continue
             if plan.quorum > 1:
                 return False
-            rec = self.state.release(key)
+            rec = self.state.pods.get(key)
+            self.lifecycle.release(key)
             if rec is None or s.allocation is None:
                 s.phase = "lost"
                 return True
@@ -469,13 +472,13 @@ class GroupPlanner:
             return True
         rec = self.state.pods.get(key)
         if rec is not None and rec.pod.group is not None and quorum_of(rec.pod) == 1:
-            self.state.release(key)
+            self.lifecycle.release(key)
             return True
         return False
 
     def forget(self, key: str) -> None:
         """The member pod is gone: release what it holds; its slot waits for a replacement."""
-        self.state.release(key)
+        self.lifecycle.release(key)
         for plan in self.plans.values():
             s = plan.slot_of(key)
             if s is not None:

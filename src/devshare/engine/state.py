@@ -3,7 +3,8 @@
 Usage is kept in the cluster-wide arrays of :mod:`devshare.engine.table`. A pod's allocation is
 either *assumed* (reserved by the scheduler, waiting for its bind, expiring if the bind never
 completes) or *bound*. After a restart the state is rebuilt from bound pods' annotations alone
-(:meth:`ClusterState.add_bound`).
+(:meth:`ClusterState.add_bound`). When an assumed allocation is confirmed, forgotten or expired is
+decided by :class:`devshare.engine.lifecycle.Lifecycle`; this module only counts.
 
 Every change that could oversubscribe a device goes through :meth:`ClusterState.reserve`, which
 checks the allocation against the arrays first and refuses it whole (nothing half-applied).
@@ -263,7 +264,8 @@ class ClusterState:
                 return f"{dtype} {minor}: already {used_slots} containers, at most {self.max_containers}"
         return None
 
-    # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ accounting
+    # (the assume/bind lifecycle over these is :class:`devshare.engine.lifecycle.Lifecycle`)
     def reserve(self, pod: PodRequest, alloc: PodAllocation, *, now: float,
                 ttl: float | None = DEFAULT_ASSUME_TTL) -> None:
         """Assume ``alloc`` for ``pod`` until it is bound or ``now + ttl`` passes. All or nothing."""
@@ -278,14 +280,6 @@ class ClusterState:
         self.pods[key] = rec
         self._apply(rec, +1)
         self.version += 1
-
-    def unreserve(self, key: str) -> bool:
-        """Undo an assumed allocation (bind failed). Bound pods are left alone."""
-        rec = self.pods.get(key)
-        if rec is None or rec.phase != "assumed":
-            return False
-        self.release(key)
-        return True
 
     def bind(self, key: str) -> None:
         rec = self.pods.get(key)
@@ -302,14 +296,6 @@ class ClusterState:
             self._apply(rec, -1)
             self.version += 1
         return rec
-
-    def expire(self, now: float) -> list[str]:
-        """Drop assumed allocations whose bind never completed. Returns their pod keys."""
-        gone = [k for k, r in self.pods.items()
-                if r.phase == "assumed" and r.expires_at is not None and r.expires_at <= now]
-        for k in gone:
-            self.release(k)
-        return gone
 
     def add_bound(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
         """Record a bound pod's allocation (from its annotation). Returns a conflict message if the

@@ -18,10 +18,11 @@ which of them violate a budget). A pod that asks for no device gets its victims 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
-from devshare.engine.scheduler import Scheduler
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.state import ClusterState, PodRecord
 from devshare.kube.backend import meta
 from devshare.model.allocation import PodAllocation
@@ -76,21 +77,21 @@ def _victims_of(state: ClusterState, args: ExtenderPreemptionArgs) -> dict[str, 
     return out
 
 
-def _restore(state: ClusterState, key: str, rec: PodRecord, now: float) -> None:
+def _restore(lifecycle: Lifecycle, rec: PodRecord, now: float) -> None:
     """Put a released record back exactly as it was."""
     if rec.phase == "bound":
-        state.add_bound(rec.pod, rec.allocation)
+        lifecycle.state.add_bound(rec.pod, rec.allocation)
         return
-    ttl = None if rec.expires_at is None else rec.expires_at - now
-    state.reserve(rec.pod, rec.allocation, now=now, ttl=ttl)
-    state.pods[key].expires_at = rec.expires_at
+    lifecycle.assume(rec.pod, rec.allocation, now=now,
+                     expires_at=math.inf if rec.expires_at is None else rec.expires_at)
 
 
-def needed_victims(scheduler: Scheduler, pod: PodRequest, node: str, keys: list[str],
+def needed_victims(lifecycle: Lifecycle, pod: PodRequest, node: str, keys: list[str],
                    now: float) -> list[str] | None:
     """The fewest of ``keys`` (ordered lowest priority first) to release so that ``pod`` fits on
     ``node``, or None when releasing all of them is not enough. The state is left as it was."""
-    state = scheduler.state
+    scheduler = lifecycle.scheduler
+    state = lifecycle.state
 
     def fits() -> bool:
         return isinstance(scheduler.allocate_on(pod, node), PodAllocation)
@@ -113,7 +114,7 @@ def needed_victims(scheduler: Scheduler, pod: PodRequest, node: str, keys: list[
         needed: list[str] = []
         spared: list[tuple[str, PodRecord]] = []
         for key, rec in reversed(released):  # highest priority first: the ones most worth sparing
-            _restore(state, key, rec, now)
+            _restore(lifecycle, rec, now)
             if fits():
                 spared.append((key, rec))
             else:
@@ -124,13 +125,13 @@ def needed_victims(scheduler: Scheduler, pod: PodRequest, node: str, keys: list[
         needed.reverse()
         return needed
     finally:
-        for key, rec in released:
-            _restore(state, key, rec, now)
+        for _, rec in released:
+            _restore(lifecycle, rec, now)
 
 
-def preempt(scheduler: Scheduler, args: ExtenderPreemptionArgs, *, parse: Callable[[dict[str, Any]], PodRequest],
-            clock: Callable[[], float]) -> ExtenderPreemptionResult:
-    state = scheduler.state
+def preempt(lifecycle: Lifecycle, args: ExtenderPreemptionArgs, *,
+            parse: Callable[[dict[str, Any]], PodRequest], clock: Callable[[], float]) -> ExtenderPreemptionResult:
+    state = lifecycle.state
     proposed = _victims_of(state, args)
     try:
         pod = parse(args.pod)
@@ -142,7 +143,7 @@ def preempt(scheduler: Scheduler, args: ExtenderPreemptionArgs, *, parse: Callab
             kept = victims
         else:
             holders = sorted((v for v in victims if v.key is not None), key=lambda v: (v.priority, v.index))
-            needed = needed_victims(scheduler, pod, node, [v.key for v in holders if v.key], clock())
+            needed = needed_victims(lifecycle, pod, node, [v.key for v in holders if v.key], clock())
             if needed is None:
                 continue
             chosen = set(needed)

@@ -6,7 +6,8 @@ devices and *reserves* them in one synchronous step, so a concurrent bind of ano
 sees them taken; then it writes the annotations and creates the Binding, and undoes the
 reservation if either fails. A reservation whose bind never completes (the process stalled, the
 API server hung) expires after ``assume_ttl`` seconds (:meth:`Extender.expire`, called
-periodically).
+periodically). Assuming, confirming, forgetting and expiring are the engine's
+:class:`~devshare.engine.lifecycle.Lifecycle`, which ``devshare schedule`` uses too.
 
 Answers follow kube-scheduler's rules: a node that could fit once other pods leave (devices in
 use) is a ``FailedNodes`` entry (preemption may help); one that can never fit as things are
@@ -35,11 +36,11 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.gang import GroupPlanner
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
 from devshare.kube.backend import Backend, meta, object_key
 from devshare.kube.errors import BackendError
-from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import encode_annotations
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod
@@ -73,7 +74,6 @@ log = logging.getLogger(__name__)
 
 NOT_READY = "not ready: state not synced"
 NOT_LEADER = "not the leader"
-SEEN_LIMIT = 65536  # pods remembered as observed by the policy
 SCORE_REUSE_SECONDS = 2.0  # prioritize reuses the scores of a filter this recent for the same pod
 FILTERS_KEPT = 8  # filter results kept for prioritize and bind (each holds arrays over its candidates)
 PARSED_LIMIT = 1024  # pod requests cached by their JSON
@@ -160,7 +160,7 @@ class Extender:
         self.metrics = metrics or ExtenderMetrics()
         self.assume_ttl = assume_ttl
         self.clock = clock
-        self._binding: set[str] = set()  # pods with a bind in flight
+        self.lifecycle = Lifecycle(self.scheduler, ttl=assume_ttl)  # assume, confirm, forget, expire
         self._parsed: dict[tuple[str, str, str], PodRequest] = {}  # (key, uid, resourceVersion) -> request
         self._parsed_raw: dict[bytes, tuple[PodRequest | InvalidInput, PodId]] = {}  # Pod JSON -> request
         # the last filters' results by pod key, for prioritize and bind (kube-scheduler binds in the
@@ -168,10 +168,10 @@ class Extender:
         self._filtered: OrderedDict[str, Remembered] = OrderedDict()
         self.nodesets = NodeSets(state)
         self.priorities = PriorityEncoder(state)
-        self._seen: dict[tuple[str, str], None] = {}  # pods the policy was told of (observe), oldest first
-        self.planner = GroupPlanner(self.scheduler)  # groups and gangs (seed 003), on the same state
+        # groups and gangs (seed 003), on the same state and lifecycle
+        self.planner = GroupPlanner(self.scheduler, lifecycle=self.lifecycle)
         self.writes = PodWrites(backend, after_bind)
-        self.members = MemberBinds(state, backend, self.planner, self.writes, self._binding, lambda: self.clock())
+        self.members = MemberBinds(state, backend, self.planner, self.writes, self.lifecycle, lambda: self.clock())
 
     # ------------------------------------------------------------------ helpers
     def parse(self, pod: dict[str, Any]) -> PodRequest:
@@ -256,7 +256,7 @@ class Extender:
             return self._answer(cands, [], {}, dict.fromkeys(cands.names, reason))
         if not pod.has_devices():
             return self._answer(cands, cands.names, {}, {})
-        self._observe(pod)
+        self.lifecycle.arrived(pod)  # the policy learns of each pod once, at its first filter
         if pod.group is not None:
             self._filtered.pop(pod_id[0], None)
             nodes = cands.nodes
@@ -293,17 +293,6 @@ class Extender:
         items = [n for n, name in zip(cands.items or [], cands.names, strict=True) if name in keep]
         node_list = {**cands.node_list, "items": items}
         return ExtenderFilterResult(nodes=node_list, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
-
-    def _observe(self, pod: PodRequest) -> None:
-        """Tell the policy of each pod once, at its first filter (a learning policy, e.g. devshare's,
-        learns the task mix from the pods that arrive)."""
-        seen = (pod.key, pod.uid)
-        if seen in self._seen:
-            return
-        if len(self._seen) >= SEEN_LIMIT:
-            del self._seen[next(iter(self._seen))]
-        self._seen[seen] = None
-        self.scheduler.policy.observe(pod)
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, args: ExtenderArgs) -> bytes:
@@ -347,15 +336,12 @@ class Extender:
             return NOT_READY
         if not self.is_leader():
             return NOT_LEADER
-        if key in self._binding:
+        if self.lifecycle.binding(key):
             return f"pod {key}: a bind is already in progress"
-        self._binding.add(key)
-        try:
+        with self.lifecycle.bind_in_flight(key):
             if self.members.unbound:
                 await self.members.retry_unbound()
             return await self._bind_one(ns, name, node, args.pod_uid)
-        finally:
-            self._binding.discard(key)
 
     async def _bind_one(self, ns: str, name: str, node: str, uid: str) -> str:
         key = f"{ns}/{name}"
@@ -387,13 +373,13 @@ class Extender:
         if stale is not None:
             if stale.phase == "bound":
                 return f"pod {key} already holds devices on node {stale.allocation.node}"
-            self.state.unreserve(key)  # a leftover reservation of an earlier attempt
+            self.lifecycle.forget(key)  # a leftover reservation of an earlier attempt
         r = self._filtered.get(key)
         alloc = self.scheduler.allocate_on(pod, node, evaluated=r.evaluation if r is not None else None)
         if isinstance(alloc, str):
             return f"pod {key} does not fit on node {node}: {alloc}"
         try:
-            self.state.reserve(pod, alloc, now=self.clock(), ttl=self.assume_ttl)
+            self.lifecycle.assume(pod, alloc, now=self.clock())
         except Conflict as e:
             return f"pod {key}: {e}"
         annotations = encode_annotations(pod, alloc, now_ns=time.time_ns(),
@@ -411,8 +397,11 @@ class Extender:
             done = True
         finally:
             if not done:
-                self._undo(key, alloc)
-        self._confirm(pod, alloc)
+                self.lifecycle.forget(key, alloc)
+        reason = self.lifecycle.confirm(pod, alloc)
+        if reason is not None:
+            log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
+                        pod.key, reason)
         return ""
 
     def pod_changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
@@ -420,32 +409,11 @@ class Extender:
         if kind == "pods" and type_ == "DELETED":
             self.members.deleted(object_key(obj))
 
-    def _undo(self, key: str, alloc: PodAllocation) -> None:
-        rec = self.state.pods.get(key)
-        if rec is not None and rec.phase == "assumed" and rec.allocation == alloc:
-            self.state.unreserve(key)
-
-    def _confirm(self, pod: PodRequest, alloc: PodAllocation) -> None:
-        """The Binding exists: the allocation is bound (even if its reservation expired meanwhile)."""
-        rec = self.state.pods.get(pod.key)
-        if rec is not None and rec.phase == "bound":
-            pass  # the watch saw the bound pod first and recorded its annotation
-        elif rec is not None and rec.allocation == alloc:
-            self.state.bind(pod.key)
-        else:
-            reason = self.state.add_bound(pod, alloc)  # the annotation is the truth
-            if reason is not None:
-                log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
-                            pod.key, reason)
-        row = self.state.row_of.get(alloc.node)
-        if row is not None:
-            self.scheduler.policy.placed(pod, row)
-
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
         if not self.is_synced():
             raise NotReady(NOT_READY)
-        return _preempt.preempt(self.scheduler, args, parse=self.parse, clock=self.clock)
+        return _preempt.preempt(self.lifecycle, args, parse=self.parse, clock=self.clock)
 
     # ------------------------------------------------------------------ expiry
     def expire(self) -> list[str]:
@@ -454,11 +422,7 @@ class Extender:
         plans = self.planner.expire(now)
         if plans:
             log.warning("group plans expired before their members bound (devices released): %s", ", ".join(plans))
-        gone = [k for k, r in self.state.pods.items()
-                if r.phase == "assumed" and r.expires_at is not None and r.expires_at <= now
-                and k not in self._binding]
-        for k in gone:
-            self.state.release(k)
+        gone = self.lifecycle.expire(now)
         if gone:
             log.warning("reservations expired without a bind: %s", ", ".join(gone))
         return gone
