@@ -149,7 +149,7 @@ class StateMachine(RuleBasedStateMachine):
             assert alloc == rec.allocation
             reason = rebuilt.add_bound(rec.pod, alloc)
             # recorded whatever it says; the only conflict allowed: a card that went unhealthy under it
-            assert reason is None or reason.endswith("is unhealthy"), reason
+            assert reason is None or reason.endswith(": unhealthy"), reason
         assert rebuilt.usage_key() == self.state.usage_key()
 
     @invariant()

@@ -115,7 +115,11 @@ _RANGE = np.arange(1024, dtype=np.int64)
 
 
 def card_fits(g: Gather, req: DeviceRequest, max_containers: int) -> Mask:
-    """``[len(rows), width]``: can each device of each row take one share of ``req``?"""
+    """``[len(rows), width]``: can each device of each row take one share of ``req``?
+
+    The hot-path form of :func:`devshare.engine.admit.card_reasons` ``== FITS`` (rules it implies
+    are left out: a card too small in all has too little free); tests/engine/test_admit.py holds the
+    two equal."""
     slots = g.used_slots
     if req.whole:
         # a whole device is exclusive: nothing else may be on it (every grant takes a slot)

@@ -19,12 +19,12 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.admit import Reason, card_reasons, describe, is_whole
 from devshare.engine.table import DeviceTable
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
 from devshare.model.device import NodeDevices
 from devshare.model.node import NodeInfo
-from devshare.model.quantity import human_bytes
 from devshare.model.request import PodRequest
 
 DEFAULT_MAX_CONTAINERS = 16  # seed 000: MGPUMaxContainersPerCard
@@ -229,22 +229,22 @@ class ClusterState:
             return f"node {alloc.node}: not enough CPU"
         if self.mem_total[row] and self.mem_used[row] + pod.memory_bytes > self.mem_total[row]:
             return f"node {alloc.node}: not enough memory"
+        # per card: what the allocation adds (compute, memory, containers, whole), judged by the
+        # filter's own predicate (devshare.engine.admit)
         extra: dict[tuple[str, int], list[int]] = {}
         for _, g in alloc.grants():
-            acc = extra.setdefault((g.type, g.minor), [0, 0, 0])
+            acc = extra.setdefault((g.type, g.minor), [0, 0, 0, 0])
             acc[0] += g.core_milli
             acc[1] += g.memory
             acc[2] += 1
+            acc[3] |= is_whole(g.core_milli, g.memory_ratio_milli, g.memory)
         back = self.pods.get(ignore) if ignore else None
-        for (dtype, minor), (core, mem, slots) in extra.items():
+        for (dtype, minor), (core, mem, slots, whole) in extra.items():
             t = self.tables.get(dtype)
             col = t.column_of(row, minor) if t is not None else -1
             if t is None or col < 0:
-                return f"{dtype} {minor} does not exist on node {alloc.node}"
-            if not t.healthy[row, col]:
-                return f"{dtype} {minor} on node {alloc.node} is unhealthy"
-            if t.blocked[row, col]:
-                return f"{dtype} {minor} on node {alloc.node} is held by another device plugin"
+                return describe(Reason.ABSENT, f"{dtype} {minor}", total_core=0, total_mem=0, free_core=0,
+                                free_mem=0, slots=0, core=core, memory=mem, max_containers=self.max_containers)
             used_core = int(t.used_core[row, col])
             used_mem = int(t.used_mem[row, col])
             used_slots = int(t.used_slots[row, col])
@@ -254,14 +254,15 @@ class ClusterState:
                         used_core -= bg.core_milli
                         used_mem -= bg.memory
                         used_slots -= 1
-            if used_core + core > t.total_core[row, col]:
-                free = int(t.total_core[row, col]) - used_core
-                return f"{dtype} {minor}: {free / 10:g}% compute free, {core / 10:g}% asked"
-            if used_mem + mem > t.total_mem[row, col]:
-                free = int(t.total_mem[row, col]) - used_mem
-                return f"{dtype} {minor}: {human_bytes(free)} free, {human_bytes(mem)} asked"
-            if used_slots + slots > self.max_containers:
-                return f"{dtype} {minor}: already {used_slots} containers, at most {self.max_containers}"
+            total_core, total_mem = int(t.total_core[row, col]), int(t.total_mem[row, col])
+            card = dict(total_core=total_core, total_mem=total_mem, free_core=total_core - used_core,
+                        free_mem=total_mem - used_mem, slots=used_slots)
+            code = int(card_reasons(present=True, healthy=bool(t.healthy[row, col]), blocked=bool(t.blocked[row, col]),
+                                    **card, core=core, memory=mem, whole=bool(whole), containers=slots,
+                                    max_containers=self.max_containers))
+            if code != Reason.FITS:
+                return describe(code, f"{dtype} {minor}", **card, core=core, memory=mem,
+                                max_containers=self.max_containers)
         return None
 
     # ------------------------------------------------------------------ accounting

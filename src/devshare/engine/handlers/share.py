@@ -9,6 +9,7 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.admit import Reason, card_reasons, describe
 from devshare.engine.fit import Gather, Need, SearchResult, card_fits, greedy, memory_need, search
 from devshare.engine.handlers.base import (
     SUCCESS,
@@ -74,24 +75,16 @@ _REASONS: dict[object, str] = {}
 def _describe(dtype: str, req: DeviceRequest, max_containers: int, minors: list[int], healthy: list[bool],
               blocked: list[bool], total_core: list[int], total_mem: list[int], free_core: list[int],
               free_mem: list[int], slots: list[int]) -> str:
-    out = []
-    for j, minor in enumerate(minors):
-        name = f"{dtype} {minor}"
-        need_mem = req.memory_on(total_mem[j])
-        if not healthy[j]:
-            out.append(f"{name}: unhealthy")
-        elif blocked[j]:
-            out.append(f"{name}: held by another device plugin")
-        elif total_core[j] < req.core_milli or total_mem[j] < need_mem:
-            out.append(f"{name}: {human_bytes(total_mem[j])} and {_pct(total_core[j])} compute in all, too small")
-        elif req.whole and slots[j]:
-            out.append(f"{name}: in use, a whole device asked")
-        elif free_core[j] < req.core_milli:
-            out.append(f"{name}: {_pct(free_core[j])} compute free, {_pct(req.core_milli)} asked")
-        elif free_mem[j] < need_mem:
-            out.append(f"{name}: {human_bytes(free_mem[j])} free, {human_bytes(need_mem)} asked")
-        elif slots[j] >= max_containers:
-            out.append(f"{name}: {slots[j]} containers already, at most {max_containers}")
+    """The messages of :func:`devshare.engine.admit.card_reasons` for one share of ``req`` on each card."""
+    need = [req.memory_on(t) for t in total_mem]
+    codes = card_reasons(present=True, healthy=healthy, blocked=blocked, total_core=total_core,
+                         total_mem=total_mem, free_core=free_core, free_mem=free_mem, slots=slots,
+                         core=req.core_milli, memory=np.asarray(need, np.int64), whole=req.whole, containers=1,
+                         max_containers=max_containers).tolist()
+    out = [describe(code, f"{dtype} {minor}", total_core=total_core[j], total_mem=total_mem[j],
+                    free_core=free_core[j], free_mem=free_mem[j], slots=slots[j], core=req.core_milli,
+                    memory=need[j], max_containers=max_containers)
+           for j, (minor, code) in enumerate(zip(minors, codes, strict=True)) if code != Reason.FITS]
     return "; ".join(out) if out else "no usable device"
 
 

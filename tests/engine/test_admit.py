@@ -1,0 +1,91 @@
+"""One predicate, "does this card take this share" (engine/admit.py): the filter's mask, the filter's
+messages and reserve's check agree on every card, reason for reason."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from devshare.engine.admit import Reason, card_reasons, describe
+from devshare.engine.fit import Gather, card_fits, memory_need
+from devshare.engine.handlers.base import grant_for
+from devshare.engine.handlers.share import describe_cards
+from devshare.engine.state import ClusterState
+from devshare.model.allocation import ContainerAllocation, PodAllocation
+from devshare.model.device import DeviceInfo, NodeDevices
+from devshare.model.node import node_info_from_labels
+from devshare.model.request import DeviceRequest
+from support.cluster import GiB, pod
+
+asks = st.one_of(
+    st.builds(lambda c, m: DeviceRequest(type="gpu", core_milli=c, memory=m),
+              st.sampled_from([0, 100, 300, 500, 1000]), st.sampled_from([0, GiB, 4 * GiB, 20 * GiB])),
+    st.builds(lambda r: DeviceRequest(type="gpu", core_milli=r, memory_ratio_milli=r),
+              st.sampled_from([100, 250, 500, 1000])),
+    st.just(DeviceRequest(type="gpu", core_milli=1000, memory_ratio_milli=1000)),
+    st.just(DeviceRequest(type="gpu", core_milli=1000)),
+)
+cards = st.lists(st.tuples(st.sampled_from([8 * GiB, 16 * GiB]), st.booleans(), st.booleans()), min_size=1,
+                 max_size=4)
+usage = st.lists(st.tuples(st.integers(0, 3), asks), max_size=6)
+
+
+def build(cards_: list[tuple[int, bool, bool]], max_containers: int) -> ClusterState:
+    state = ClusterState(max_containers_per_device=max_containers)
+    state.upsert_node(node_info_from_labels("n"))
+    devs = tuple(DeviceInfo(type="gpu", minor=i, id=f"G{i}", memory=m, health=h) for i, (m, h, _) in enumerate(cards_))
+    held = tuple(f"G{i}" for i, (_, _, b) in enumerate(cards_) if b)
+    state.set_devices(NodeDevices(node="n", devices=devs, held_outside=held))
+    return state
+
+
+def one_share(state: ClusterState, name: str, col: int, req: DeviceRequest) -> PodAllocation:
+    g = grant_for(state.tables["gpu"], 0, col, req)
+    return PodAllocation(node="n", containers=(ContainerAllocation(name="c0", devices=(g,)),))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cards_=cards, used=usage, req=asks, max_containers=st.integers(1, 3))
+def test_reserve_accepts_exactly_what_filter_passes_reason_for_reason(
+        cards_: list[tuple[int, bool, bool]], used: list[tuple[int, DeviceRequest]], req: DeviceRequest,
+        max_containers: int) -> None:
+    state = build(cards_, max_containers)
+    t = state.tables["gpu"]
+    for k, (col, ask) in enumerate(used):  # any usage, even over-use: bound pods' annotations are the truth
+        if col < t.count(0):
+            state.add_bound(pod(f"u{k}", ask), one_share(state, f"u{k}", col, ask))
+    n = t.count(0)
+    rows = np.array([0], np.int64)
+    g = Gather(t, rows)
+    mask = card_fits(g, req, max_containers)[0, :n]
+    need = memory_need(req, t.total_mem[0, :n])
+    codes = card_reasons(present=t.present[0, :n], healthy=t.healthy[0, :n], blocked=t.blocked[0, :n],
+                         total_core=t.total_core[0, :n], total_mem=t.total_mem[0, :n], free_core=t.free_core[0, :n],
+                         free_mem=t.free_mem[0, :n], slots=t.used_slots[0, :n], core=req.core_milli, memory=need,
+                         whole=req.whole, containers=1, max_containers=max_containers)
+    # the filter's hot-path mask is the predicate
+    assert mask.tolist() == (codes == Reason.FITS).tolist()
+    messages = describe_cards(t, 0, req, max_containers)
+    p = pod("asker", req)
+    for col in range(n):
+        verdict = state.why_not(p, one_share(state, "asker", col, req))
+        if codes[col] == Reason.FITS:
+            assert verdict is None
+            assert f"gpu {col}:" not in messages
+        else:
+            # reserve refuses with the filter's own reason, in the filter's own words
+            want = describe(int(codes[col]), f"gpu {col}", total_core=int(t.total_core[0, col]),
+                            total_mem=int(t.total_mem[0, col]), free_core=int(t.free_core[0, col]),
+                            free_mem=int(t.free_mem[0, col]), slots=int(t.used_slots[0, col]),
+                            core=req.core_milli, memory=int(np.broadcast_to(need, (n,))[col]),
+                            max_containers=max_containers)
+            assert verdict == want
+            assert want in messages
+
+
+def test_every_reason_has_a_message() -> None:
+    for r in Reason:
+        text = describe(r, "gpu 0", total_core=1000, total_mem=GiB, free_core=0, free_mem=0, slots=2, core=500,
+                        memory=GiB, max_containers=2)
+        assert (text == "") == (r is Reason.FITS)
