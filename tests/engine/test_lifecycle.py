@@ -98,10 +98,11 @@ def test_expiry_drops_exactly_the_assumed_past_their_time_and_not_in_flight(
     lc, _ = lifecycle()
     now = 0.0
     flying: set[str] = set()
+    open_binds = []  # kept referenced: a collected context manager would end its bind
     for op, i, dt in steps:
         p = pod(f"p{i}", gpu(30, GiB))
-        if op == "assume" and p.key not in lc.state.pods:
-            placed = lc.scheduler.place(p)
+        if op == "assume":
+            placed = lc.scheduler.place(p) if p.key not in lc.state.pods else None
             if placed is not None:
                 lc.assume(p, placed.allocation, now=now, ttl=dt)
         elif op == "confirm" and p.key in lc.state.pods:
@@ -111,6 +112,7 @@ def test_expiry_drops_exactly_the_assumed_past_their_time_and_not_in_flight(
         elif op == "fly":
             cm = lc.bind_in_flight(p.key)
             cm.__enter__()
+            open_binds.append(cm)
             flying.add(p.key)
         else:
             now += dt
