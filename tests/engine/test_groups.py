@@ -191,7 +191,7 @@ def test_plan_holds_devices_and_scores_the_planned_node() -> None:
     other = sch.place(pod("other", whole(8)))
     assert other is not None and other.node == "b"
     assert sch.place(pod("more", whole(1)), ["a"]) is None
-    assert planner.prioritize(member(1, 4, replicas=2), ["a", "b"], now=1) == {"a": 10, "b": 0}
+    assert planner.planned_node(member(1, 4, replicas=2), ["a", "b"], now=1) == "a"
     out = planner.filter(member(1, 4, replicas=2), ["a", "b"], now=1)
     assert out.passed == ["a"] and "planned on node a" in out.failed["b"]
     keys = sorted(k for k in s.pods if "#plan#" in k)

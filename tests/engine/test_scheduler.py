@@ -9,11 +9,12 @@ import pytest
 
 from devshare.engine.handlers import Code
 from devshare.engine.handlers.base import Settings
-from devshare.engine.scheduler import Scheduler, normalize
+from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model import names
 from devshare.model.request import DeviceRequest
-from support.cluster import GiB, MiB, add_node, bound, gpu, pod, whole
+from devshare.server.extender.scores import normalize
+from support.cluster import GiB, MiB, add_node, bound, gpu, outcome, pod, priorities, whole
 
 
 def test_seed002_bind_picks_the_fitting_card_with_least_free_memory() -> None:
@@ -39,7 +40,7 @@ def test_seed002_filter_needs_one_card_with_enough_memory() -> None:
     bound(st, "d", "N2", 1, memory=12207 * MiB)
     bound(st, "e", "N3", 1, memory=16276 * MiB)
     bound(st, "f", "N3", 0, memory=8138 * MiB)
-    out = Scheduler(st).filter(pod("x", gpu(memory=8138 * MiB)), ["N1", "N2", "N3"])
+    out = outcome(Scheduler(st), pod("x", gpu(memory=8138 * MiB)), ["N1", "N2", "N3"])
     assert out.passed == ["N3"]
     assert set(out.failed) == {"N1", "N2"}
     assert "gpu 0: 4.0 GiB free, 7.9 GiB asked" in out.failed["N2"]
@@ -50,7 +51,7 @@ def test_reason_names_the_card_free_and_asked() -> None:
     add_node(st, "n1", 4, memory=8 * GiB)
     for m in range(4):
         bound(st, f"p{m}", "n1", m, memory=6 * GiB)
-    out = Scheduler(st).filter(pod("x", gpu(30, 6 * GiB)))
+    out = outcome(Scheduler(st), pod("x", gpu(30, 6 * GiB)))
     assert "gpu 3: 2 GiB free, 6 GiB asked" in out.failed["n1"]
 
 
@@ -70,7 +71,7 @@ def test_seed000_2_1_3_on_a_four_card_node() -> None:
     assert st.why_not(p, a) is None
     # a node without the multi-share label refuses, as unresolvable, saying which label enables it
     add_node(st, "plain", 4)
-    out = Scheduler(st).filter(p, ["plain"])
+    out = outcome(Scheduler(st), p, ["plain"])
     assert names.MULTI_GPU_SHARE in out.unresolvable["plain"]
 
 
@@ -106,7 +107,7 @@ def test_unhealthy_devices_are_never_used() -> None:
         g = placed.allocation.containers[0].devices[0]
         assert (placed.node, g.minor) == ("n2", 0)
         st.reserve(pod(f"p{i}", gpu(40, GiB)), placed.allocation, now=0)
-    out = sch.filter(pod("z", gpu(40, GiB)))
+    out = outcome(sch, pod("z", gpu(40, GiB)))
     assert "gpu 0: unhealthy" in out.failed.get("n1", out.unresolvable.get("n1", ""))
 
 
@@ -116,10 +117,10 @@ def test_compute_policy_and_gpu_model_constraints() -> None:
     add_node(st, "burst", 2, labels={names.COMPUTE_POLICY: "native-burst-share", names.NODE_GPU_MODEL: "T4"})
     sch = Scheduler(st)
     p = pod("p", gpu(30, GiB), compute_policy="fixed-share")
-    assert sch.filter(p).passed == ["fixed"]
-    assert "compute policy" in sch.filter(p).unresolvable["burst"]
+    assert outcome(sch, p).passed == ["fixed"]
+    assert "compute policy" in outcome(sch, p).unresolvable["burst"]
     q = pod("q", gpu(30, GiB), gpu_models=("T4",))
-    out = sch.filter(q)
+    out = outcome(sch, q)
     assert out.passed == ["burst"] and "A100" in out.unresolvable["fixed"]
 
 
@@ -141,9 +142,9 @@ def test_node_binpack_and_spread_and_scores_in_range() -> None:
     add_node(st, "idle", 4)
     bound(st, "a", "busy", 0, core=1000, memory=16 * GiB)
     p = pod("p", gpu(20, 2 * GiB))
-    pri = Scheduler(st).prioritize(p)
+    pri = priorities(Scheduler(st), p)
     assert pri["busy"] > pri["idle"]
-    pri_spread = Scheduler(st, settings=Settings(node_binpack=False, card_binpack=False)).prioritize(p)
+    pri_spread = priorities(Scheduler(st, settings=Settings(node_binpack=False, card_binpack=False)), p)
     assert pri_spread["idle"] > pri_spread["busy"]
     assert all(0 <= v <= 10 for v in pri.values())
 
@@ -162,7 +163,7 @@ def test_whole_cards_are_exclusive() -> None:
     placed = Scheduler(st).place(pod("p", whole(1)))
     assert placed is not None and placed.allocation.containers[0].devices[0].minor == 1
     assert Scheduler(st).place(pod("q", whole(2))) is None
-    out = Scheduler(st).filter(pod("q", whole(2)))
+    out = outcome(Scheduler(st), pod("q", whole(2)))
     assert out.failed["n1"].startswith("needs 2 whole gpu")
 
 
@@ -231,5 +232,5 @@ def test_a_failing_handler_gives_seed_004_error_not_an_exception(monkeypatch: py
     p = pod("p", gpu(30, GiB))
     ev = sch.evaluate(p, st.node_rows())
     assert ev.codes.tolist() == [Code.ERROR]
-    assert sch.filter(p).failed == {"n1": "internal error in the gpu handler: RuntimeError: boom"}
+    assert outcome(sch, p).failed == {"n1": "internal error in the gpu handler: RuntimeError: boom"}
     assert sch.place(p) is None

@@ -7,7 +7,7 @@ Lifecycle of a group ``<ns>/<name>`` (pods with the same ``GroupRef``; members m
   makes the plan: :func:`devshare.engine.groups.plan_layout` over the nodes it may use. Each planned
   member's devices are reserved in the state at once under a placeholder key
   ``<ns>/<name>#plan#<i>`` (an assumed allocation expiring with the plan), so no other pod can take
-  them. The member is given a slot; the planned node scores 10, every other node 0, and filter
+  them. The member is given a slot; the extender scores the planned node highest and every other node 0; filter
   passes the planned node alone.
 - A member's bind (:meth:`GroupPlanner.claim`) turns its slot's placeholder into the member's own
   reservation. A group binds as soon as ``quorum`` members hold one: 1 for a plain group, the gang's
@@ -46,7 +46,6 @@ from devshare.model.request import PodRequest
 
 DEFAULT_PLAN_TTL = 120.0  # seconds a plan holds devices for members that have not come
 PLAN = "#plan#"
-PLANNED_SCORE = 10
 
 SlotPhase = Literal["planned", "claimed", "bound", "lost"]
 
@@ -400,12 +399,10 @@ class GroupPlanner:
                 out.failed[n] = f"group {pod.group.name if pod.group else ''}: member planned on node {r.node}"
         return out
 
-    def prioritize(self, pod: PodRequest, nodes: Sequence[str] | None, *, now: float) -> dict[str, int]:
-        """10 for the member's planned node, 0 for the others."""
-        names_ = list(nodes) if nodes is not None else sorted(self.state.row_of)
+    def planned_node(self, pod: PodRequest, nodes: Sequence[str] | None, *, now: float) -> str | None:
+        """The member's planned node (None when it has no place): the extender scores it highest."""
         r = self.assign(pod, nodes, now=now)
-        planned = r.node if isinstance(r, MemberPlacement) else None
-        return {n: PLANNED_SCORE if n == planned else 0 for n in names_}
+        return r.node if isinstance(r, MemberPlacement) else None
 
     def claim(self, pod: PodRequest, node: str | None = None, *, now: float) -> Decision:
         """The member asks to bind (on ``node``, when given). See the module docstring."""

@@ -22,7 +22,6 @@ from devshare.model.request import PodRequest
 
 log = logging.getLogger(__name__)
 Ints = npt.NDArray[np.int64]
-MAX_SCORE = 10  # kube-scheduler's extender priority range is 0..10
 ERROR, SUCCESS, UNRESOLVABLE = int(ERROR), int(SUCCESS), int(UNRESOLVABLE)
 REASON_SHAPES = 64  # pod shapes whose per-node reasons are kept
 UNKNOWN_NODE = "node is not known to devshare (no such Node, or no Device object yet)"
@@ -30,7 +29,8 @@ UNKNOWN_NODE = "node is not known to devshare (no such Node, or no Device object
 
 @dataclass
 class FilterOutcome:
-    """Per node: passed, failed (preemption might help) or unresolvable, with reasons."""
+    """Per node: passed, failed (preemption might help) or unresolvable, with reasons (the group
+    planner's answer; a single pod's is :class:`Verdicts`, over node indexes)."""
 
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
@@ -195,30 +195,6 @@ class Scheduler:
         return Verdicts(ev, np.flatnonzero(codes == SUCCESS), soft, ev.reasons(self.state, self.settings, soft),
                         hard, ev.reasons(self.state, self.settings, hard))
 
-    def filter(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> FilterOutcome:
-        rows, unknown = self._rows(nodes)
-        v = self.verdicts(pod, rows)
-        name_of = self.state.name_of
-
-        def names(idx: Ints) -> list[str]:
-            return [name_of[r] for r in rows[idx].tolist()]
-
-        unresolvable = dict.fromkeys(unknown, UNKNOWN_NODE)
-        unresolvable.update(zip(names(v.unresolvable), v.unresolvable_reasons, strict=True))
-        return FilterOutcome(names(v.passed), dict(zip(names(v.failed), v.failed_reasons, strict=True)),
-                             unresolvable)
-
-    def prioritize(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> dict[str, int]:
-        """Scores 0..10 (min-max over the nodes that fit; all equal -> all 10; unfit -> 0)."""
-        rows, unknown = self._rows(nodes)
-        ev = self.evaluate(pod, rows)
-        out = {n: 0 for n in unknown}
-        ok = ev.codes == SUCCESS
-        norm = normalize(ev.scores, ok)
-        for i, row in enumerate(rows.tolist()):
-            out[self.state.name_of[row]] = int(norm[i])
-        return out
-
     def place(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> Placement | None:
         """The best node and allocation for ``pod`` (ties: lowest ``state.rank``), or None."""
         rows, _ = self._rows(nodes)
@@ -235,15 +211,16 @@ class Scheduler:
 
     def why_unschedulable(self, pod: PodRequest, nodes: Sequence[str] | None = None, limit: int = 3) -> str:
         """A short summary of why no node fits (the most common reasons first)."""
-        out = self.filter(pod, nodes)
-        reasons = list(out.unresolvable.values()) + list(out.failed.values())
+        rows, unknown = self._rows(nodes)
+        v = self.verdicts(pod, rows)
+        reasons = [UNKNOWN_NODE] * len(unknown) + v.unresolvable_reasons + v.failed_reasons
         if not reasons:
-            return "no nodes" if not out.passed else ""
+            return "no nodes" if not v.passed.size else ""
         counts: dict[str, int] = {}
         for r in reasons:
             counts[r] = counts.get(r, 0) + 1
         top = sorted(counts.items(), key=lambda kv: -kv[1])[:limit]
-        return f"0/{len(reasons) + len(out.passed)} nodes fit: " + "; ".join(
+        return f"0/{len(reasons) + len(v.passed)} nodes fit: " + "; ".join(
             f"{n} node(s): {r}" for r, n in top)
 
     def allocate_on(self, pod: PodRequest, node: str, *,
@@ -284,20 +261,6 @@ def scheduler_policy(name: str = "devshare", settings: Settings | None = None) -
 
         return DevsharePolicy()
     raise ValueError(f"unknown policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
-
-
-def normalize(scores: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
-    """Raw scores -> 0..10 over the fitting nodes (min-max; equal scores all get 10)."""
-    out = np.zeros(scores.shape, np.int64)
-    if not ok.any():
-        return out
-    s = scores[ok]
-    lo, hi = float(s.min()), float(s.max())
-    if hi - lo < 1e-12:
-        out[ok] = MAX_SCORE
-    else:
-        out[ok] = np.rint((s - lo) / (hi - lo) * MAX_SCORE).astype(np.int64)
-    return out
 
 
 def _error(rows: Ints, reason: str) -> Evaluation:

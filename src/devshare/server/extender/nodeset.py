@@ -21,8 +21,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.scheduler import MAX_SCORE
 from devshare.engine.state import ClusterState
+from devshare.server.extender.scores import MAX_SCORE
 from devshare.server.extender.wire import decode_names
 
 Ints = npt.NDArray[np.int64]

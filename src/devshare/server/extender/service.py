@@ -16,7 +16,7 @@ use) is a ``FailedNodes`` entry (preemption may help); one that can never fit as
 how kube-scheduler reads them); only a body that is not the protocol's type gets a 400.
 
 Pods of a group or gang go through the engine's :class:`GroupPlanner` (one per extender, on the
-same state): filter passes the member's planned node, prioritize scores it 10, bind claims the
+same state): filter passes the member's planned node, prioritize scores it 10 (``PLANNED_SCORE``), bind claims the
 planned devices; at a gang's quorum the extender binds every waiting member itself (:mod:`members`,
 docs/extender.md). The API writes of a bind are in :mod:`writes`.
 """
@@ -55,7 +55,8 @@ from devshare.server.extender.nodeset import (
     encode_priorities,
     resolve,
 )
-from devshare.server.extender.verdicts import filter_nodes, score_nodes, scores_from
+from devshare.server.extender.scores import PLANNED_SCORE, scores_from
+from devshare.server.extender.verdicts import filter_nodes, score_nodes
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -313,8 +314,8 @@ class Extender:
         if not pod.has_devices():
             return encode_priorities(names, [0] * len(names))
         if pod.group is not None:
-            planned = self.planner.prioritize(pod, cands.nodes.known.tolist(), now=self.clock())
-            return encode_priorities(names, [planned.get(n, 0) for n in names])
+            planned = self.planner.planned_node(pod, cands.nodes.known.tolist(), now=self.clock())
+            return encode_priorities(names, [PLANNED_SCORE if n == planned else 0 for n in names])
         scores = score_nodes(self.scheduler, pod, cands.nodes)
         if not cands.nodes.unknown:
             return self.priorities.encode(cands.nodes.rows, scores)
