@@ -315,6 +315,39 @@ class ClusterState:
         self.version += 1
         return reason
 
+    # ------------------------------------------------------------------ node indexes
+    # The engine answers per node *index* (evaluations, scores, verdicts); code outside the engine
+    # maps names to indexes and back through these, never through the dicts behind them. An index
+    # keeps its meaning while ``layout`` is unchanged (a removed node's index may be reused).
+    @property
+    def layout(self) -> int:
+        """Changes whenever nodes or devices change (not on usage): index-keyed caches key on it."""
+        return self.layout_version
+
+    def indexes_of(self, names: list[str]) -> tuple[np.ndarray[Any, np.dtype[np.int64]], list[str], list[str]]:
+        """The indexes of the known ``names`` (in order), those names, and the unknown ones."""
+        row_of = self.row_of
+        try:
+            return np.fromiter(map(row_of.__getitem__, names), np.int64, len(names)), names, []
+        except KeyError:
+            known = [n for n in names if n in row_of]
+            unknown = [n for n in names if n not in row_of]
+            return np.fromiter(map(row_of.__getitem__, known), np.int64, len(known)), known, unknown
+
+    def name_at(self, index: int) -> str | None:
+        """The node at ``index`` (None: no node there now)."""
+        return self.name_of.get(index)
+
+    def device_usage(self) -> Iterable[tuple[str, str, int, int, int, int, int]]:
+        """Per device, by node name: (node, type, minor, used core, total core, used memory, total memory)."""
+        for name in sorted(self.row_of):
+            row = self.row_of[name]
+            for dtype in sorted(self.tables):
+                t = self.tables[dtype]
+                for col in range(t.count(row)):
+                    yield (name, dtype, int(t.minor[row, col]), int(t.used_core[row, col]),
+                           int(t.total_core[row, col]), int(t.used_mem[row, col]), int(t.total_mem[row, col]))
+
     # ------------------------------------------------------------------ views
     def node_rows(self, names_: Iterable[str] | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:
         """Rows of the named nodes (unknown names are skipped), or of every node (sorted)."""

@@ -80,17 +80,11 @@ class _StateCollector(Collector):
             "Allocated share of each device (0..1), by resource: core (compute) or memory.",
             labels=["node", "type", "minor", "resource"],
         )
-        for name, row in sorted(state.row_of.items()):
-            for dtype in sorted(state.tables):
-                t = state.tables[dtype]
-                for col in range(t.count(row)):
-                    minor = str(int(t.minor[row, col]))
-                    total_core = int(t.total_core[row, col])
-                    if total_core:
-                        ratio.add_metric([name, dtype, minor, "core"], int(t.used_core[row, col]) / total_core)
-                    total_mem = int(t.total_mem[row, col])
-                    if total_mem:
-                        ratio.add_metric([name, dtype, minor, "memory"], int(t.used_mem[row, col]) / total_mem)
+        for name, dtype, minor, used_core, total_core, used_mem, total_mem in state.device_usage():
+            if total_core:
+                ratio.add_metric([name, dtype, str(minor), "core"], used_core / total_core)
+            if total_mem:
+                ratio.add_metric([name, dtype, str(minor), "memory"], used_mem / total_mem)
         yield ratio
         pods = GaugeMetricFamily("devshare_extender_pods", "Pods holding devices, by phase (assumed, bound).",
                                  labels=["phase"])

@@ -129,7 +129,7 @@ class Remembered:
     rows: npt.NDArray[np.int64]  # their rows
     raw: npt.NDArray[np.float64]  # and raw scores
     evaluation: PodEvaluation | None  # for the bind: its answer on a node that has not changed since
-    layout: int  # the state's layout_version then (rows mean the same nodes while it stays)
+    layout: int  # the state's layout then (node indexes mean the same nodes while it stays)
     position: npt.NDArray[np.int64] | None = None  # state row -> index in ``rows`` (-1: did not pass)
 
 
@@ -228,7 +228,7 @@ class Extender:
         r = self._filtered.get(pod_id[0])
         if r is None or r.pod_id != pod_id or not pod_id[1] or self.clock() - r.at > SCORE_REUSE_SECONDS:
             return None
-        if is_null(args.node_names) or r.layout != self.state.layout_version:
+        if is_null(args.node_names) or r.layout != self.state.layout:
             return None
         raw = bytes(args.node_names)
         if raw.translate(None, JSON_WHITESPACE) == r.encoded:  # names hold no whitespace
@@ -270,7 +270,7 @@ class Extender:
         names_json = out.passed_json()
         # node names hold no whitespace: without it, the bytes any client sends back to prioritize
         self._remember(Remembered(pod_id, self.clock(), names_json.translate(None, JSON_WHITESPACE), out.passed_rows,
-                                  out.raw_scores, out.evaluation, self.state.layout_version))
+                                  out.raw_scores, out.evaluation, self.state.layout))
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
         if cands.node_list is None:
