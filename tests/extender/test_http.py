@@ -192,7 +192,8 @@ async def test_bind_failure_undoes_the_reservation_and_annotations() -> None:
     inner = cluster(1, gpus=1, pods=[pod("p", core=100)])
 
     class FailingBind(MemoryBackend):
-        async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+        async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
+                           **kw: Any) -> None:
             raise Unavailable("connection refused")
 
     backend = FailingBind(inner.store)
@@ -358,9 +359,10 @@ async def test_expiry_drops_a_reservation_whose_bind_never_completed() -> None:
         gate = asyncio.Event()
         real_bind = backend.bind_pod
 
-        async def hung_bind(namespace: str, name: str, node_name: str, *, uid: str | None = None) -> None:
+        async def hung_bind(namespace: str, name: str, node_name: str, *, uid: str | None = None,
+                        **kw: Any) -> None:
             await gate.wait()
-            await real_bind(namespace, name, node_name, uid=uid)
+            await real_bind(namespace, name, node_name, uid=uid, **kw)
 
         backend.bind_pod = hung_bind  # type: ignore[method-assign]
         task = asyncio.create_task(bind(client, "p", "node-0"))

@@ -54,8 +54,11 @@ class Backend(Protocol):
         """Merge-patch the pod's annotations (None removes a key). Returns the patched pod."""
         ...
 
-    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
-        """Create the pod's Binding to ``node``. Conflict if it is already bound (or its uid differs)."""
+    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
+                       annotations: Mapping[str, str] | None = None, resource_version: str | None = None) -> None:
+        """Create the pod's Binding to ``node``. Conflict if it is already bound, its uid differs or
+        (given ``resource_version``) it changed since. The API server copies the Binding's
+        ``annotations`` onto the pod in the same write: the allocation and the binding are one act."""
         ...
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -385,15 +385,12 @@ class Extender:
             return f"pod {key}: {e}"
         annotations = encode_annotations(pod, alloc, now_ns=time.time_ns(),
                                          device_memory=self.state.gpu_memory(node))
-        # ---- asynchronous: write the decision, then bind ----
+        # ---- asynchronous: one write, the Binding with the allocation annotations ----
         done = False
         try:
-            error = await self.writes.annotate(ns, name, annotations)
+            error = await self.writes.bind(ns, name, node, uid, annotations=annotations,
+                                           resource_version=str(m.get("resourceVersion") or "") or None)
             if error:
-                return error
-            error = await self.writes.bind(ns, name, node, uid)
-            if error:
-                await self.writes.forget(ns, name, annotations)
                 return error
             done = True
         finally:
