@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devshare.engine.admit import Reason, card_reasons, describe
+from devshare.engine.admit import Ask, Card, Reason, card_reason, card_reasons, describe
 from devshare.engine.fit import Gather, card_fits, memory_need
 from devshare.engine.handlers.base import grant_for
 from devshare.engine.handlers.share import describe_cards
@@ -60,10 +60,14 @@ def test_reserve_accepts_exactly_what_filter_passes_reason_for_reason(
     g = Gather(t, rows)
     mask = card_fits(g, req, max_containers)[0, :n]
     need = memory_need(req, t.total_mem[0, :n])
-    codes = card_reasons(present=t.present[0, :n], healthy=t.healthy[0, :n], blocked=t.blocked[0, :n],
-                         total_core=t.total_core[0, :n], total_mem=t.total_mem[0, :n], free_core=t.free_core[0, :n],
-                         free_mem=t.free_mem[0, :n], slots=t.used_slots[0, :n], core=req.core_milli, memory=need,
-                         whole=req.whole, containers=1, max_containers=max_containers)
+    card = Card(t.present[0, :n], t.healthy[0, :n], t.blocked[0, :n], t.total_core[0, :n], t.total_mem[0, :n],
+                t.free_core[0, :n], t.free_mem[0, :n], t.used_slots[0, :n])
+    ask = Ask(req.core_milli, need, req.whole, 1, max_containers)
+    codes = card_reasons(card, ask)
+    # the scalar form (reserve's) and the array form (the filter's) of the rules agree card by card
+    needs = np.broadcast_to(need, (n,))
+    assert codes.tolist() == [
+        card_reason(Card(*(x[j].item() for x in card)), ask._replace(memory=int(needs[j]))) for j in range(n)]
     # the filter's hot-path mask is the predicate
     assert mask.tolist() == (codes == Reason.FITS).tolist()
     messages = describe_cards(t, 0, req, max_containers)

@@ -21,8 +21,9 @@ Rules, first failing wins (so a card gets one reason, the most basic one):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -53,25 +54,60 @@ def is_whole(core_milli: int, memory_ratio_milli: int, memory: int) -> bool:
     return core_milli >= WHOLE and (memory_ratio_milli >= WHOLE or memory == 0)
 
 
-def card_reasons(*, present: Any, healthy: Any, blocked: Any, total_core: Any, total_mem: Any, free_core: Any,
-                 free_mem: Any, slots: Any, core: Any, memory: Any, whole: bool, containers: int,
-                 max_containers: int) -> Codes:
-    """The :class:`Reason` each card (arrays of any one shape) gives to ``containers`` more
-    container(s) asking ``core`` thousandths of compute and ``memory`` bytes in all (``memory`` may be
-    an array: a ratio of each card's total), ``whole`` when the card is taken exclusively."""
-    rules: list[tuple[Reason, Any]] = [
-        (Reason.ABSENT, ~np.asarray(present, np.bool_)),
-        (Reason.UNHEALTHY, ~np.asarray(healthy, np.bool_)),
-        (Reason.HELD, np.asarray(blocked, np.bool_)),
-        (Reason.TOO_SMALL, (np.asarray(total_core) < core) | (np.asarray(total_mem) < memory)),
-        (Reason.IN_USE, (np.asarray(slots) > 0) & whole),
-        (Reason.COMPUTE, np.asarray(free_core) < core),
-        (Reason.MEMORY, np.asarray(free_mem) < memory),
-        (Reason.FULL, np.asarray(slots) + containers > max_containers),
-    ]
-    shape = np.broadcast_shapes(*(np.shape(c) for _, c in rules))
+class Card(NamedTuple):
+    """One card, or arrays of cards of any one shape (the rules below read both)."""
+
+    present: Any
+    healthy: Any
+    blocked: Any
+    total_core: Any
+    total_mem: Any
+    free_core: Any
+    free_mem: Any
+    slots: Any
+
+
+class Ask(NamedTuple):
+    """What is asked of each card: ``containers`` more container(s) wanting ``core`` thousandths of
+    compute and ``memory`` bytes in all (an array when a ratio of each card's total), the card taken
+    exclusively when ``whole``."""
+
+    core: Any
+    memory: Any
+    whole: bool
+    containers: int
+    max_containers: int
+
+
+# The predicate, once: each rule is true where the card fails it. Written with comparisons, ``&`` and
+# ``|`` only, so one rule reads Python scalars (reserve, one card at a time) and numpy arrays (the
+# filter, every card of every candidate at once) alike.
+RULES: tuple[tuple[Reason, Callable[[Card, Ask], Any]], ...] = (
+    (Reason.ABSENT, lambda c, a: c.present == 0),
+    (Reason.UNHEALTHY, lambda c, a: c.healthy == 0),
+    (Reason.HELD, lambda c, a: c.blocked != 0),
+    (Reason.TOO_SMALL, lambda c, a: (c.total_core < a.core) | (c.total_mem < a.memory)),
+    (Reason.IN_USE, lambda c, a: (c.slots > 0) & a.whole),
+    (Reason.COMPUTE, lambda c, a: c.free_core < a.core),
+    (Reason.MEMORY, lambda c, a: c.free_mem < a.memory),
+    (Reason.FULL, lambda c, a: c.slots + a.containers > a.max_containers),
+)
+
+
+def card_reason(card: Card, ask: Ask) -> Reason:
+    """The :class:`Reason` one card (Python scalars) gives to ``ask``: the first rule it fails."""
+    for reason, failed in RULES:
+        if failed(card, ask):
+            return reason
+    return Reason.FITS
+
+
+def card_reasons(card: Card, ask: Ask) -> Codes:
+    """:func:`card_reason` of every card of ``card`` (arrays of any one shape), as an int8 array."""
+    fails = [(reason, np.asarray(failed(card, ask), np.bool_)) for reason, failed in RULES]
+    shape = np.broadcast_shapes(*(f.shape for _, f in fails))
     codes = np.zeros(shape, np.int8)
-    for reason, failed in reversed(rules):  # the first rule that fails is written last
+    for reason, failed in reversed(fails):  # the first rule that fails is written last
         codes[np.broadcast_to(failed, shape)] = reason
     return codes
 

@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.admit import Reason, card_reasons, describe, is_whole
+from devshare.engine.admit import Ask, Card, Reason, card_reason, describe, is_whole
 from devshare.engine.table import DeviceTable
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
@@ -255,14 +255,13 @@ class ClusterState:
                         used_mem -= bg.memory
                         used_slots -= 1
             total_core, total_mem = int(t.total_core[row, col]), int(t.total_mem[row, col])
-            card = dict(total_core=total_core, total_mem=total_mem, free_core=total_core - used_core,
-                        free_mem=total_mem - used_mem, slots=used_slots)
-            code = int(card_reasons(present=True, healthy=bool(t.healthy[row, col]), blocked=bool(t.blocked[row, col]),
-                                    **card, core=core, memory=mem, whole=bool(whole), containers=slots,
-                                    max_containers=self.max_containers))
-            if code != Reason.FITS:
-                return describe(code, f"{dtype} {minor}", **card, core=core, memory=mem,
-                                max_containers=self.max_containers)
+            card = Card(True, bool(t.healthy[row, col]), bool(t.blocked[row, col]), total_core, total_mem,
+                        total_core - used_core, total_mem - used_mem, used_slots)
+            code = card_reason(card, Ask(core, mem, bool(whole), slots, self.max_containers))
+            if code:
+                return describe(code, f"{dtype} {minor}", total_core=total_core, total_mem=total_mem,
+                                free_core=card.free_core, free_mem=card.free_mem, slots=used_slots, core=core,
+                                memory=mem, max_containers=self.max_containers)
         return None
 
     # ------------------------------------------------------------------ accounting

@@ -9,7 +9,7 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.admit import Reason, card_reasons, describe
+from devshare.engine.admit import Ask, Card, Reason, card_reasons, describe
 from devshare.engine.fit import Gather, Need, SearchResult, card_fits, greedy, memory_need, search
 from devshare.engine.handlers.base import (
     SUCCESS,
@@ -77,10 +77,9 @@ def _describe(dtype: str, req: DeviceRequest, max_containers: int, minors: list[
               free_mem: list[int], slots: list[int]) -> str:
     """The messages of :func:`devshare.engine.admit.card_reasons` for one share of ``req`` on each card."""
     need = [req.memory_on(t) for t in total_mem]
-    codes = card_reasons(present=True, healthy=healthy, blocked=blocked, total_core=total_core,
-                         total_mem=total_mem, free_core=free_core, free_mem=free_mem, slots=slots,
-                         core=req.core_milli, memory=np.asarray(need, np.int64), whole=req.whole, containers=1,
-                         max_containers=max_containers).tolist()
+    codes = card_reasons(Card(True, np.asarray(healthy), np.asarray(blocked), np.asarray(total_core),
+                              np.asarray(total_mem), np.asarray(free_core), np.asarray(free_mem), np.asarray(slots)),
+                         Ask(req.core_milli, np.asarray(need, np.int64), req.whole, 1, max_containers)).tolist()
     out = [describe(code, f"{dtype} {minor}", total_core=total_core[j], total_mem=total_mem[j],
                     free_core=free_core[j], free_mem=free_mem[j], slots=slots[j], core=req.core_milli,
                     memory=need[j], max_containers=max_containers)
