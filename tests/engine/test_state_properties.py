@@ -15,6 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from devshare.engine.caches import EngineCaches
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState, Conflict
@@ -159,10 +160,10 @@ class StateMachine(RuleBasedStateMachine):
         rows = self.state.node_rows()
         for probe in PROBES:
             warm = sch.evaluate(probe, rows)
-            saved = dict(self.state.score_cache)
-            self.state.score_cache.clear()
+            saved = self.state.caches
+            self.state.caches = EngineCaches(self.state)
             cold = sch.evaluate(probe, rows)
-            self.state.score_cache.update(saved)
+            self.state.caches = saved
             assert warm.codes.tolist() == cold.codes.tolist()
             assert np.allclose(warm.scores, cold.scores)
             for i in np.flatnonzero(cold.codes == 0).tolist():

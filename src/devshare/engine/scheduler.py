@@ -9,10 +9,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.caches import pod_shape
 from devshare.engine.handlers import handler_for
 from devshare.engine.handlers.base import ERROR, SUCCESS, UNRESOLVABLE, UNSCHEDULABLE, Context, Evaluation, Settings
 from devshare.engine.policy import BinpackPolicy, Policy
@@ -23,7 +23,6 @@ from devshare.model.request import PodRequest
 log = logging.getLogger(__name__)
 Ints = npt.NDArray[np.int64]
 ERROR, SUCCESS, UNRESOLVABLE = int(ERROR), int(SUCCESS), int(UNRESOLVABLE)
-REASON_SHAPES = 64  # pod shapes whose per-node reasons are kept
 UNKNOWN_NODE = "node is not known to devshare (no such Node, or no Device object yet)"
 
 
@@ -84,15 +83,11 @@ class PodEvaluation:
         version): thousands of failing nodes cost one array lookup, not a text each."""
         if idx.size == 0:
             return []
-        shape = msgspec.structs.replace(self.pod, namespace="", name="", uid="", priority=0)
-        key = (shape, settings, state.layout_version)
         n = max(state.n_rows, 1)
-        entry = state.reason_cache.get(key)
-        if entry is None or entry[0].shape[0] < n:
-            if len(state.reason_cache) >= REASON_SHAPES:
-                state.reason_cache.clear()
-            entry = state.reason_cache[key] = (np.empty(n, dtype=object), np.full(n, -1, np.int64))
-        texts, versions = entry
+        texts, versions = state.caches.per_node(
+            "reasons", (pod_shape(self.pod), settings),
+            lambda size: (np.empty(size, dtype=object), np.full(size, -1, np.int64)),
+            fits=lambda e: e[0].shape[0] >= n)
         rows = self.rows[idx]
         now = state.row_version[rows]
         for k in np.flatnonzero(versions[rows] != now).tolist():

@@ -17,9 +17,9 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 
 from devshare.engine.admit import Ask, Card, Reason, card_reason, describe, is_whole
+from devshare.engine.caches import EngineCaches
 from devshare.engine.table import DeviceTable
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
@@ -67,25 +67,14 @@ class ClusterState:
         self.bandwidth: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
         self.version = 0  # bumped on every change; caches key on it
         self.layout_version = 0  # bumped when nodes or devices change (not on usage changes)
-        self.score_cache: dict[Any, Any] = {}  # policies' per-node answers, see handlers/share.py
-        # per pod shape: each node's "why not" text and the row version it was written at
-        self.reason_cache: dict[Any, tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]] = {}
+        self.caches = EngineCaches(self)  # every cache of the engine, one invalidation rule
         self._all_rows: np.ndarray[Any, np.dtype[np.int64]] | None = None
         self._all_rows_key = -1
-        self._layout_values: dict[Any, Any] = {}
-        self._layout_values_at = -1
 
     def per_layout(self, key: Any, make: Callable[[], T]) -> T:
         """A value derived from the nodes and devices only (not from usage: totals, health, labels,
-        bandwidth), made once and kept until a node or a device changes (``layout_version``)."""
-        if self._layout_values_at != self.layout_version:
-            self._layout_values.clear()
-            self._layout_values_at = self.layout_version
-        try:
-            return self._layout_values[key]  # type: ignore[no-any-return]
-        except KeyError:
-            value = self._layout_values[key] = make()
-            return value
+        bandwidth), made once and kept until a node or a device changes (:mod:`devshare.engine.caches`)."""
+        return self.caches.per_layout(key, make)
 
     def gpu_model(self, row: int) -> str:
         """The node's GPU model: its label if set, else its first GPU's model ("" when unknown)."""

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.admit import Ask, Card, Reason, card_reasons, describe
+from devshare.engine.caches import LRU, Identity, policy_key
 from devshare.engine.fit import Gather, Need, SearchResult, card_fits, greedy, memory_need, search
 from devshare.engine.handlers.base import (
     SUCCESS,
@@ -61,15 +62,13 @@ def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_contain
         table.free_core[row, :n].tolist(), table.free_mem[row, :n].tolist(), table.used_slots[row, :n].tolist(),
     )
     key = (table.type, req, max_containers, tuple(tuple(x) for x in state))
-    hit = _REASONS.get(key)
+    hit: str | None = _REASONS.get(key)
     if hit is None:
-        if len(_REASONS) > 4096:
-            _REASONS.clear()
-        hit = _REASONS[key] = _describe(table.type, req, max_containers, *state)
+        hit = _REASONS.put(key, _describe(table.type, req, max_containers, *state))
     return hit
 
 
-_REASONS: dict[object, str] = {}
+_REASONS: LRU[object, str] = LRU(4096)  # keyed by the cards' whole state: never stale, only bounded
 
 
 def _describe(dtype: str, req: DeviceRequest, max_containers: int, minors: list[int], healthy: list[bool],
@@ -247,21 +246,17 @@ class ShareHandler(DeviceHandler):
                 view = FitView(state, pod, rows[idx], table, req, fits[idx], g.subset(idx))
             return self.refine(ctx, view, policy.choose(view))
 
-        if not getattr(policy, "row_local", False):
+        declared = policy_key(policy, pod, req)  # what of the pod and of its model the policy reads
+        if declared is None:
             choice = compute(ok)
             scores[ok] = choice.scores
             cols[ok] = choice.columns
             return
-        key = (self.type, id(policy), getattr(policy, "model_version", 0), req, pod.cpu_milli,
-               pod.memory_bytes, pod.gpu_models, pod.compute_policy, ctx.settings, state.layout_version)
-        entry = state.score_cache.get(key)
-        if entry is None or entry[0].shape[0] < state.n_rows:
-            if len(state.score_cache) >= 64:
-                state.score_cache.clear()
-            n = max(state.n_rows, 1)
-            entry = (np.zeros(n), np.zeros((n, req.count), np.int64), np.full(n, -1, np.int64))
-            state.score_cache[key] = entry
-        e_scores, e_cols, e_version = entry
+        n_rows = state.n_rows
+        e_scores, e_cols, e_version = state.caches.per_node(
+            "policy answers", (self.type, Identity(policy), declared, ctx.settings),
+            lambda n: (np.zeros(n), np.zeros((n, req.count), np.int64), np.full(n, -1, np.int64)),
+            fits=lambda e: e[0].shape[0] >= n_rows)
         okrows = rows[ok]
         version = state.row_version[okrows]
         miss = e_version[okrows] != version
