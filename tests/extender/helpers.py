@@ -104,6 +104,9 @@ class FlakyBackend:
         await self.inner.bind_pod(namespace, name, node, uid=uid, annotations=annotations,
                                   resource_version=resource_version)
 
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:
+        await self.inner.delete_pod(namespace, name, uid=uid)
+
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.inner.get_lease(namespace, name)
 

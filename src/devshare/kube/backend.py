@@ -61,6 +61,11 @@ class Backend(Protocol):
         ``annotations`` onto the pod in the same write: the allocation and the binding are one act."""
         ...
 
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:
+        """Delete the pod with its own grace period (preemption). NotFound when it is gone; a pod of
+        another ``uid`` (deleted and re-created meanwhile) is left alone."""
+        ...
+
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         ...
 

@@ -173,6 +173,14 @@ class LiveBackend:
         with _translated():
             await self.client.create(PodBinding(**body), name=name, namespace=namespace)
 
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:
+        with _translated():
+            if uid:
+                current = await self.client.get(Pod, name, namespace=namespace)
+                if (meta(dict(current)).get("uid") or uid) != uid:
+                    return
+            await self.client.delete(Pod, name, namespace=namespace)
+
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             with _translated():

@@ -202,6 +202,15 @@ class MemoryBackend:
             patch["metadata"] = {"annotations": dict(annotations)}
         self.store.patch("pods", key, patch)
 
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:
+        key = f"{namespace}/{name}"
+        pod = self.store.get("pods", key)
+        if pod is None:
+            raise NotFound(f"pods {name!r} not found in namespace {namespace}", code=404)
+        if uid and meta(pod).get("uid") not in (None, "", uid):
+            return
+        self.store.delete("pods", key)
+
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.store.get("leases", f"{namespace}/{name}")
 

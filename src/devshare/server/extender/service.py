@@ -55,6 +55,7 @@ from devshare.server.extender.nodeset import (
     encode_priorities,
     resolve,
 )
+from devshare.server.extender.preemption import Preemptor
 from devshare.server.extender.scores import PLANNED_SCORE, scores_from
 from devshare.server.extender.verdicts import filter_nodes, score_nodes
 from devshare.server.extender.wire import (
@@ -173,6 +174,7 @@ class Extender:
         self.planner = GroupPlanner(self.scheduler, lifecycle=self.lifecycle)
         self.writes = PodWrites(backend, after_bind)
         self.members = MemberBinds(state, backend, self.planner, self.writes, self.lifecycle, lambda: self.clock())
+        self.preemptor = Preemptor(self.scheduler, backend, lambda: self.clock(), is_leader=lambda: self.is_leader())
 
     # ------------------------------------------------------------------ helpers
     def parse(self, pod: dict[str, Any]) -> PodRequest:
@@ -267,6 +269,11 @@ class Extender:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
             return self._answer(cands, outcome.passed, outcome.failed, outcome.unresolvable)
         out = filter_nodes(self.scheduler, pod, cands.nodes)
+        held = self.preemptor.held_nodes(pod)
+        if held:
+            out = out.without(held)
+        if not out.passed_idx.size and out.failed:
+            self.preemptor.maybe_preempt(pod, list(out.failed))
         names_json = out.passed_json()
         # node names hold no whitespace: without it, the bytes any client sends back to prioritize
         self._remember(Remembered(pod_id, self.clock(), names_json.translate(None, JSON_WHITESPACE), out.passed_rows,
@@ -400,12 +407,14 @@ class Extender:
         if reason is not None:
             log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
                         pod.key, reason)
+        self.preemptor.done(pod.key)
         return ""
 
     def pod_changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
         """StateSync's hook: a deleted group member gives up its place in its group's plan."""
         if kind == "pods" and type_ == "DELETED":
             self.members.deleted(object_key(obj))
+            self.preemptor.done(object_key(obj))
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:

@@ -41,6 +41,17 @@ class NamedVerdicts:
         """The JSON array of the names that passed (kube-scheduler's ``NodeNames``)."""
         return self.nodes.names_json(self.passed_idx)
 
+    def without(self, held: dict[str, str]) -> NamedVerdicts:
+        """The same answer with the nodes of ``held`` (name -> reason) moved from passed to failed."""
+        names = self.nodes.known[self.passed_idx].tolist()
+        keep = np.array([n not in held for n in names], np.bool_)
+        if keep.all():
+            return self
+        failed = dict(self.failed)
+        failed.update({n: held[n] for n in names if n in held})
+        return NamedVerdicts(self.nodes, self.passed_idx[keep], self.passed_rows[keep], self.raw_scores[keep],
+                             failed, self.unresolvable, self.evaluation)
+
 
 def brief(reason: str, *, resolvable: bool) -> str:
     """The node-independent part of an engine reason, for kube-scheduler's event.
