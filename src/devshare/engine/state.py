@@ -303,6 +303,23 @@ class ClusterState:
         self.version += 1
         return reason
 
+    # ------------------------------------------------------------------ what-if
+    def scratch(self, nodes: Iterable[str]) -> ClusterState:
+        """A separate state holding copies of ``nodes``, their devices and the allocations placed on
+        them (all counted, as bound): what-if questions (which victims make room) are asked there,
+        never by releasing and restoring live records."""
+        out = ClusterState(max_containers_per_device=self.max_containers)
+        keep = [n for n in nodes if n in self.nodes]
+        for name in keep:
+            out.upsert_node(self.nodes[name])
+            if name in self.devices:
+                out.set_devices(self.devices[name])
+        wanted = set(keep)
+        for rec in self.pods.values():
+            if rec.allocation.node in wanted:
+                out.add_bound(rec.pod, rec.allocation)
+        return out
+
     # ------------------------------------------------------------------ node indexes
     # The engine answers per node *index* (evaluations, scores, verdicts); code outside the engine
     # maps names to indexes and back through these, never through the dicts behind them. An index

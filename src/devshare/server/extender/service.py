@@ -420,7 +420,7 @@ class Extender:
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
         if not self.is_synced():
             raise NotReady(NOT_READY)
-        return _preempt.preempt(self.lifecycle, args, parse=self.parse, clock=self.clock)
+        return _preempt.preempt(self.scheduler, args, parse=self.parse)
 
     # ------------------------------------------------------------------ expiry
     def expire(self) -> list[str]:
