@@ -18,14 +18,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
 from devshare.model.request import DeviceRequest, PodRequest
-
-if TYPE_CHECKING:
-    from devshare.engine.state import ClusterState
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -101,10 +98,20 @@ class Identity:
         return isinstance(other, Identity) and other.obj is self.obj
 
 
+class Versioned(Protocol):
+    """What the caches read of the state that owns them (:class:`~devshare.engine.state.ClusterState`)."""
+
+    @property
+    def layout(self) -> int: ...
+
+    @property
+    def n_rows(self) -> int: ...
+
+
 class EngineCaches:
     """The caches of one :class:`~devshare.engine.state.ClusterState`."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: Versioned) -> None:
         self.state = state
         self._layout_values: dict[Any, Any] = {}
         self._layout_at = -1

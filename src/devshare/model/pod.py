@@ -340,3 +340,25 @@ def parse_pod(pod: Any) -> PodRequest:
     problems.raise_if_any()
     assert request is not None  # read_pod records a problem whenever it returns None
     return request
+
+
+def validate_pod(pod: Any) -> list[str]:
+    """Every problem of ``pod`` (a v1 Pod dict), each a sentence naming where and how to fix it;
+    empty when the pod can be scheduled. Never raises.
+
+    Besides the parse rules, admission refuses a pod created with ``spec.nodeName`` that asks for
+    devices (unless it already carries a devshare allocation, i.e. it is being restored)."""
+    try:
+        request, problems = read_pod(pod)
+        if request is not None and isinstance(pod, dict):
+            spec = pod.get("spec")
+            meta = pod.get("metadata")
+            ann = meta.get("annotations") if isinstance(meta, dict) else None
+            allocated = isinstance(ann, dict) and names.ALLOCATION in ann
+            node_name = spec.get("nodeName") if isinstance(spec, dict) else None
+            msg = validation.node_name_bypass(node_name, request.has_devices(), allocated)
+            if msg:
+                problems.add("spec.nodeName", msg)
+        return problems.messages()
+    except Exception as e:  # a bug in a rule must not turn into a 500 at admission
+        return [f"the pod could not be read ({type(e).__name__}: {e}); check its spec"]

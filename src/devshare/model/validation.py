@@ -1,10 +1,10 @@
 """Every rule a pod's device request must follow, one small function each.
 
 The dialect readers (:mod:`devshare.model.dialects`) and the pod reader (:mod:`devshare.model.pod`)
-call these rules while they parse, so there is one implementation: :func:`parse_pod` raises the
-problems found, :func:`validate_pod` returns them all. Each rule returns the message(s) for a
-person (what is wrong and how to fix it), or nothing when the value is fine; the caller adds
-where (which container).
+call these rules while they parse, so there is one implementation: ``parse_pod`` raises the
+problems found, ``validate_pod`` returns them all (both in :mod:`devshare.model.pod`, which imports
+this module, never the other way round). Each rule returns the message(s) for a person (what is
+wrong and how to fix it), or nothing when the value is fine; the caller adds where (which container).
 
 Sources: seed 000's webhook section (normal and multiple mGPU pods), seed 001's resource
 dimensions (Koordinator), seed 002 (Aliyun), seed 003 (groups and gang), DESIGN.md.
@@ -388,30 +388,3 @@ def group_complete(name: str | None, count: str | None, name_key: str, count_key
         return None
     missing, given = (count_key, name_key) if count is None else (name_key, count_key)
     return f"{given} is set but {missing} is not: set both (the job's name and its number of pods)"
-
-
-# ----------------------------------------------------------------------------------------------
-
-
-def validate_pod(pod: Any) -> list[str]:
-    """Every problem of ``pod`` (a v1 Pod dict), each a sentence naming where and how to fix it;
-    empty when the pod can be scheduled. Never raises.
-
-    Besides the parse rules, admission refuses a pod created with ``spec.nodeName`` that asks for
-    devices (unless it already carries a devshare allocation, i.e. it is being restored)."""
-    from devshare.model.pod import read_pod  # the reader calls the rules above
-
-    try:
-        request, problems = read_pod(pod)
-        if request is not None and isinstance(pod, dict):
-            spec = pod.get("spec")
-            meta = pod.get("metadata")
-            ann = meta.get("annotations") if isinstance(meta, dict) else None
-            allocated = isinstance(ann, dict) and names.ALLOCATION in ann
-            node_name = spec.get("nodeName") if isinstance(spec, dict) else None
-            msg = node_name_bypass(node_name, request.has_devices(), allocated)
-            if msg:
-                problems.add("spec.nodeName", msg)
-        return problems.messages()
-    except Exception as e:  # a bug in a rule must not turn into a 500 at admission
-        return [f"the pod could not be read ({type(e).__name__}: {e}); check its spec"]
