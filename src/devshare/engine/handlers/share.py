@@ -129,9 +129,20 @@ class ShareHandler(DeviceHandler):
             none_reason = f"node has no {self.type} devices (no Device object lists any)"
             codes[:] = UNRESOLVABLE if needs else SUCCESS
             return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {})
-        n_dev = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))[rows]
         c_codes, c_reason = self.constraints(ctx, rows)
         codes = c_codes.copy()
+        reasons = self._never_fits(ctx, table, rows, needs, codes)
+        g = Gather(table, rows)
+        if len(needs) == 1:
+            return self._one_container(ctx, table, rows, needs[0], g, codes, reasons, c_reason)
+        return self._several_containers(ctx, table, rows, needs, g, codes, reasons, c_reason)
+
+    def _never_fits(self, ctx: Context, table: DeviceTable, rows: Ints, needs: list[tuple[int, DeviceRequest]],
+                    codes: npt.NDArray[np.int8]) -> dict[int, str]:
+        """Mark UNRESOLVABLE (in ``codes``) the rows no amount of freed capacity can satisfy: too few
+        devices, or too few big enough (preemption would not help). Returns their reasons."""
+        state = ctx.state
+        n_dev = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))[rows]
         reasons: dict[int, str] = {}
         biggest = max(r.count for _, r in needs)
         too_few = (codes == SUCCESS) & (n_dev < biggest)
@@ -139,8 +150,6 @@ class ShareHandler(DeviceHandler):
         for i in np.flatnonzero(too_few).tolist():
             reasons[i] = (f"node has {int(n_dev[i])} {self.type} device(s), a container asks for {biggest}"
                           if n_dev[i] else f"node has no {self.type} devices")
-        # asks no amount of freed capacity can satisfy: too few devices big enough (preemption won't help)
-        g = Gather(table, rows)
         for _, req in needs:
             n_big = state.per_layout((self.type, "large enough", req), partial(large_enough, table, req))[rows]
             never = (codes == SUCCESS) & (n_big < req.count)
@@ -149,32 +158,46 @@ class ShareHandler(DeviceHandler):
                 reasons[i] = (f"needs {describe_ask(self.type, req)}; {int(n_big[i])} usable {self.type} "
                               f"device(s) on the node are that large: "
                               f"{describe_cards(table, int(rows[i]), req, state.max_containers)}")
+        return reasons
+
+    def _one_container(self, ctx: Context, table: DeviceTable, rows: Ints, need: tuple[int, DeviceRequest],
+                       g: Gather, codes: npt.NDArray[np.int8], reasons: dict[int, str],
+                       c_reason: Reasons) -> Evaluation:
+        """One container asks for this type: every node at once (the card mask, the policy)."""
+        mc = ctx.state.max_containers
+        m = len(rows)
+        scores = np.zeros(m, np.float64)
+        ci, req = need
+        fits = card_fits(g, req, mc)
+        nfit = sum_per_row(fits) if req.count > 1 else any_per_row(fits)
+        short = (codes == SUCCESS) & (nfit < req.count)
+        codes[short] = UNSCHEDULABLE
+        ok = np.flatnonzero(codes == SUCCESS)
+        cols = np.zeros((m, req.count), np.int64)
+        if ok.size:
+            self._choose(ctx, table, rows, ok, fits, g, req, scores, cols)
+
+        def explain(i: int) -> str:
+            if i in reasons:
+                return reasons[i]
+            if codes[i] == UNRESOLVABLE:
+                return c_reason(i)
+            return f"needs {describe_ask(self.type, req)}; {describe_cards(table, int(rows[i]), req, mc)}"
+
+        def grant(i: int) -> Grants:
+            row = int(rows[i])
+            return {ci: tuple(grant_for(table, row, int(c), req) for c in cols[i])}
+
+        return Evaluation(rows, codes, scores, explain, grant)
+
+    def _several_containers(self, ctx: Context, table: DeviceTable, rows: Ints,
+                            needs: list[tuple[int, DeviceRequest]], g: Gather, codes: npt.NDArray[np.int8],
+                            reasons: dict[int, str], c_reason: Reasons) -> Evaluation:
+        """Several containers ask for this type: greedy where it decides, seed 000's DFS elsewhere."""
+        state, pod = ctx.state, ctx.pod
         mc = state.max_containers
-
-        if len(needs) == 1:
-            ci, req = needs[0]
-            fits = card_fits(g, req, mc)
-            nfit = sum_per_row(fits) if req.count > 1 else any_per_row(fits)
-            short = (codes == SUCCESS) & (nfit < req.count)
-            codes[short] = UNSCHEDULABLE
-            ok = np.flatnonzero(codes == SUCCESS)
-            cols = np.zeros((m, req.count), np.int64)
-            if ok.size:
-                self._choose(ctx, table, rows, ok, fits, g, req, scores, cols)
-
-            def explain(i: int) -> str:
-                if i in reasons:
-                    return reasons[i]
-                if codes[i] == UNRESOLVABLE:
-                    return c_reason(i)
-                return f"needs {describe_ask(self.type, req)}; {describe_cards(table, int(rows[i]), req, mc)}"
-
-            def grant(i: int) -> Grants:
-                row = int(rows[i])
-                return {ci: tuple(grant_for(table, row, int(c), req) for c in cols[i])}
-
-            return Evaluation(rows, codes, scores, explain, grant)
-
+        m = len(rows)
+        scores = np.zeros(m, np.float64)
         # several containers ask for this type. A vectorized greedy placement decides most nodes;
         # seed 000's exact DFS runs where it cannot (greedy failed) and, for the devices, on the node
         # finally chosen (grant_multi), so the allocation is the best-scoring combination there.
