@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -197,7 +195,9 @@ def test_topology_picks_the_max_bottleneck_set() -> None:
     assert got in ([0, 1, 2, 3], [4, 5, 6, 7])
 
 
-def test_sixteen_containers_on_sixteen_cards_is_fast_and_best() -> None:
+def test_sixteen_containers_on_sixteen_cards_fit_within_the_search_budget() -> None:
+    """The DFS is bounded by its budget (Settings.dfs_budget), not by time: how long it takes is
+    bench/bench_engine.py's business."""
     st = ClusterState()
     labels = {names.MULTI_GPU_SHARE: "true", names.COMPUTE_POLICY: "native-burst-share"}
     add_node(st, "n1", 16, labels=labels)
@@ -205,12 +205,9 @@ def test_sixteen_containers_on_sixteen_cards_is_fast_and_best() -> None:
         bound(st, f"b{m}", "n1", m, core=300, memory=4 * GiB)
     asks = [gpu(25 + 5 * (i % 3), GiB, count=1 + (i % 2)) for i in range(16)]
     p = pod("p", *asks)
-    t0 = time.perf_counter()
     placed = Scheduler(st).place(p)
-    elapsed = time.perf_counter() - t0
     assert placed is not None
     assert st.why_not(p, placed.allocation) is None
-    assert elapsed < 30  # a sanity bound against exponential blow-up, not a benchmark
 
 
 @pytest.mark.parametrize("code", list(Code))
