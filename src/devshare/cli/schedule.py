@@ -13,7 +13,8 @@ import typer
 from devshare.cli.common import emit, fail, load_yaml_documents, user_errors
 from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
 from devshare.engine.lifecycle import Lifecycle
-from devshare.engine.scheduler import POLICY_NAMES, Scheduler, scheduler_policy
+from devshare.engine.policies import LIVE_NAMES, make_policy
+from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import encode_annotations
@@ -157,9 +158,9 @@ def schedule(
 
         pod_objs = pods_of(pods)
         state = asyncio.run(load_state(MemoryBackend.load(cluster)))
-        if policy not in POLICY_NAMES:
-            raise fail(f"unknown policy {policy!r}: use one of {', '.join(POLICY_NAMES)}")
-        placer = Placer(state, Scheduler(state, policy=scheduler_policy(policy)))
+        if policy not in LIVE_NAMES:
+            raise fail(f"unknown policy {policy!r}: use one of {', '.join(LIVE_NAMES)}")
+        placer = Placer(state, Scheduler(state, policy=make_policy(policy)))
         for obj in pod_objs:
             placer.place(obj)
         emit({"placements": placer.finish()}, output, _table)

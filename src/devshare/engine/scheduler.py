@@ -239,25 +239,6 @@ class Scheduler:
         return ev.allocation(self.state, 0)
 
 
-POLICY_NAMES = ("devshare", "binpack", "spread")
-
-
-def scheduler_policy(name: str = "devshare", settings: Settings | None = None) -> Policy:
-    """The node policy a live scheduler (extender, ``devshare schedule``) uses, by name:
-    ``devshare`` (default: fragmentation-aware, learns the task mix online), or seed 000's card and
-    node ``binpack`` / ``spread``."""
-    s = settings or Settings()
-    if name == "binpack":
-        return BinpackPolicy(card_binpack=True, node_binpack=True, core_weight=s.core_weight)
-    if name == "spread":
-        return BinpackPolicy(card_binpack=False, node_binpack=False, core_weight=s.core_weight)
-    if name == "devshare":
-        from devshare.engine.policies.devshare import DevsharePolicy
-
-        return DevsharePolicy()
-    raise ValueError(f"unknown policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
-
-
 def _error(rows: Ints, reason: str) -> Evaluation:
     """Every row fails with seed 004's Error code and the same reason."""
     return Evaluation(rows, np.full(len(rows), ERROR, np.int8), np.zeros(len(rows), np.float64),

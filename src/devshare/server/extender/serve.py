@@ -20,7 +20,8 @@ from pathlib import Path
 from aiohttp import web
 
 from devshare.engine.handlers.base import Settings
-from devshare.engine.scheduler import Scheduler, scheduler_policy
+from devshare.engine.policies import make_policy
+from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
 from devshare.kube.backend import Backend
 from devshare.kube.leader import LeaderElector
@@ -64,7 +65,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     opts = options or ExtenderOptions()
     state = ClusterState()
     settings = Settings(core_weight=opts.core_weight)
-    scheduler = Scheduler(state, policy=scheduler_policy(opts.policy, settings), settings=settings)
+    scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
     sync = StateSync(backend, state)
     elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name)
                if opts.leader_election else None)
