@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from devshare.cli.common import ContextOption, KubeconfigOption, fail, user_errors
+from devshare.cli.common import ContextOption, KubeconfigOption, fail, load_cluster, user_errors
 
 
 def extender(
@@ -73,9 +73,8 @@ def extender(
         backend: Backend
         options = ExtenderOptions(assume_ttl=assume_ttl, policy=policy, core_weight=core_weight)
         if cluster is not None:
-            from devshare.kube.memory import MemoryBackend
 
-            memory = MemoryBackend.load(cluster)
+            memory = load_cluster(cluster)
             backend = memory
             if save is not None:
                 options.save = cluster_saver(memory, save)

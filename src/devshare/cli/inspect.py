@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from devshare.cli.common import ContextOption, KubeconfigOption, emit, fail, user_errors
+from devshare.cli.common import ContextOption, KubeconfigOption, emit, fail, load_cluster, user_errors
 from devshare.kube.backend import Backend
 from devshare.model.quantity import human_bytes
 
@@ -61,9 +61,7 @@ def inspect(
             raise fail(f"unknown output format {output!r}: use json, yaml or table")
         backend: Backend
         if cluster is not None:
-            from devshare.kube.memory import MemoryBackend
-
-            backend = MemoryBackend.load(cluster)
+            backend = load_cluster(cluster)
         else:
             from devshare.kube.live import LiveBackend
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from devshare.cli.common import emit, fail, load_yaml_documents, user_errors
+from devshare.cli.common import emit, fail, load_cluster, load_yaml_documents, user_errors
 from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
 from devshare.engine.scheduler import POLICY_NAMES, Scheduler, scheduler_policy
 from devshare.engine.state import ClusterState
@@ -150,11 +150,10 @@ def schedule(
     with user_errors():
         if output not in ("json", "yaml", "table"):
             raise fail(f"unknown output format {output!r}: use json, yaml or table")
-        from devshare.kube.memory import MemoryBackend
         from devshare.kube.snapshot import load_state
 
         pod_objs = pods_of(pods)
-        state = asyncio.run(load_state(MemoryBackend.load(cluster)))
+        state = asyncio.run(load_state(load_cluster(cluster)))
         if policy not in POLICY_NAMES:
             raise fail(f"unknown policy {policy!r}: use one of {', '.join(POLICY_NAMES)}")
         placer = Placer(state, Scheduler(state, policy=scheduler_policy(policy)))
