@@ -101,3 +101,76 @@ def test_incomplete_devices_are_refused(fields: dict[str, object], message: str)
     with pytest.raises(InvalidDevice, match=message):
         parse_device(device(**fields))
     assert parse_device(device()).devices[0].memory == 16 * 2**30
+
+
+def test_trace_pods_larger_than_any_node_are_reported(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\nn1,96000,393216,8,G2\n")
+    pods = tmp_path / "openb_pod_list_big.csv"
+    header = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+              "deletion_time,scheduled_time\n")
+    rows = "".join(f"p{i:03d},1000,1024,1,500,,LS,Running,0,0,0\n" for i in range(10))
+    pods.write_text(header + rows + "huge,1000,1024,64,1000,,LS,Running,0,0,0\n")
+    r = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "bestfit",
+                            "--seeds", "42", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    assert "1 pod(s) of openb_pod_list_big ask for more GPUs than any node has (at most 8): huge" in r.output
+
+
+def test_inspect_table_keeps_names_whole_at_80_columns() -> None:
+    r = runner.invoke(app, ["inspect", "--cluster", str(ROOT / "tests/cli/long-names.yaml")], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output
+    assert all(len(line) <= 80 for line in r.output.splitlines())
+    joined = "".join(line.split("  ")[0].strip() for line in r.output.splitlines()[3:])  # the node column
+    assert "gpu-node-with-a-really-long-name-in-rack-42.example.internal" in joined
+    pods = "".join(line.rstrip().rsplit(" ", 1)[-1] for line in r.output.splitlines()[3:] if line.strip())
+    assert "team-research-vision/a-training-job-with-a-long-generated-name-7f9c8d/trainer-main" in pods
+    r = runner.invoke(app, ["inspect", "--cluster", str(ROOT / "examples/cluster.yaml")], env={"COLUMNS": "80"})
+    assert "team-a/notebook/main" in r.output and "50/100%" in r.output and "7.5/15 GiB" in r.output
+
+
+PODS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: t4}
+spec:
+  nodeSelector: {devshare.io/gpu-model: T4}
+  containers:
+  - {name: main, resources: {limits: {koordinator.sh/gpu-core: "60", koordinator.sh/gpu-memory: 6Gi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: two}
+spec:
+  nodeSelector: {devshare.io/gpu-model: T4}
+  containers:
+  - {name: main, resources: {limits: {nvidia.com/gpu: "2"}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: absurd}
+spec:
+  containers:
+  - {name: main, resources: {limits: {koordinator.sh/gpu-core: "1e30", koordinator.sh/gpu-memory: 6Gi}}}
+"""
+
+
+def test_schedule_reasons_name_the_node_and_do_not_contradict(tmp_path: Path) -> None:
+    import json
+
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(PODS)
+    r = runner.invoke(app, ["schedule", "--cluster", str(ROOT / "examples/cluster.yaml"), str(pods)])
+    assert r.exit_code == 0, r.output
+    why = {p["pod"]: p["reason"] for p in json.loads(r.output)["placements"]}
+    assert "node(s)" not in why["default/t4"]
+    assert "gpu-node-1: GPU model A100 is not one of T4" in why["default/t4"]
+    assert "gpu-node-2: needs one gpu with 60% compute" in why["default/t4"]
+    # the count of large-enough cards is explained by what no freed capacity changes, not by "in use"
+    assert "gpu-node-2: needs 2 whole gpu, but only 1 of its 2 gpu device(s) are healthy and that large" \
+        in why["default/two"]
+    assert "(gpu 1: unhealthy)" in why["default/two"] and "in use" not in why["default/two"]
+    # a huge value is refused as such, not answered with a 29-digit "multiple of" suggestion
+    assert "more than 1024 whole devices" in why["default/absurd"]
+    assert "multiple of" not in why["default/absurd"]

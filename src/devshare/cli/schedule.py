@@ -130,7 +130,7 @@ def _table(data: dict[str, Any]) -> None:
 
     table = Table()
     for col in ("pod", "node", "devices / reason"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for p in data["placements"]:
         if p["node"] is None:
             table.add_row(p["pod"], "-", f"[red]{p['reason']}[/red]")
