@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,32 @@ def test_schedule_reasons_name_the_node_and_do_not_contradict(tmp_path: Path) ->
     # a huge value is refused as such, not answered with a 29-digit "multiple of" suggestion
     assert "more than 1024 whole devices" in why["default/absurd"]
     assert "multiple of" not in why["default/absurd"]
+
+
+def test_extender_says_listening_only_once_bound() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = devshare("extender", "--cluster", "examples/cluster.yaml", "--port", str(port))
+    assert r.returncode == 2
+    assert "listening" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: cannot listen on 127.0.0.1:{port}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "devshare.cli.main", "extender", "--cluster",
+                             "examples/cluster.yaml", "--port", str(port)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "listening" in line:
+                assert f"devshare extender listening on http://127.0.0.1:{port}" in line
+                with socket.create_connection(("127.0.0.1", port), timeout=10):
+                    pass  # the port answers by the time the line is written
+                break
+        else:
+            raise AssertionError("the extender never said it was listening")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -127,8 +127,9 @@ def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str
     opts = options or ExtenderOptions()
     opts.freeze_after_sync = True
     app = build_app(backend, opts)
-    log.info("devshare extender on http://%s:%d", host, port)
-    web.run_app(app, host=host, port=port, access_log=None, print=None)
+    # aiohttp calls `print` once every socket is bound: "listening" is never logged for a port it failed to take
+    web.run_app(app, host=host, port=port, access_log=None,
+                print=lambda _: log.info("devshare extender listening on http://%s:%d", host, port))
 
 
 def cluster_saver(backend: MemoryBackend, path: Path) -> Callable[[], None]:
