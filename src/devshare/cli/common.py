@@ -23,6 +23,11 @@ KubeconfigOption = Annotated[
                  "~/.kube/config)."),
 ]
 ContextOption = Annotated[str | None, typer.Option(help="Kubeconfig context to use.")]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", help="A DevshareConfiguration YAML (devshare.io/v1alpha1): device types, policies, "
+                 "weights, limits (docs/configuration.md; `devshare config defaults` prints one)."),
+]
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from devshare.cli.common import fail, user_errors
+from devshare.cli.common import ConfigOption, fail, user_errors
 
 webhook_app = typer.Typer(
     help="Admission webhook: validate and normalise device pods (POST /validate, POST /mutate).",
@@ -51,6 +51,7 @@ def webhook(
         float, typer.Option(help="Seconds between checks of the certificate files for a renewal.")
     ] = 5.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    config_file: ConfigOption = None,
 ) -> None:
     """Run the webhook over HTTPS: devshare webhook --tls-cert tls.crt --tls-key tls.key."""
     if ctx.invoked_subcommand is not None:
@@ -87,7 +88,11 @@ def webhook(
             from devshare.server.webhook.cluster import WatchedDeviceTypes
 
             source = WatchedDeviceTypes(LiveBackend.connect(kubeconfig))
+        from devshare.config import load_config
+
+        settings = load_config(config_file)
         config = WebhookConfig(
+            disabled_types=settings.device_types.disabled(),
             scheduler_name=scheduler_name,
             replace_schedulers=tuple(replace_scheduler) if replace_scheduler else REPLACEABLE_SCHEDULERS,
             cluster=source,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from devshare.config import Configuration
 from devshare.engine.handlers.base import Settings
 from devshare.engine.scheduler import Scheduler, scheduler_policy
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
@@ -44,6 +45,8 @@ class ExtenderOptions:
     freeze_after_sync: bool = False  # gc.freeze() once synced (the server process; not in tests)
     policy: str = "devshare"  # node policy: devshare (fragmentation-aware), binpack or spread
     core_weight: float = Settings.core_weight  # compute vs memory in a card's score (binpack, spread)
+    # the configuration file's knobs (devshare.config); when given, it decides policy, weights and limits
+    config: Configuration | None = None
 
 
 @dataclass
@@ -62,9 +65,15 @@ RUNTIME = web.AppKey("runtime", Runtime)
 
 def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.Application:
     opts = options or ExtenderOptions()
-    state = ClusterState()
-    settings = Settings(core_weight=opts.core_weight)
-    scheduler = Scheduler(state, policy=scheduler_policy(opts.policy, settings), settings=settings)
+    cfg = opts.config
+    if cfg is not None:
+        state = cfg.state()
+        settings = cfg.settings()
+        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings)
+    else:
+        state = ClusterState()
+        settings = Settings(core_weight=opts.core_weight)
+        scheduler = Scheduler(state, policy=scheduler_policy(opts.policy, settings), settings=settings)
     sync = StateSync(backend, state)
     elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name)
                if opts.leader_election else None)
@@ -77,6 +86,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         metrics=metrics,
         assume_ttl=opts.assume_ttl,
         after_bind=opts.save,
+        disabled_types=cfg.device_types.disabled() if cfg is not None else frozenset(),
     )
     sync.on_change = extender.pod_changed
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
