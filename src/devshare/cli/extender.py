@@ -28,6 +28,10 @@ def extender(
     ] = None,
     port: Annotated[int, typer.Option(help="HTTP port (kube-scheduler's extender urlPrefix points here).")] = 8888,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    metrics_port: Annotated[
+        int, typer.Option(help="Also serve GET /metrics, /healthz, /readyz, /inspect and /ui (read-only) on this "
+                          "port of every address (for Prometheus and people); 0: no such listener.")
+    ] = 0,
     leader_elect: Annotated[
         bool | None,
         typer.Option("--leader-elect/--no-leader-elect",
@@ -58,6 +62,8 @@ def extender(
             raise fail("--save writes a --cluster file back: it needs --cluster")
         if not 0 < port < 65536:
             raise fail(f"--port must be between 1 and 65535, got {port}")
+        if not 0 <= metrics_port < 65536 or metrics_port == port:
+            raise fail(f"--metrics-port must be between 1 and 65535 and differ from --port, got {metrics_port}")
         if assume_ttl is not None and assume_ttl <= 0:
             raise fail(f"--assume-ttl must be > 0, got {assume_ttl}")
         from devshare.engine.scheduler import POLICY_NAMES
@@ -78,7 +84,8 @@ def extender(
         from devshare.server.extender.serve import ExtenderOptions, cluster_saver, serve
 
         backend: Backend
-        options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg)
+        options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg,
+                                  metrics_port=metrics_port)
         for warning in cfg.not_honoured():
             logging.getLogger("devshare.config").warning("%s", warning)
         if cluster is not None:
@@ -96,7 +103,8 @@ def extender(
     try:
         serve(backend, options, host=host, port=port)
     except OSError as e:
-        raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        where = f"{host}:{port}" + (f" or 0.0.0.0:{metrics_port}" if metrics_port else "")
+        raise fail(f"cannot listen on {where}: {e.strerror or e}") from None
 
 
 def register(app: typer.Typer) -> None:
