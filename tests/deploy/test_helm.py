@@ -46,9 +46,8 @@ needs_helm = pytest.mark.skipif(
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
     assert HELM is not None
-    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HELM_CACHE_HOME": "/tmp/devshare-helm-cache",
-                               "HELM_CONFIG_HOME": "/tmp/devshare-helm-config", "HELM_DATA_HOME": "/tmp/devshare-helm-data"})
+    homes = {f"HELM_{k}_HOME": f"/tmp/devshare-helm-{k.lower()}" for k in ("CACHE", "CONFIG", "DATA")}
+    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **homes})
 
 
 def render(*sets: str) -> list[dict[str, Any]]:
