@@ -25,7 +25,11 @@ from devshare.config import Configuration, parse_config
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "devshare"
 NAMESPACE = "devshare-system"
-HELM_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart")
+# helm built from its Go module without the release ldflags assumes Kubernetes v1.20: name a version
+KUBE_VERSION = ("--kube-version", "v1.31.0")
+# the chart labels every object with these; some kustomize objects carry part-of, some nothing
+HELM_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart",
+               "app.kubernetes.io/part-of")
 
 
 def find_helm() -> str | None:
@@ -51,7 +55,7 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def render(*sets: str) -> list[dict[str, Any]]:
-    args = ["template", "devshare", str(CHART), "--namespace", NAMESPACE, "--include-crds"]
+    args = ["template", "devshare", str(CHART), "--namespace", NAMESPACE, "--include-crds", *KUBE_VERSION]
     for s in sets:
         args += ["--set", s]
     r = helm(*args)
@@ -110,9 +114,9 @@ def kustomize_objects() -> dict[str, dict[str, Any]]:
 
 @needs_helm
 def test_chart_lints() -> None:
-    r = helm("lint", str(CHART), "--strict", "--namespace", NAMESPACE, "--set", "webhook.caBundle=Q0E=")
+    r = helm("lint", str(CHART), "--strict", *KUBE_VERSION, "--namespace", NAMESPACE, "--set", "webhook.caBundle=Q0E=")
     assert r.returncode == 0, r.stdout + r.stderr
-    r = helm("lint", str(CHART), "--strict", "--set", "serviceMonitor.enabled=true",
+    r = helm("lint", str(CHART), "--strict", *KUBE_VERSION, "--set", "serviceMonitor.enabled=true",
              "--set", "webhook.certManager.enabled=true")
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -176,7 +180,7 @@ def test_config_values_become_the_configmap_and_are_validated() -> None:
     # values.schema.json is devshare.config's schema: helm refuses what the extender would refuse
     for bad in ("config.scheduling.coreWeight=120", "config.scheduling.coreWeigth=20",
                 "config.scheduling.nodePolicy=fast"):
-        r = helm("template", "devshare", str(CHART), "--set", bad)
+        r = helm("template", "devshare", str(CHART), *KUBE_VERSION, "--set", bad)
         assert r.returncode != 0 and "config" in r.stderr, (bad, r.stderr)
 
 
