@@ -52,7 +52,7 @@ def test_usage_errors_through_the_test_runner_too() -> None:
 
 def test_help_has_no_typer_placeholders() -> None:
     for args in (["schedule"], ["simulate"], ["extender"], ["webhook"], ["webhook", "cert"], ["inspect"],
-                 ["topology"], ["agent", "report"], ["agent", "run"], []):
+                 ["topology"], ["agent", "report"], ["agent", "run"], ["config", "check"], ["config", "defaults"], []):
         r = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "200"})
         assert r.exit_code == 0, r.output
         for placeholder in ("<bool>", "<list[str]>", "<path>", "<str>", "<int>", "<float>", "{pods}", "{"):

@@ -47,7 +47,8 @@ async def exported() -> dict[str, list[dict[str, str]]]:
     """Sample name -> label sets, from a live extender that filtered, bound and refused a bind."""
     backend = cluster(nodes=2, gpus=2, pods=[pod("p", core=30)], no_device_nodes=1)
     async with running(backend) as (client, _):
-        await post(client, "/filter", {"Pod": pod("p", core=30), "Nodes": None, "NodeNames": ["node-0", "node-1", "plain-0"]})
+        names = ["node-0", "node-1", "plain-0"]  # plain-0 has no devices: a filter failure
+        await post(client, "/filter", {"Pod": pod("p", core=30), "Nodes": None, "NodeNames": names})
         await post(client, "/prioritize", {"Pod": pod("p", core=30), "Nodes": None, "NodeNames": ["node-0"]})
         await post(client, "/bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "uid-default-p",
                                      "Node": "node-0"})
