@@ -199,3 +199,14 @@ def test_values_schema_is_the_configuration_schema() -> None:
 
 def test_crd_is_the_kustomize_one() -> None:
     assert (CHART / "crds" / "device.yaml").read_text() == (ROOT / "deploy/scheduler/crd-device.yaml").read_text()
+
+
+@needs_helm
+def test_components_can_be_left_out() -> None:
+    keys = {key(o) for o in render("scheduler.enabled=false", "agent.enabled=false")}
+    assert f"Deployment/{NAMESPACE}/devshare-scheduler" not in keys
+    assert f"DaemonSet/{NAMESPACE}/devshare-agent" not in keys
+    assert f"Deployment/{NAMESPACE}/devshare-webhook" in keys
+    assert f"ConfigMap/{NAMESPACE}/devshare-config" in keys  # the webhook mounts it
+    keys = {key(o) for o in render("webhook.enabled=false", "webhook.caBundle=Q0E=")}
+    assert not [k for k in keys if "webhook" in k.lower()]

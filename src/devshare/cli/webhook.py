@@ -57,6 +57,9 @@ def webhook(
     if ctx.invoked_subcommand is not None:
         return
     with user_errors():
+        from devshare.config import load_config
+
+        settings = load_config(config_file)  # a bad file is reported before anything else
         if tls_cert is None or tls_key is None:
             raise fail(
                 "--tls-cert and --tls-key are required (the API server only calls webhooks over HTTPS); "
@@ -88,9 +91,6 @@ def webhook(
             from devshare.server.webhook.cluster import WatchedDeviceTypes
 
             source = WatchedDeviceTypes(LiveBackend.connect(kubeconfig))
-        from devshare.config import load_config
-
-        settings = load_config(config_file)
         config = WebhookConfig(
             disabled_types=settings.device_types.disabled(),
             scheduler_name=scheduler_name,
