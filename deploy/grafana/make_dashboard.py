@@ -13,13 +13,12 @@ from typing import Any
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 NODE = 'node=~"$node"'
-_next_id = iter(range(1, 1000))
 
 
 def panel(title: str, kind: str, targets: list[tuple[str, str]], x: int, y: int, w: int, h: int,
           unit: str = "short", description: str = "", **options: Any) -> dict[str, Any]:
     p: dict[str, Any] = {
-        "id": next(_next_id), "type": kind, "title": title, "description": description, "datasource": DS,
+        "id": 0, "type": kind, "title": title, "description": description, "datasource": DS,
         "gridPos": {"x": x, "y": y, "w": w, "h": h},
         "fieldConfig": {"defaults": {"unit": unit, **options.pop("defaults", {})}, "overrides": []},
         "targets": [{"refId": chr(65 + i), "datasource": DS, "expr": expr, "legendFormat": legend}
@@ -80,6 +79,8 @@ def dashboard() -> dict[str, Any]:
               [("sum by (verb, result) (rate(devshare_extender_requests_total[$__rate_interval]))",
                 "{{verb}} {{result}}")], 16, 36, 8, 8, unit="reqps"),
     ]
+    for i, p in enumerate(panels, start=1):
+        p["id"] = i
     return {
         "title": "devshare: GPU sharing",
         "uid": "devshare-gpu-sharing",
@@ -103,6 +104,9 @@ def dashboard() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    out = Path(__file__).with_name("devshare-dashboard.json")
-    out.write_text(json.dumps(dashboard(), indent=2) + "\n")
-    print(f"wrote {out}")
+    here = Path(__file__).resolve().parent
+    # the Helm chart ships the same file (grafanaDashboard.enabled: a ConfigMap for Grafana's sidecar)
+    for out in (here / "devshare-dashboard.json", here.parent / "helm/devshare/files/devshare-dashboard.json"):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dashboard(), indent=2) + "\n")
+        print(f"wrote {out}")

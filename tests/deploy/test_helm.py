@@ -210,3 +210,18 @@ def test_components_can_be_left_out() -> None:
     assert f"ConfigMap/{NAMESPACE}/devshare-config" in keys  # the webhook mounts it
     keys = {key(o) for o in render("webhook.enabled=false", "webhook.caBundle=Q0E=")}
     assert not [k for k in keys if "webhook" in k.lower()]
+
+
+def test_chart_ships_the_dashboard() -> None:
+    shipped = CHART / "files" / "devshare-dashboard.json"
+    assert shipped.read_text() == (ROOT / "deploy" / "grafana" / "devshare-dashboard.json").read_text()
+
+
+@needs_helm
+def test_grafana_dashboard_configmap() -> None:
+    assert "devshare-grafana-dashboard" not in {o["metadata"]["name"] for o in render()}
+    objs = {key(o): o for o in render("grafanaDashboard.enabled=true", "grafanaDashboard.namespace=monitoring")}
+    cm = objs["ConfigMap/monitoring/devshare-grafana-dashboard"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["devshare-dashboard.json"]) == json.loads(
+        (ROOT / "deploy" / "grafana" / "devshare-dashboard.json").read_text())
