@@ -34,6 +34,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from devshare.config import refuse_disabled
 from devshare.engine.gang import GroupPlanner
 from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
@@ -152,8 +153,10 @@ class Extender:
         assume_ttl: float = DEFAULT_ASSUME_TTL,
         clock: Callable[[], float] = time.monotonic,
         after_bind: Callable[[], None] | None = None,
+        disabled_types: frozenset[str] = frozenset(),
     ) -> None:
         self.state = state
+        self.disabled_types = disabled_types  # device types the configuration switches off
         self.backend = backend
         self.scheduler = scheduler or Scheduler(state)
         self.is_synced = is_synced
@@ -184,6 +187,10 @@ class Extender:
         if rv and cache_key in self._parsed:
             return self._parsed[cache_key]
         req = parse_pod(pod)
+        if self.disabled_types:
+            refused = refuse_disabled([d.type for c in req.containers for d in c.devices], self.disabled_types)
+            if refused:
+                raise InvalidInput(refused)
         if rv:
             if len(self._parsed) >= 1024:
                 self._parsed.clear()
