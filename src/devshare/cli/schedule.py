@@ -10,10 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
-from devshare.cli.common import emit, fail, load_yaml_documents, user_errors
+from devshare.cli.common import ConfigOption, emit, fail, load_cluster, load_yaml_documents, user_errors
+from devshare.config import load_config, refuse_disabled, with_overrides
 from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
 from devshare.engine.lifecycle import Lifecycle
-from devshare.engine.policies import LIVE_NAMES, make_policy
+from devshare.engine.policies import LIVE_NAMES
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation
@@ -45,8 +46,9 @@ class Placer:
     """Places pods one by one on a state, the way the extender would (through the same
     :class:`Lifecycle`, so the policy learns of each pod as it does there), recording each result."""
 
-    def __init__(self, state: ClusterState, scheduler: Scheduler) -> None:
+    def __init__(self, state: ClusterState, scheduler: Scheduler, disabled: frozenset[str] = frozenset()) -> None:
         self.state = state
+        self.disabled = disabled  # device types the configuration switches off
         self.scheduler = scheduler
         self.lifecycle = Lifecycle(scheduler)
         self.planner = GroupPlanner(scheduler, lifecycle=self.lifecycle)
@@ -78,6 +80,10 @@ class Placer:
         except InvalidInput as e:
             self._record(key, None, str(e))
             return
+        refused = refuse_disabled([d.type for c in pod.containers for d in c.devices], self.disabled)
+        if refused:
+            self._record(key, None, refused)
+            return
         if key in self.state.pods:
             self._record(key, None, f"pod {key} already holds devices on {self.state.pods[key].allocation.node}")
             return
@@ -85,7 +91,8 @@ class Placer:
             self.lifecycle.arrived(pod)
             self._place_member(pod)
             return
-        placed = self.lifecycle.schedule(pod, now=self.clock)
+        # kube-scheduler asks the extender only about pods that ask for a device it manages
+        placed = self.lifecycle.schedule(pod, now=self.clock, arrives=pod.has_devices())
         if placed is None:
             self._record(key, None, self.scheduler.why_unschedulable(pod))
             return
@@ -133,7 +140,7 @@ def _table(data: dict[str, Any]) -> None:
 
     table = Table()
     for col in ("pod", "node", "devices / reason"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for p in data["placements"]:
         if p["node"] is None:
             table.add_row(p["pod"], "-", f"[red]{p['reason']}[/red]")
@@ -146,21 +153,24 @@ def schedule(
     pods: Annotated[Path, typer.Argument(help="Multi-document YAML of the Pods to place, in order.")],
     cluster: Annotated[Path, typer.Option(help="Multi-document YAML of Node, Device and (bound) Pod objects.")],
     output: Annotated[str, typer.Option("--output", "-o", help="json, yaml or table.")] = "json",
-    policy: Annotated[str, typer.Option(help="Node policy: devshare (default), binpack or spread.")] = "devshare",
+    policy: Annotated[str | None, typer.Option(help="Node policy: devshare (default), binpack or spread "
+                                               "(overrides the --config file's scheduling.nodePolicy).")] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Place the pods of PODS.yaml in order on the cluster of --cluster, and print for each pod the
     node (or null and why not) and every annotation devshare would write."""
     with user_errors():
         if output not in ("json", "yaml", "table"):
             raise fail(f"unknown output format {output!r}: use json, yaml or table")
-        from devshare.kube.memory import MemoryBackend
         from devshare.kube.snapshot import load_state
 
-        pod_objs = pods_of(pods)
-        state = asyncio.run(load_state(MemoryBackend.load(cluster)))
-        if policy not in LIVE_NAMES:
+        if policy is not None and policy not in LIVE_NAMES:
             raise fail(f"unknown policy {policy!r}: use one of {', '.join(LIVE_NAMES)}")
-        placer = Placer(state, Scheduler(state, policy=make_policy(policy)))
+        cfg = with_overrides(load_config(config), policy=policy)
+        pod_objs = pods_of(pods)
+        state = asyncio.run(load_state(load_cluster(cluster), state=cfg.state()))
+        placer = Placer(state, Scheduler(state, policy=cfg.policy(), settings=cfg.settings()),
+                        disabled=cfg.device_types.disabled())
         for obj in pod_objs:
             placer.place(obj)
         emit({"placements": placer.finish()}, output, _table)

@@ -128,10 +128,8 @@ def card_fits(g: Gather, req: DeviceRequest, max_containers: int) -> Mask:
             whole &= g.free_mem >= req.memory
         return whole
     ok = g.usable & (g.free_core >= req.core_milli) & (slots < max_containers)
-    if req.memory_ratio_milli:
-        ok &= g.free_mem >= memory_need(req, g.total_mem)
-    elif req.memory:
-        ok &= g.free_mem >= req.memory
+    # memory is checked even when none is asked: a card over-used by its annotations takes nothing more
+    ok &= g.free_mem >= (memory_need(req, g.total_mem) if req.memory_ratio_milli else req.memory)
     return ok
 
 

@@ -134,10 +134,12 @@ class Lifecycle:
         return gone
 
     # ------------------------------------------------------------------ one step
-    def schedule(self, pod: PodRequest, *, now: float) -> Placement | None:
+    def schedule(self, pod: PodRequest, *, now: float, arrives: bool = True) -> Placement | None:
         """What the extender does for one pod, in one synchronous step (``devshare schedule``, the
-        trace replay): the pod arrives, the best node is chosen, assumed and confirmed."""
-        self.arrived(pod)
+        trace replay): the pod arrives, the best node is chosen, assumed and confirmed. ``arrives``:
+        tell the policy of the pod (the extender never hears of a pod that asks no device)."""
+        if arrives:
+            self.arrived(pod)
         placed = self.scheduler.place(pod)
         if placed is None:
             return None

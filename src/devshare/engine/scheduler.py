@@ -211,12 +211,15 @@ class Scheduler:
         reasons = [UNKNOWN_NODE] * len(unknown) + v.unresolvable_reasons + v.failed_reasons
         if not reasons:
             return "no nodes" if not v.passed.size else ""
-        counts: dict[str, int] = {}
-        for r in reasons:
-            counts[r] = counts.get(r, 0) + 1
-        top = sorted(counts.items(), key=lambda kv: -kv[1])[:limit]
+        name_of = self.state.name_of
+        by_reason: dict[str, list[str]] = {}
+        for node, r in [*zip(unknown, [UNKNOWN_NODE] * len(unknown), strict=True),
+                        *zip((name_of[int(x)] for x in rows[v.unresolvable]), v.unresolvable_reasons, strict=True),
+                        *zip((name_of[int(x)] for x in rows[v.failed]), v.failed_reasons, strict=True)]:
+            by_reason.setdefault(r, []).append(node)
+        top = sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:limit]
         return f"0/{len(reasons) + len(v.passed)} nodes fit: " + "; ".join(
-            f"{n} node(s): {r}" for r, n in top)
+            f"{_nodes(names)}: {r}" for r, names in top)
 
     def allocate_on(self, pod: PodRequest, node: str, *,
                     evaluated: PodEvaluation | None = None) -> PodAllocation | str:
@@ -237,6 +240,14 @@ class Scheduler:
         if ev.codes[0] != SUCCESS:
             return ev.reason(0)
         return ev.allocation(self.state, 0)
+
+
+def _nodes(names: list[str], shown: int = 3) -> str:
+    """``node-1``, ``node-1, node-2``, or ``5 nodes (node-1, node-2, node-3, ...)``."""
+    if len(names) == 1:
+        return names[0]
+    listed = ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+    return f"{len(names)} nodes ({listed})"
 
 
 def _error(rows: Ints, reason: str) -> Evaluation:

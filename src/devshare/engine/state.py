@@ -343,16 +343,6 @@ class ClusterState:
         """The node at ``index`` (None: no node there now)."""
         return self.name_of.get(index)
 
-    def device_usage(self) -> Iterable[tuple[str, str, int, int, int, int, int]]:
-        """Per device, by node name: (node, type, minor, used core, total core, used memory, total memory)."""
-        for name in sorted(self.row_of):
-            row = self.row_of[name]
-            for dtype in sorted(self.tables):
-                t = self.tables[dtype]
-                for col in range(t.count(row)):
-                    yield (name, dtype, int(t.minor[row, col]), int(t.used_core[row, col]),
-                           int(t.total_core[row, col]), int(t.used_mem[row, col]), int(t.total_mem[row, col]))
-
     # ------------------------------------------------------------------ views
     def node_rows(self, names_: Iterable[str] | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:
         """Rows of the named nodes (unknown names are skipped), or of every node (sorted)."""

@@ -19,6 +19,7 @@ from devshare.model.quantity import MIB
 
 MIN_MIB = names.MIN_GPU_MEMORY // MIB  # seed 000's MinGPUMemory in MiB (256)
 CARD_PCT = 100  # percent of one whole device
+MAX_DEVICES = 1024  # devices one container may ask for: far beyond any node, small enough to print
 
 # ----------------------------------------------------------------------------------------------
 # Koordinator (seed 001): gpu, gpu-core, gpu-memory, gpu-memory-ratio, rdma, fpga
@@ -28,6 +29,9 @@ def percent_value(name: str, value: int) -> str | None:
     """A percent dimension: above 0, and above 100 only as whole devices (a multiple of 100)."""
     if value < 0:
         return f"{name} is {value}; it must be above 0 (percent of one device, 100 = a whole device)"
+    if value > MAX_DEVICES * CARD_PCT:
+        return (f"{name} is {value}: that is more than {MAX_DEVICES} whole devices, more than any node has; give "
+                "a percent of one device (at most 100), or 100 per whole device")
     if value > CARD_PCT and value % CARD_PCT:
         return (
             f"{name} is {value}; above 100 it asks for several whole devices and must be a multiple "

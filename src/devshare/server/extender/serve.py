@@ -16,9 +16,11 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
+from devshare.config import Configuration
 from devshare.engine.handlers.base import Settings
 from devshare.engine.policies import make_policy
 from devshare.engine.scheduler import Scheduler
@@ -45,6 +47,11 @@ class ExtenderOptions:
     freeze_after_sync: bool = False  # gc.freeze() once synced (the server process; not in tests)
     policy: str = "devshare"  # node policy: devshare (fragmentation-aware), binpack or spread
     core_weight: float = Settings.core_weight  # compute vs memory in a card's score (binpack, spread)
+    # the configuration file's knobs (devshare.config); when given, it decides policy, weights and limits
+    config: Configuration | None = None
+    # a second, read-only listener (GET /metrics, /healthz, /readyz, /inspect, /ui) for Prometheus and
+    # people, on an address the extender API itself need not be exposed on; 0: none
+    metrics_port: int = 0
 
 
 @dataclass
@@ -63,9 +70,15 @@ RUNTIME = web.AppKey("runtime", Runtime)
 
 def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.Application:
     opts = options or ExtenderOptions()
-    state = ClusterState()
-    settings = Settings(core_weight=opts.core_weight)
-    scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
+    cfg = opts.config
+    if cfg is not None:
+        state = cfg.state()
+        settings = cfg.settings()
+        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings)
+    else:
+        state = ClusterState()
+        settings = Settings(core_weight=opts.core_weight)
+        scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
     sync = StateSync(backend, state)
     elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name)
                if opts.leader_election else None)
@@ -78,12 +91,15 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         metrics=metrics,
         assume_ttl=opts.assume_ttl,
         after_bind=opts.save,
+        disabled_types=cfg.device_types.disabled() if cfg is not None else frozenset(),
     )
     sync.on_change = extender.pod_changed
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
     runtime = Runtime(state, sync, extender, elector)
     app = make_app(extender)
     app[RUNTIME] = runtime
+    if opts.metrics_port:
+        app.middlewares.append(read_only_on(opts.metrics_port))
 
     async def start(app: web.Application) -> None:
         runtime.tasks.append(sync.start())
@@ -122,14 +138,42 @@ async def _freeze_when_synced(sync: StateSync) -> None:
     log.info("state synced; %d objects frozen out of garbage collection", gc.get_freeze_count())
 
 
+READ_ONLY = ("/metrics", "/healthz", "/readyz", "/inspect", "/ui")
+
+
+def read_only_on(port: int) -> Callable[..., Any]:
+    """Middleware: requests that came in on ``port`` may only GET the read-only paths."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        if sockname and sockname[1] == port:
+            allowed = request.method in ("GET", "HEAD") and (
+                request.path in READ_ONLY or request.path.startswith("/ui/"))
+            if not allowed:
+                return web.Response(status=404, text=f"not served on the read-only port {port}: "
+                                    f"{', '.join(READ_ONLY)} only\n")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return guard
+
+
 def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str = "127.0.0.1",
-          port: int = 8888) -> None:
+          port: int = 8888, metrics_host: str = "0.0.0.0") -> None:
     """Serve until SIGINT/SIGTERM (plain HTTP: kube-scheduler's extender config sets enableHTTPS)."""
     opts = options or ExtenderOptions()
     opts.freeze_after_sync = True
     app = build_app(backend, opts)
-    log.info("devshare extender on http://%s:%d", host, port)
-    web.run_app(app, host=host, port=port, access_log=None, print=None)
+    extra: dict[str, Any] = {}
+    if opts.metrics_port:
+        sock = socket.create_server((metrics_host, opts.metrics_port), reuse_port=False)
+        extra["sock"] = [sock]
+    # aiohttp calls `print` once every socket is bound: "listening" is never logged for a port it failed to take
+    web.run_app(app, host=host, port=port, access_log=None, **extra,
+                print=lambda _: log.info("devshare extender listening on http://%s:%d%s", host, port,
+                                         f" (read-only on {metrics_host}:{opts.metrics_port})"
+                                         if opts.metrics_port else ""))
 
 
 def cluster_saver(backend: MemoryBackend, path: Path) -> Callable[[], None]:
