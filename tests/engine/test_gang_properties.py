@@ -142,7 +142,9 @@ class GangMachine(RuleBasedStateMachine):
                 if key is not None:
                     held[key] = s.allocation
         for key, rec in self.state.pods.items():
-            if PLAN in key or rec.phase == "assumed":
+            # a hold is a record that says so, and only a plan's placeholder is one
+            assert (rec.hold is not None) == (PLAN in key), key
+            if rec.hold is not None or rec.phase == "assumed":
                 assert held.get(key) == rec.allocation, key
 
     @invariant()

@@ -197,6 +197,7 @@ def test_plan_holds_devices_and_scores_the_planned_node() -> None:
     assert out.passed == ["a"] and "planned on node a" in out.failed["b"]
     keys = sorted(k for k in s.pods if "#plan#" in k)
     assert keys == ["default/job#plan#0", "default/job#plan#1"]
+    assert [s.pods[k].hold for k in keys] == ["default/job", "default/job"]  # holds, not pods
 
 
 def test_members_take_their_planned_devices_and_placeholders_turn_into_them() -> None:

@@ -191,7 +191,7 @@ class GroupPlanner:
         """Records of the group's pods in the state (placeholders excluded)."""
         return {k: r for k, r in self.state.pods.items()
                 if r.pod.group is not None and r.pod.group.name == name and r.pod.namespace == namespace
-                and PLAN not in k}
+                and r.hold is None}
 
     def bound_members(self, namespace: str, name: str) -> list[str]:
         return sorted(k for k, r in self.members_in_state(namespace, name).items() if r.phase == "bound")
@@ -221,7 +221,9 @@ class GroupPlanner:
         """Reserve ``s.allocation`` for ``pod`` until the plan expires; the reason when it fails."""
         assert s.allocation is not None
         try:
-            self.lifecycle.assume(pod, s.allocation, now=now, expires_at=max(plan.expires_at, now))
+            placeholder = pod.key == plan.placeholder(s.index)
+            self.lifecycle.assume(pod, s.allocation, now=now, expires_at=max(plan.expires_at, now),
+                                  hold=plan.key if placeholder else None)
         except Conflict as e:
             return str(e)
         return None

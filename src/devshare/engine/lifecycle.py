@@ -60,15 +60,15 @@ class Lifecycle:
 
     # ------------------------------------------------------------------ assume
     def assume(self, pod: PodRequest, alloc: PodAllocation, *, now: float, ttl: float | None = None,
-               expires_at: float | None = None) -> None:
+               expires_at: float | None = None, hold: str | None = None) -> None:
         """Hold ``alloc`` for ``pod`` until it is confirmed, forgotten or expired; all or nothing
         (:class:`~devshare.engine.state.Conflict` when it no longer fits). The deadline is
         ``expires_at`` when given, else ``now + ttl`` (``ttl`` defaults to the lifecycle's; ``math.inf``
-        holds until forgotten)."""
+        holds until forgotten). ``hold``: a group plan's hold for a member to come (the group key)."""
         if expires_at is None:
             t = self.ttl if ttl is None else ttl
             expires_at = math.inf if math.isinf(t) else now + t
-        self.state.reserve(pod, alloc, now=now, ttl=None)
+        self.state.reserve(pod, alloc, now=now, ttl=None, hold=hold)
         rec = self.state.pods[pod.key]
         rec.expires_at = None if math.isinf(expires_at) else expires_at
 

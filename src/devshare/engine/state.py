@@ -43,6 +43,7 @@ class PodRecord(msgspec.Struct, kw_only=True):
     allocation: PodAllocation
     phase: Phase
     expires_at: float | None = None
+    hold: str | None = None  # a group plan's hold (the group key): devices kept for a member to come, no pod
 
 
 class ClusterState:
@@ -256,8 +257,9 @@ class ClusterState:
     # ------------------------------------------------------------------ accounting
     # (the assume/bind lifecycle over these is :class:`devshare.engine.lifecycle.Lifecycle`)
     def reserve(self, pod: PodRequest, alloc: PodAllocation, *, now: float,
-                ttl: float | None = DEFAULT_ASSUME_TTL) -> None:
-        """Assume ``alloc`` for ``pod`` until it is bound or ``now + ttl`` passes. All or nothing."""
+                ttl: float | None = DEFAULT_ASSUME_TTL, hold: str | None = None) -> None:
+        """Assume ``alloc`` for ``pod`` until it is bound or ``now + ttl`` passes. All or nothing.
+        ``hold``: the record is a group plan's hold (``pod`` is the plan's placeholder), not a pod."""
         key = pod.key
         if key in self.pods:
             raise Conflict(f"pod {key} already holds an allocation on {self.pods[key].allocation.node}")
@@ -265,7 +267,7 @@ class ClusterState:
         if reason is not None:
             raise Conflict(reason)
         rec = PodRecord(pod=pod, allocation=alloc, phase="assumed",
-                        expires_at=None if ttl is None else now + ttl)
+                        expires_at=None if ttl is None else now + ttl, hold=hold)
         self.pods[key] = rec
         self._apply(rec, +1)
         self.version += 1
