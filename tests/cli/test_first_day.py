@@ -75,7 +75,8 @@ def test_yaml_errors_name_the_file_and_line(tmp_path: Path) -> None:
 def test_an_empty_cluster_file_is_refused(tmp_path: Path) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing\n")
-    for args in (("inspect", "--cluster", str(empty)),
+    for args in (("webhook", "--cluster", str(empty), "--tls-cert", "tests/cli/missing.crt"),
+                 ("inspect", "--cluster", str(empty)),
                  ("schedule", "--cluster", str(empty), "examples/pods.yaml"),
                  ("extender", "--cluster", str(empty), "--port", "1")):
         assert "no Node, Device or Pod object" in one_error_line(devshare(*args))
