@@ -79,6 +79,8 @@ def extender(
         if not isinstance(level, int):
             raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for noisy in ("httpx", "httpx2", "httpcore"):  # one INFO line per API request otherwise
+            logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
         from devshare.kube.backend import Backend
         from devshare.server.extender.serve import ExtenderOptions, cluster_saver, serve

@@ -56,7 +56,7 @@ from devshare.server.extender.nodeset import (
     resolve,
 )
 from devshare.server.extender.preemption import Preemptor
-from devshare.server.extender.verdicts import filter_nodes, score_nodes, scores_from
+from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes, scores_from
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -135,7 +135,7 @@ class Remembered:
 
 
 def invalid_request(e: InvalidInput) -> str:
-    return f"invalid request: {e}"
+    return event_safe(f"invalid request: {e}")
 
 
 class Extender:
@@ -273,7 +273,8 @@ class Extender:
             outcome.unresolvable.update(dict.fromkeys(nodes.unknown, UNKNOWN_NODE))
             if outcome.failed or outcome.unresolvable:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
-            return self._answer(cands, outcome.passed, outcome.failed, outcome.unresolvable)
+            return self._answer(cands, outcome.passed, event_safe_map(outcome.failed),
+                                event_safe_map(outcome.unresolvable))
         out = filter_nodes(self.scheduler, pod, cands.nodes)
         held = self.preemptor.held_nodes(pod)
         if held:
@@ -348,7 +349,7 @@ class Extender:
 
     # ------------------------------------------------------------------ bind
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        error = await self._bind(args)
+        error = event_safe(await self._bind(args))
         if error:
             self.metrics.fail("bind", [error])
             log.info("bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, error)
