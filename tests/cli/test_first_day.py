@@ -170,7 +170,7 @@ def test_schedule_reasons_name_the_node_and_do_not_contradict(tmp_path: Path) ->
     assert "gpu-node-1: GPU model A100 is not one of T4" in why["default/t4"]
     assert "gpu-node-2: needs one gpu with 60% compute" in why["default/t4"]
     # the count of large-enough cards is explained by what no freed capacity changes, not by "in use"
-    assert "gpu-node-2: needs 2 whole gpu, but only 1 of its 2 gpu device(s) are healthy and that large" \
+    assert "gpu-node-2: needs 2 whole gpu; only 1 of its 2 gpu device(s) are healthy and that large" \
         in why["default/two"]
     assert "(gpu 1: unhealthy)" in why["default/two"] and "in use" not in why["default/two"]
     # a huge value is refused as such, not answered with a 29-digit "multiple of" suggestion
