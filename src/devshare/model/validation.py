@@ -16,6 +16,7 @@ from typing import Any
 
 from devshare.model import names
 from devshare.model.quantity import MIB
+from devshare.model.request import MAX_DEVICES
 
 MIN_MIB = names.MIN_GPU_MEMORY // MIB  # seed 000's MinGPUMemory in MiB (256)
 CARD = 100  # percent of one whole device
@@ -204,6 +205,9 @@ def mgpu_count_list(text: str, n_containers: int) -> tuple[list[int] | None, lis
             continue
         if n < 0:
             problems.append(f"{names.MGPU_MULTIPLE}={text!r}: entry {i} is {n}; a number of cards must be 1 or more")
+        elif n > MAX_DEVICES:
+            problems.append(f"{names.MGPU_MULTIPLE}={text!r}: entry {i} is {n}; a container may ask for at most "
+                            f"{MAX_DEVICES} cards")
         counts.append(n)
     if not problems and len(counts) != n_containers:
         problems.append(

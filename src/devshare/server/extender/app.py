@@ -21,6 +21,7 @@ from aiohttp import web
 from devshare.server.extender.metrics import MALFORMED, NOT_READY, OK, ExtenderMetrics
 from devshare.server.extender.service import Extender, NotReady, result_of
 from devshare.server.extender.wire import (
+    TOO_DEEP,
     BadRequest,
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -64,6 +65,9 @@ def _verb(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.
         except UnicodeDecodeError as e:  # msgspec reads JSON strings as UTF-8
             result = MALFORMED
             response = _json(_error_body(f"{name}: body is not valid UTF-8 ({e}): JSON text must be UTF-8"), 400)
+        except RecursionError:  # a body decoded fine but too deep for what walks it later
+            result = MALFORMED
+            response = _json(_error_body(f"{name}: {TOO_DEEP}"), 400)
         except NotReady as e:
             result = NOT_READY
             response = _json(_error_body(str(e)), 503)
