@@ -30,6 +30,7 @@ from devshare.server.extender.wire import (
     encode,
 )
 from devshare.server.metrics import metrics_response
+from devshare.server.tls import peer_verified
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,24 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
-def make_app(extender: Extender) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+# what a caller without a verified client certificate may not reach (with client_auth)
+PROTECTED = frozenset({"/filter", "/prioritize", "/bind", "/preempt", "/inspect"})
+NO_CLIENT_CERT = ("a client certificate is required: configure kube-scheduler's extender tlsConfig with a "
+                  "certFile/keyFile signed by the CA given to devshare as --tls-client-ca")
+
+
+@web.middleware
+async def _require_client_cert(request: web.Request,
+                               handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    if request.path in PROTECTED and not peer_verified(request.transport):
+        return _json(_error_body(f"{request.path[1:]}: {NO_CLIENT_CERT}"), 403)
+    return await handler(request)
+
+
+def make_app(extender: Extender, *, client_auth: bool = False) -> web.Application:
+    """The application; with ``client_auth`` the verbs and /inspect answer 403 to a connection
+    without a verified client certificate (probes and /metrics stay open)."""
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_require_client_cert] if client_auth else [])
     app[EXTENDER] = extender
     app.router.add_post("/filter", _verb("filter", _filter))
     app.router.add_post("/prioritize", _verb("prioritize", _prioritize))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import os
 import socket
@@ -29,6 +30,7 @@ from devshare.kube.sync import StateSync
 from devshare.server.extender.app import make_app
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.service import Extender
+from devshare.server.tls import CertReloader, TLSCollector
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ class ExtenderOptions:
     freeze_after_sync: bool = False  # gc.freeze() once synced (the server process; not in tests)
     policy: str = "devshare"  # node policy: devshare (fragmentation-aware), binpack or spread
     core_weight: float = Settings.core_weight  # compute vs memory in a card's score (binpack, spread)
+    client_auth: bool = False  # verbs and /inspect need a verified client certificate (--tls-client-ca)
 
 
 @dataclass
@@ -81,7 +84,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     sync.on_change = extender.pod_changed
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
     runtime = Runtime(state, sync, extender, elector)
-    app = make_app(extender)
+    app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
 
     async def start(app: web.Application) -> None:
@@ -122,13 +125,47 @@ async def _freeze_when_synced(sync: StateSync) -> None:
 
 
 def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str = "127.0.0.1",
-          port: int = 8888) -> None:
-    """Serve until SIGINT/SIGTERM (plain HTTP: kube-scheduler's extender config sets enableHTTPS)."""
+          port: int = 8888, tls: CertReloader | None = None) -> None:
+    """Serve until SIGINT/SIGTERM: over TLS with ``tls`` (kube-scheduler's extender config sets
+    ``enableHTTPS`` and its ``tlsConfig``), plain HTTP otherwise."""
     opts = options or ExtenderOptions()
     opts.freeze_after_sync = True
+    opts.client_auth = tls is not None and tls.client_ca is not None
     app = build_app(backend, opts)
-    log.info("devshare extender on http://%s:%d", host, port)
-    web.run_app(app, host=host, port=port, access_log=None, print=None)
+    if tls is not None:
+        app[RUNTIME].extender.metrics.registry.register(TLSCollector(tls))
+    scheme = "https" if tls is not None else "http"
+    log.info("devshare extender on %s://%s:%d%s", scheme, host, port,
+             " (client certificates required)" if opts.client_auth else "")
+    web.run_app(app, host=host, port=port, ssl_context=tls.context if tls is not None else None,
+                access_log=None, print=None)
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def listen_check(host: str, *, tls: bool, insecure: bool) -> str | None:
+    """Whether the extender may listen on ``host``: raises ValueError on a non-loopback address
+    without TLS and client certificates (whoever reaches /bind can bind any pod anywhere), unless
+    ``insecure``; then returns the warning to log."""
+    if tls or is_loopback(host):
+        return None
+    if not insecure:
+        raise ValueError(
+            f"refusing to listen on {host} without TLS: anyone who reaches it could bind pods. Give "
+            "--tls-cert, --tls-key and --tls-client-ca (the CA of kube-scheduler's client certificate, "
+            "its extender tlsConfig certFile/keyFile), listen on 127.0.0.1 beside kube-scheduler, or "
+            "pass --insecure to accept the risk"
+        )
+    return (f"INSECURE: listening on {host} in plain HTTP without client authentication (--insecure): "
+            "anyone who reaches this port can filter, bind and preempt pods")
 
 
 def cluster_saver(backend: MemoryBackend, path: Path) -> Callable[[], None]:
