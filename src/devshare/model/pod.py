@@ -29,7 +29,7 @@ from devshare.model import names, validation
 from devshare.model.dialects import aliyun, koordinator, mgpu, nvidia
 from devshare.model.dialects.problems import Problems
 from devshare.model.errors import InvalidInput
-from devshare.model.quantity import parse_quantity
+from devshare.model.quantity import parse_quantity, shown
 from devshare.model.request import (
     MAX_CPU_MILLI,
     MAX_MEMORY,
@@ -134,7 +134,7 @@ def _node_resources(resources: dict[str, Any], where: str, problems: Problems) -
             problems.add(where, f"{name} is negative; ask 0 or more")
             continue
         if q * scale > top:
-            problems.add(where, f"{name} is {resources[name]!r}, far beyond any node: it must be at most {most}")
+            problems.add(where, f"{name} is {shown(resources[name])}, far beyond any node: it must be at most {most}")
             continue
         out[i] = math.ceil(q * scale)
     return out[0], out[1]

@@ -7,7 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 from devshare.model.errors import InvalidInput, InvalidRequest
-from devshare.model.quantity import parse_quantity
+from devshare.model.quantity import parse_quantity, shown
 from devshare.model.request import MAX_DEVICE_MEMORY, MAX_DEVICES
 
 
@@ -68,6 +68,6 @@ def read_whole(resources: dict[str, Any], name: str, where: str, problems: Probl
         return None
     top = MAXIMUM.get(unit)
     if top is not None and q > top[0]:
-        problems.add(where, f"{name} is {value!r}, far beyond any device: it must be at most {top[1]}")
+        problems.add(where, f"{name} is {shown(value)}, far beyond any device: it must be at most {top[1]}")
         return None
     return int(q)
