@@ -14,11 +14,13 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from devshare.engine.handlers.base import Settings
 from devshare.engine.scheduler import Scheduler, scheduler_policy
@@ -26,6 +28,7 @@ from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
 from devshare.kube.backend import Backend
 from devshare.kube.leader import LeaderElector
 from devshare.kube.memory import MemoryBackend
+from devshare.kube.persist import SnapshotWriter
 from devshare.kube.sync import StateSync
 from devshare.server.extender.app import make_app
 from devshare.server.extender.metrics import ExtenderMetrics
@@ -42,7 +45,7 @@ class ExtenderOptions:
     lease_name: str = "devshare-extender"
     assume_ttl: float = DEFAULT_ASSUME_TTL
     expire_interval: float = 5.0
-    save: Callable[[], None] | None = None  # called after each bind and on shutdown (--save)
+    save: SnapshotWriter | None = None  # asked to write after each bind, flushed on shutdown (--save)
     freeze_after_sync: bool = False  # gc.freeze() once synced (the server process; not in tests)
     policy: str = "devshare"  # node policy: devshare (fragmentation-aware), binpack or spread
     core_weight: float = Settings.core_weight  # compute vs memory in a card's score (binpack, spread)
@@ -79,10 +82,12 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
         metrics=metrics,
         assume_ttl=opts.assume_ttl,
-        after_bind=opts.save,
+        after_bind=opts.save.request if opts.save is not None else None,
     )
     sync.on_change = extender.pod_changed
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
+    if opts.save is not None:
+        metrics.registry.register(_SaveCollector(opts.save))
     runtime = Runtime(state, sync, extender, elector)
     app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
@@ -106,7 +111,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         if elector is not None:
             await elector.release()
         if opts.save is not None:
-            opts.save()
+            await opts.save.close()
         await backend.close()
 
     app.on_startup.append(start)
@@ -168,10 +173,18 @@ def listen_check(host: str, *, tls: bool, insecure: bool) -> str | None:
             "anyone who reaches this port can filter, bind and preempt pods")
 
 
-def cluster_saver(backend: MemoryBackend, path: Path) -> Callable[[], None]:
-    """A ``save`` callback writing the memory backend's objects back to ``path`` (``--save``)."""
+def cluster_saver(backend: MemoryBackend, path: Path, *, delay: float = 0.5) -> SnapshotWriter:
+    """The ``save`` of ``--save``: the memory backend's objects written back to ``path``, atomically,
+    off the event loop, at most once per ``delay`` seconds (:mod:`devshare.kube.persist`)."""
+    return SnapshotWriter(backend.snapshot, path, delay=delay)
 
-    def write() -> None:
-        backend.save(path)
 
-    return write
+class _SaveCollector(Collector):
+    def __init__(self, saver: SnapshotWriter) -> None:
+        self.saver = saver
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("devshare_extender_saves", "Writes of the --save file.", value=self.saver.writes)
+        yield CounterMetricFamily("devshare_extender_save_failures",
+                                  "Failed writes of the --save file (the previous file is kept).",
+                                  value=self.saver.failures)
