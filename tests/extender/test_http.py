@@ -393,8 +393,10 @@ async def test_expiry_drops_a_reservation_whose_bind_never_completed() -> None:
 async def test_save_after_bind(tmp_path: Path) -> None:
     backend = cluster(1, gpus=1, pods=[pod("p", core=50)])
     out = tmp_path / "out.yaml"
-    async with running(backend, ExtenderOptions(save=cluster_saver(backend, out))) as (client, _):
+    saver = cluster_saver(backend, out)
+    async with running(backend, ExtenderOptions(save=saver)) as (client, _):
         assert await bind(client, "p", "node-0") == ""
+        await saver.idle()  # written shortly after the bind, off the event loop
         saved = [d for d in yaml.safe_load_all(out.read_text()) if d]
     p = next(d for d in saved if d["kind"] == "Pod")
     assert p["spec"]["nodeName"] == "node-0"

@@ -51,6 +51,18 @@ def extender(
         float | None, typer.Option(help="binpack/spread: weight of compute vs memory in a card's score, 0..1 "
                                    "(default 0.5; overrides the --config file's scheduling.coreWeight).")
     ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="PEM serving certificate: serve HTTPS (re-read when it changes).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option("--tls-client-ca", help="PEM CA of the client certificates allowed to call the verbs and "
+                     "/inspect (kube-scheduler's extender tlsConfig certFile/keyFile)."),
+    ] = None,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="Allow a non-loopback --host without TLS and client certificates.")
+    ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
@@ -78,9 +90,26 @@ def extender(
         level = getattr(logging, log_level.upper(), None)
         if not isinstance(level, int):
             raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
+        if (tls_cert is None) != (tls_key is None):
+            raise fail("--tls-cert and --tls-key go together: give both (or neither, on 127.0.0.1)")
+        if tls_client_ca is not None and tls_cert is None:
+            raise fail("--tls-client-ca needs --tls-cert and --tls-key (client certificates are checked over TLS)")
+        from devshare.server.extender.serve import listen_check
+
+        try:
+            warning = listen_check(host, tls=tls_client_ca is not None, insecure=insecure)
+        except ValueError as e:
+            raise fail(str(e)) from None
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for noisy in ("httpx", "httpx2", "httpcore"):  # one INFO line per API request otherwise
             logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+        if warning:
+            logging.getLogger("devshare.extender").warning(warning)
+        tls = None
+        if tls_cert is not None and tls_key is not None:
+            from devshare.server.tls import CertReloader
+
+            tls = CertReloader(tls_cert, tls_key, client_ca=tls_client_ca)
 
         from devshare.kube.backend import Backend
         from devshare.server.extender.serve import ExtenderOptions, cluster_saver, serve
@@ -88,8 +117,8 @@ def extender(
         backend: Backend
         options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg,
                                   metrics_port=metrics_port)
-        for warning in cfg.not_honoured():
-            logging.getLogger("devshare.config").warning("%s", warning)
+        for unhonoured in cfg.not_honoured():
+            logging.getLogger("devshare.config").warning("%s", unhonoured)
         if cluster is not None:
 
             memory = load_cluster(cluster)
@@ -103,7 +132,7 @@ def extender(
             backend = LiveBackend.connect(kubeconfig, context=context, namespace=namespace)
             options.leader_election = True if leader_elect is None else leader_elect
     try:
-        serve(backend, options, host=host, port=port)
+        serve(backend, options, host=host, port=port, tls=tls)
     except OSError as e:
         where = f"{host}:{port}" + (f" or 0.0.0.0:{metrics_port}" if metrics_port else "")
         raise fail(f"cannot listen on {where}: {e.strerror or e}") from None

@@ -145,8 +145,25 @@ class MemoryBackend:
                 out.append(obj)
         return out
 
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Like :meth:`objects` without copying: each object is a new shallow dict over the stored
+        one (the store never changes an object in place), safe to encode in another thread."""
+        out: list[dict[str, Any]] = []
+        for resource in _SAVED:
+            for key in self.store.objects.get(resource, {}):
+                self._order.setdefault((resource, key), None)
+        for resource, key in self._order:
+            obj = self.store.get(resource, key)
+            if obj is not None:
+                m = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
+                out.append({**obj, "metadata": m})
+        return out
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump_all(self.objects(), sort_keys=False))
+        """Write every object to ``path``, atomically (see :mod:`devshare.kube.persist`)."""
+        from devshare.kube.persist import encode_documents, write_atomic
+
+        write_atomic(Path(path), encode_documents(self.snapshot()))
 
     # ------------------------------------------------------------------ direct changes (tests, tools)
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from typing import Any
 
 from devshare.model import names
 from devshare.model.quantity import MIB
+from devshare.model.request import MAX_DEVICES
 
 MIN_MIB = names.MIN_GPU_MEMORY // MIB  # seed 000's MinGPUMemory in MiB (256)
 CARD_PCT = 100  # percent of one whole device
-MAX_DEVICES = 1024  # devices one container may ask for: far beyond any node, small enough to print
 
 # ----------------------------------------------------------------------------------------------
 # Koordinator (seed 001): gpu, gpu-core, gpu-memory, gpu-memory-ratio, rdma, fpga
@@ -208,6 +208,9 @@ def mgpu_count_list(text: str, n_containers: int) -> tuple[list[int] | None, lis
             continue
         if n < 0:
             problems.append(f"{names.MGPU_MULTIPLE}={text!r}: entry {i} is {n}; a number of cards must be 1 or more")
+        elif n > MAX_DEVICES:
+            problems.append(f"{names.MGPU_MULTIPLE}={text!r}: entry {i} is {n}; a container may ask for at most "
+                            f"{MAX_DEVICES} cards")
         counts.append(n)
     if not problems and len(counts) != n_containers:
         problems.append(

@@ -25,6 +25,7 @@ from devshare.server.extender.metrics import MALFORMED, NOT_READY, OK, ExtenderM
 from devshare.server.extender.occupancy import occupancy
 from devshare.server.extender.service import Extender, NotReady, result_of
 from devshare.server.extender.wire import (
+    TOO_DEEP,
     BadRequest,
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -33,6 +34,7 @@ from devshare.server.extender.wire import (
     encode,
 )
 from devshare.server.metrics import metrics_response
+from devshare.server.tls import peer_verified
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,9 @@ def _verb(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.
         except UnicodeDecodeError as e:  # msgspec reads JSON strings as UTF-8
             result = MALFORMED
             response = _json(_error_body(f"{name}: body is not valid UTF-8 ({e}): JSON text must be UTF-8"), 400)
+        except RecursionError:  # a body decoded fine but too deep for what walks it later
+            result = MALFORMED
+            response = _json(_error_body(f"{name}: {TOO_DEEP}"), 400)
         except NotReady as e:
             result = NOT_READY
             response = _json(_error_body(str(e)), 503)
@@ -140,8 +145,24 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
-def make_app(extender: Extender) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+# what a caller without a verified client certificate may not reach (with client_auth)
+PROTECTED = frozenset({"/filter", "/prioritize", "/bind", "/preempt", "/inspect"})
+NO_CLIENT_CERT = ("a client certificate is required: configure kube-scheduler's extender tlsConfig with a "
+                  "certFile/keyFile signed by the CA given to devshare as --tls-client-ca")
+
+
+@web.middleware
+async def _require_client_cert(request: web.Request,
+                               handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    if request.path in PROTECTED and not peer_verified(request.transport):
+        return _json(_error_body(f"{request.path[1:]}: {NO_CLIENT_CERT}"), 403)
+    return await handler(request)
+
+
+def make_app(extender: Extender, *, client_auth: bool = False) -> web.Application:
+    """The application; with ``client_auth`` the verbs and /inspect answer 403 to a connection
+    without a verified client certificate (probes and /metrics stay open)."""
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_require_client_cert] if client_auth else [])
     app[EXTENDER] = extender
     app.router.add_post("/filter", _verb("filter", _filter))
     app.router.add_post("/prioritize", _verb("prioritize", _prioritize))

@@ -62,9 +62,19 @@ _CLASSES: tuple[tuple[str, str], ...] = (
 )
 
 
-@lru_cache(maxsize=8192)
 def reason_class(reason: str) -> str:
-    """A short, bounded label for a reason (reasons themselves name nodes and sizes)."""
+    """A short, bounded label for a reason (reasons themselves name nodes and sizes). Reasons up to
+    256 characters are classified once (a bounded cache); longer ones, which may quote a pod's
+    values, each time."""
+    return _cached_class(reason) if len(reason) <= 256 else _classify(reason)
+
+
+@lru_cache(maxsize=8192)
+def _cached_class(reason: str) -> str:
+    return _classify(reason)
+
+
+def _classify(reason: str) -> str:
     for needle, cls in _CLASSES:
         if needle in reason:
             return cls

@@ -47,6 +47,7 @@ from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
 from devshare.server.extender import preempt as _preempt
+from devshare.server.extender.cache import ByteLRU
 from devshare.server.extender.members import MemberBinds
 from devshare.server.extender.metrics import ERROR, OK, ExtenderMetrics
 from devshare.server.extender.nodeset import (
@@ -79,7 +80,7 @@ NOT_READY = "not ready: state not synced"
 NOT_LEADER = "not the leader"
 SCORE_REUSE_SECONDS = 2.0  # prioritize reuses the scores of a filter this recent for the same pod
 FILTERS_KEPT = 8  # filter results kept for prioritize and bind (each holds arrays over its candidates)
-PARSED_LIMIT = 1024  # pod requests cached by their JSON
+PARSED_BYTES = 32 * 2**20  # budget of the pod requests cached by their JSON (bodies included)
 
 
 class NotReady(Exception):
@@ -135,8 +136,23 @@ class Remembered:
     position: npt.NDArray[np.int64] | None = None  # state row -> index in ``rows`` (-1: did not pass)
 
 
+def request_size(req: PodRequest) -> int:
+    """About the bytes a parsed request keeps alive (for the caches' budgets)."""
+    return 512 + 4 * len(msgspec.json.encode(req))
+
+
+MESSAGE_LIMIT = 2048  # characters of a refusal's reason (it may quote a value of any length)
+
+
+def shorten(message: str) -> str:
+    if len(message) <= MESSAGE_LIMIT:
+        return message
+    cut = len(message) - MESSAGE_LIMIT
+    return f"{message[:MESSAGE_LIMIT // 2]}...({cut} characters cut)...{message[-MESSAGE_LIMIT // 2:]}"
+
+
 def invalid_request(e: InvalidInput) -> str:
-    return event_safe(f"invalid request: {e}")
+    return event_safe(f"invalid request: {shorten(str(e))}")
 
 
 class Extender:
@@ -166,8 +182,9 @@ class Extender:
         self.assume_ttl = assume_ttl
         self.clock = clock
         self.lifecycle = Lifecycle(self.scheduler, ttl=assume_ttl)  # assume, confirm, forget, expire
-        self._parsed: dict[tuple[str, str, str], PodRequest] = {}  # (key, uid, resourceVersion) -> request
-        self._parsed_raw: dict[bytes, tuple[PodRequest | InvalidInput, PodId]] = {}  # Pod JSON -> request
+        # (key, uid, resourceVersion) -> request; Pod JSON -> request: both bounded by bytes
+        self._parsed: ByteLRU[tuple[str, str, str], PodRequest] = ByteLRU(PARSED_BYTES)
+        self._parsed_raw: ByteLRU[bytes, tuple[PodRequest | InvalidInput, PodId]] = ByteLRU(PARSED_BYTES)
         # the last filters' results by pod key, for prioritize and bind (kube-scheduler binds in the
         # background: the next pods' filters may come before a pod's bind)
         self._filtered: OrderedDict[str, Remembered] = OrderedDict()
@@ -185,17 +202,17 @@ class Extender:
         m = meta(pod)
         rv = m.get("resourceVersion")
         cache_key = (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""), str(rv or ""))
-        if rv and cache_key in self._parsed:
-            return self._parsed[cache_key]
+        if rv:
+            hit = self._parsed.get(cache_key)
+            if hit is not None:
+                return hit
         req = parse_pod(pod)
         if self.disabled_types:
             refused = refuse_disabled([d.type for c in req.containers for d in c.devices], self.disabled_types)
             if refused:
                 raise InvalidInput(refused)
         if rv:
-            if len(self._parsed) >= 1024:
-                self._parsed.clear()
-            self._parsed[cache_key] = req
+            self._parsed.put(cache_key, req, request_size(req) + sum(map(len, cache_key)))
         return req
 
     def parse_raw(self, raw: bytes) -> tuple[PodRequest, PodId]:
@@ -211,13 +228,16 @@ class Extender:
             try:
                 req = self.parse(obj)
             except InvalidInput as e:
-                req = e
-            if len(self._parsed_raw) >= PARSED_LIMIT:
-                self._parsed_raw.clear()
-            hit = self._parsed_raw[raw] = (req, pod_id)
+                # kept without its traceback: its frames hold the decoded pod and the request body
+                req = e.with_traceback(None) if len(str(e)) <= MESSAGE_LIMIT else InvalidInput(shorten(str(e)))
+                req.__context__ = None
+            hit = (req, pod_id)
+            size = len(raw) + sum(map(len, pod_id)) + (len(str(req)) if isinstance(req, InvalidInput)
+                                                       else request_size(req))
+            self._parsed_raw.put(raw, hit, size)
         req, pod_id = hit
         if isinstance(req, InvalidInput):
-            raise req.with_traceback(None)  # the cached error, without the tracebacks of earlier raises
+            raise InvalidInput(str(req))  # a fresh error: raising the cached one would hang a traceback on it
         return req, pod_id
 
     def candidates(self, args: ExtenderArgs) -> Candidates:
