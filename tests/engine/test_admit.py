@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.engine.admit import Ask, Card, Reason, card_reason, card_reasons, describe
-from devshare.engine.fit import Gather, card_fits, memory_need
+from devshare.engine.fit import Gather, card_fits, left_fits, memory_need
 from devshare.engine.handlers.base import grant_for
 from devshare.engine.handlers.share import describe_cards
 from devshare.engine.state import ClusterState
@@ -93,3 +93,22 @@ def test_every_reason_has_a_message() -> None:
         text = describe(r, "gpu 0", total_core=1000, total_mem=GiB, free_core=0, free_mem=0, slots=2, core=500,
                         memory=GiB, max_containers=2)
         assert (text == "") == (r is Reason.FITS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cards_=st.lists(st.tuples(st.booleans(), st.sampled_from([0, 300, 1000]), st.sampled_from([8 * GiB, 16 * GiB]),
+                                 st.integers(-200, 1000), st.integers(-GiB, 16 * GiB), st.integers(0, 3)),
+                       min_size=1, max_size=6),
+       req=asks, max_containers=st.integers(1, 3))
+def test_greedys_running_mask_is_the_predicate(cards_: list[tuple[bool, int, int, int, int, int]],
+                                                req: DeviceRequest, max_containers: int) -> None:
+    """fit.greedy places containers one after another on running copies of the arrays; its mask
+    over what is left is the card predicate too."""
+    usable, total_core, total_mem, free_core, free_mem, slots = (np.array(x) for x in zip(*cards_, strict=True))
+    free_core = np.minimum(free_core, total_core)
+    free_mem = np.minimum(free_mem, total_mem)
+    need = memory_need(req, total_mem)
+    mask = left_fits(usable, free_core, free_mem, slots, req, need, max_containers)
+    codes = card_reasons(Card(usable, True, False, total_core, total_mem, free_core, free_mem, slots),
+                         Ask(req.core_milli, need, req.whole, 1, max_containers))
+    assert mask.tolist() == (codes == Reason.FITS).tolist()

@@ -153,6 +153,16 @@ def pick_columns(fits: Mask, scores: npt.NDArray[np.float64], k: int) -> Ints:
     return np.asarray(order[:, :k], dtype=np.int64)
 
 
+def left_fits(usable: Mask, free_core: Ints, free_mem: Ints, slots: Ints, req: DeviceRequest, need_mem: Any,
+              max_containers: int) -> Mask:
+    """Which cards take one share of ``req`` given what is left on them (``greedy``'s running
+    arrays): the hot-path form of :func:`devshare.engine.admit.card_reasons` ``== FITS`` (rules it
+    implies left out), held equal to it by tests/engine/test_admit.py."""
+    fits: Mask = usable & (free_core >= req.core_milli) & (free_mem >= need_mem)
+    fits &= (slots == 0) if req.whole else (slots < max_containers)
+    return fits
+
+
 def greedy(
     g: Gather, needs: Sequence[tuple[int, DeviceRequest]], max_containers: int, core_weight: float, binpack: bool
 ) -> tuple[Mask, npt.NDArray[np.float64]]:
@@ -172,8 +182,7 @@ def greedy(
     ar = np.arange(m)[:, None]
     for _, req in order:
         need_mem = memory_need(req, g.total_mem)
-        fits = usable & (free_core >= req.core_milli) & (free_mem >= need_mem)
-        fits &= (slots == 0) if req.whole else (slots < max_containers)
+        fits = left_fits(usable, free_core, free_mem, slots, req, need_mem, max_containers)
         util = core_weight * (1.0 - (free_core - req.core_milli) / tc)
         util += (1.0 - core_weight) * (1.0 - (free_mem - need_mem) / tm)
         score = util if binpack else -util
