@@ -396,11 +396,16 @@ class Extender:
                 return ""  # a group member the extender bound itself when its gang reached its quorum
             return f"pod {key} is already bound to node {bound_to}"
         try:
-            pod = self.parse(obj)  # usually parsed at filter already (same resourceVersion)
+            # the pod as the API server has it, parsed afresh: never a request cached from a /filter
+            # body, which anyone can send with a real pod's name, uid and resourceVersion
+            pod = parse_pod(obj)
         except InvalidInput as e:
             return invalid_request(e)
         if not pod.has_devices():
-            return await self.writes.bind(ns, name, node, uid)
+            return (f"pod {key} asks for no device devshare manages: devshare binds only the pods it "
+                    "places (kube-scheduler sends it those alone); its own scheduler binds this one")
+        if node not in self.state.row_of:
+            return f"node {node} is not known to devshare (no such Node, or no Device object lists its devices)"
         if pod.group is not None:
             return await self.members.bind(pod, node, obj)
 
@@ -411,7 +416,9 @@ class Extender:
                 return f"pod {key} already holds devices on node {stale.allocation.node}"
             self.lifecycle.forget(key)  # a leftover reservation of an earlier attempt
         r = self._filtered.get(key)
-        alloc = self.scheduler.allocate_on(pod, node, evaluated=r.evaluation if r is not None else None)
+        # the filter's devices are reused only when it judged this very request
+        evaluated = r.evaluation if r is not None and r.evaluation is not None and r.evaluation.pod == pod else None
+        alloc = self.scheduler.allocate_on(pod, node, evaluated=evaluated)
         if isinstance(alloc, str):
             return f"pod {key} does not fit on node {node}: {alloc}"
         try:
