@@ -404,7 +404,7 @@ class Extender:
         if not pod.has_devices():
             return (f"pod {key} asks for no device devshare manages: devshare binds only the pods it "
                     "places (kube-scheduler sends it those alone); its own scheduler binds this one")
-        if node not in self.state.row_of:
+        if node not in self.state.nodes:
             return f"node {node} is not known to devshare (no such Node, or no Device object lists its devices)"
         if pod.group is not None:
             return await self.members.bind(pod, node, obj)
