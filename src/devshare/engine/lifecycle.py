@@ -99,6 +99,8 @@ class Lifecycle:
         state = self.state
         rec = state.pods.get(pod.key)
         reason = None
+        if rec is None and state.is_finished(pod.key, pod.uid):
+            return None  # the watch saw it finish or go before this confirmation: nothing to hold
         if rec is not None and rec.phase == "bound":
             pass  # the watch saw the bound pod first and recorded its annotation
         elif rec is not None and rec.allocation == alloc:

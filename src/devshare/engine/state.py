@@ -12,6 +12,7 @@ checks the allocation against the arrays first and refuses it whole (nothing hal
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
@@ -46,12 +47,16 @@ class PodRecord(msgspec.Struct, kw_only=True):
     hold: str | None = None  # a group plan's hold (the group key): devices kept for a member to come, no pod
 
 
+FINISHED_KEPT = 4096  # pods remembered as gone or finished (a late bind confirmation is checked against them)
+
+
 class ClusterState:
     def __init__(self, *, max_containers_per_device: int = DEFAULT_MAX_CONTAINERS) -> None:
         self.max_containers = max_containers_per_device
         self.nodes: dict[str, NodeInfo] = {}
         self.devices: dict[str, NodeDevices] = {}
         self.pods: dict[str, PodRecord] = {}
+        self.finished: OrderedDict[tuple[str, str], None] = OrderedDict()  # (key, uid) of pods gone or done
         self.row_of: dict[str, int] = {}
         self.name_of: dict[int, str] = {}
         self._free_rows: list[int] = []
@@ -279,6 +284,18 @@ class ClusterState:
         rec.phase = "bound"
         rec.expires_at = None
         self.version += 1
+
+    def release_finished(self, key: str, uid: str) -> PodRecord | None:
+        """Release a pod the cluster says is gone or finished, and remember it (by key and uid), so that
+        a bind confirmation arriving after the watch's events never records it again."""
+        if uid:
+            self.finished[(key, uid)] = None
+            while len(self.finished) > FINISHED_KEPT:
+                self.finished.popitem(last=False)
+        return self.release(key)
+
+    def is_finished(self, key: str, uid: str) -> bool:
+        return bool(uid) and (key, uid) in self.finished
 
     def release(self, key: str) -> PodRecord | None:
         """Give back everything the pod holds (deleted, completed, or unreserved)."""

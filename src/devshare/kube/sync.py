@@ -258,11 +258,11 @@ class StateSync:
             self.state.release(key)  # a new pod under an old name: the old one is gone
             rec = None
         if type_ == "DELETED":
-            self.state.release(key)
+            self.state.release_finished(key, uid)
             return
         phase = (obj.get("status") or {}).get("phase")
         if phase in TERMINAL_PHASES:
-            self.state.release(key)
+            self.state.release_finished(key, uid)
             return
         node = (obj.get("spec") or {}).get("nodeName")
         if not node:
