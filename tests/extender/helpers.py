@@ -98,9 +98,14 @@ class FlakyBackend:
         await self._maybe_fail("patch")
         return await self.inner.patch_pod_annotations(namespace, name, annotations)
 
-    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
+                       annotations: Mapping[str, str] | None = None, resource_version: str | None = None) -> None:
         await self._maybe_fail("bind")
-        await self.inner.bind_pod(namespace, name, node, uid=uid)
+        await self.inner.bind_pod(namespace, name, node, uid=uid, annotations=annotations,
+                                  resource_version=resource_version)
+
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:
+        await self.inner.delete_pod(namespace, name, uid=uid)
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.inner.get_lease(namespace, name)

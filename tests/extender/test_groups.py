@@ -158,10 +158,11 @@ async def test_gang_member_whose_binding_fails_is_bound_on_the_next_bind() -> No
         real_bind = backend.bind_pod
         failing = {"default/job-0"}
 
-        async def flaky(namespace: str, name: str, node_name: str, *, uid: str | None = None) -> None:
+        async def flaky(namespace: str, name: str, node_name: str, *, uid: str | None = None,
+                        **kw: Any) -> None:
             if f"{namespace}/{name}" in failing:
                 raise Unavailable("injected: the API server is away")
-            await real_bind(namespace, name, node_name, uid=uid)
+            await real_bind(namespace, name, node_name, uid=uid, **kw)
 
         backend.bind_pod = flaky  # type: ignore[method-assign]
         assert await schedule(client, pods[1], ["host04"]) == ""  # the asker binds; job-0's binding failed
@@ -200,10 +201,11 @@ async def test_failed_member_binding_is_retried_by_any_later_bind() -> None:
         real_bind = backend.bind_pod
         failing = {"default/job-0"}
 
-        async def flaky(namespace: str, name: str, node_name: str, *, uid: str | None = None) -> None:
+        async def flaky(namespace: str, name: str, node_name: str, *, uid: str | None = None,
+                        **kw: Any) -> None:
             if f"{namespace}/{name}" in failing:
                 raise Unavailable("injected")
-            await real_bind(namespace, name, node_name, uid=uid)
+            await real_bind(namespace, name, node_name, uid=uid, **kw)
 
         backend.bind_pod = flaky  # type: ignore[method-assign]
         assert await schedule(client, pods[1], ["host04", "host05"]) == ""

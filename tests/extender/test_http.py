@@ -64,13 +64,25 @@ async def test_filter_node_names_splits_failed_and_unresolvable() -> None:
     assert out["Nodes"] is None
     assert out["Error"] == ""
     assert set(out["FailedNodes"]) == {"node-1"}  # full now, preemption could help
-    assert "compute free" in out["FailedNodes"]["node-1"] or "in use" in out["FailedNodes"]["node-1"]
+    assert out["FailedNodes"]["node-1"].endswith("no card has that much free")
     assert set(out["FailedAndUnresolvableNodes"]) == {"plain-0", "ghost"}
     assert "no gpu devices" in out["FailedAndUnresolvableNodes"]["plain-0"]
     assert "not known to devshare" in out["FailedAndUnresolvableNodes"]["ghost"]
 
 
-async def test_filter_reason_names_device_and_sizes() -> None:
+async def test_filter_reason_is_the_same_for_every_node_in_the_same_plight() -> None:
+    """kube-scheduler counts identical reasons into one line of the pod's event: the answer names
+    the ask, never a node's cards (those vary by node and would make an event line per node)."""
+    backend = cluster(3, gpus=2, pods=[*full_node_pods("node-0", 2), *full_node_pods("node-1", 2),
+                                       *full_node_pods("node-2", 2)])
+    async with running(backend) as (client, _):
+        out = await post(client, "/filter", names_body(pod("p", core=60, mem="4Gi"), ["node-0", "node-1", "node-2"]))
+    assert len(set(out["FailedNodes"].values())) == 1
+    (reason,) = set(out["FailedNodes"].values())
+    assert reason.startswith("needs one gpu with 60% compute") and "gpu 0" not in reason
+
+
+async def test_filter_reason_names_the_ask() -> None:
     busy = pod("busy", core=10, mem="14Gi", node_name="node-0", annotations={"devshare.io/allocation": json.dumps(
         {"node": "node-0", "containers": [{"name": "main", "devices": [
             {"type": "gpu", "minor": 0, "id": "GPU-node-0-0", "core": 10, "memory": 14 * GiB, "memoryRatio": 88}]}]})})
@@ -78,7 +90,7 @@ async def test_filter_reason_names_device_and_sizes() -> None:
     async with running(backend) as (client, _):
         out = await post(client, "/filter", names_body(pod("p", core=10, mem="6Gi"), ["node-0"]))
     assert out["NodeNames"] == []
-    assert out["FailedNodes"]["node-0"].endswith("gpu 0: 2 GiB free, 6 GiB asked")
+    assert out["FailedNodes"]["node-0"] == "needs one gpu with 10% compute and 6 GiB: no card has that much free"
 
 
 async def test_filter_full_node_list_answers_nodes() -> None:
@@ -180,7 +192,8 @@ async def test_bind_failure_undoes_the_reservation_and_annotations() -> None:
     inner = cluster(1, gpus=1, pods=[pod("p", core=100)])
 
     class FailingBind(MemoryBackend):
-        async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+        async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
+                           **kw: Any) -> None:
             raise Unavailable("connection refused")
 
     backend = FailingBind(inner.store)
@@ -346,9 +359,10 @@ async def test_expiry_drops_a_reservation_whose_bind_never_completed() -> None:
         gate = asyncio.Event()
         real_bind = backend.bind_pod
 
-        async def hung_bind(namespace: str, name: str, node_name: str, *, uid: str | None = None) -> None:
+        async def hung_bind(namespace: str, name: str, node_name: str, *, uid: str | None = None,
+                        **kw: Any) -> None:
             await gate.wait()
-            await real_bind(namespace, name, node_name, uid=uid)
+            await real_bind(namespace, name, node_name, uid=uid, **kw)
 
         backend.bind_pod = hung_bind  # type: ignore[method-assign]
         task = asyncio.create_task(bind(client, "p", "node-0"))

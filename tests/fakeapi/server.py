@@ -263,14 +263,22 @@ class FakeApiServer:
         node = (body.get("target") or {}).get("name")
         if not node:
             return error_response(400, "Binding target.name is required")
-        uid = (body.get("metadata") or {}).get("uid")
+        bmeta = body.get("metadata") or {}
+        uid = bmeta.get("uid")
         if uid and uid != pod["metadata"].get("uid"):
             raise Conflict(f'Operation cannot be fulfilled on pods/binding "{name}": uid mismatch')
+        rv = bmeta.get("resourceVersion")
+        if rv and rv != pod["metadata"].get("resourceVersion"):
+            raise Conflict(f'Operation cannot be fulfilled on pods "{name}": the object has been modified; '
+                           "please apply your changes to the latest version and try again")
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound:
             raise Conflict(f'Operation cannot be fulfilled on pods/binding "{name}": '
                            f"pod {name} is already assigned to node \"{bound}\"")
-        self.store.patch("pods", key, {"spec": {"nodeName": node}})
+        patch: dict[str, Any] = {"spec": {"nodeName": node}}
+        if bmeta.get("annotations"):  # as the real BindingREST: copied onto the pod in the same write
+            patch["metadata"] = {"annotations": dict(bmeta["annotations"])}
+        self.store.patch("pods", key, patch)
         return json_response(status(201, "", ""), 201)
 
     async def _watch(self, request: web.Request, plural: str, ns: str | None, query: dict[str, str]

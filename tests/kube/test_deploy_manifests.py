@@ -99,7 +99,7 @@ def test_rbac_is_the_minimal_set() -> None:
     cluster = rules(find("ClusterRole", "devshare-extender"))
     assert cluster == {
         ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
-        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
+        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"), ("", "pods", "delete"),
         ("", "pods/binding", "create"),
         ("devshare.io", "devices", "get"), ("devshare.io", "devices", "list"), ("devshare.io", "devices", "watch"),
         ("", "events", "create"),

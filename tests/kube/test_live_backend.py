@@ -89,3 +89,22 @@ def test_a_bad_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "kc").write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
     with pytest.raises(InvalidInput):
         LiveBackend.connect(tmp_path / "kc", context="nope")
+
+
+async def test_bind_writes_the_annotations_with_the_binding_and_checks_the_version(
+        fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
+    """The binding subresource copies the Binding's annotations onto the pod in the same write and
+    takes metadata.resourceVersion as a precondition (as kube-apiserver's BindingREST does; the
+    e2e suite checks the real one)."""
+    created = fake_api.put(pod("a"))
+    rv = created["metadata"]["resourceVersion"]
+    fake_api.put(pod("a", annotations={"devshare.io/allocation": "written by a user"}))  # changed since read
+    with pytest.raises(Conflict, match="modified"):
+        await live_backend.bind_pod("default", "a", "n1", annotations={"k": "v"}, resource_version=rv)
+    current = await live_backend.get_pod("default", "a")
+    assert current is not None and not current["spec"].get("nodeName")
+    await live_backend.bind_pod("default", "a", "n1", annotations={"k": "v"},
+                                resource_version=current["metadata"]["resourceVersion"])
+    bound = await live_backend.get_pod("default", "a")
+    assert bound is not None and bound["spec"]["nodeName"] == "n1"
+    assert bound["metadata"]["annotations"]["k"] == "v"

@@ -54,8 +54,16 @@ class Backend(Protocol):
         """Merge-patch the pod's annotations (None removes a key). Returns the patched pod."""
         ...
 
-    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
-        """Create the pod's Binding to ``node``. Conflict if it is already bound (or its uid differs)."""
+    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
+                       annotations: Mapping[str, str] | None = None, resource_version: str | None = None) -> None:
+        """Create the pod's Binding to ``node``. Conflict if it is already bound, its uid differs or
+        (given ``resource_version``) it changed since. The API server copies the Binding's
+        ``annotations`` onto the pod in the same write: the allocation and the binding are one act."""
+        ...
+
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:
+        """Delete the pod with its own grace period (preemption). NotFound when it is gone; a pod of
+        another ``uid`` (deleted and re-created meanwhile) is left alone."""
         ...
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:

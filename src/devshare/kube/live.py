@@ -157,14 +157,29 @@ class LiveBackend:
                                           namespace=namespace, patch_type=PatchType.MERGE)
         return dict(out)
 
-    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
-        body: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
+    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
+                       annotations: Mapping[str, str] | None = None, resource_version: str | None = None) -> None:
+        # the binding subresource checks metadata.uid and metadata.resourceVersion as preconditions
+        # and copies metadata.annotations onto the pod (pkg/registry/core/pod/storage, BindingREST)
+        m: dict[str, Any] = {"name": name, "namespace": namespace}
+        if uid:
+            m["uid"] = uid
+        if resource_version:
+            m["resourceVersion"] = resource_version
+        if annotations:
+            m["annotations"] = dict(annotations)
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "Binding", "metadata": m,
+                                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         with _translated():
             await self.client.create(PodBinding(**body), name=name, namespace=namespace)
+
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:
+        with _translated():
+            if uid:
+                current = await self.client.get(Pod, name, namespace=namespace)
+                if (meta(dict(current)).get("uid") or uid) != uid:
+                    return
+            await self.client.delete(Pod, name, namespace=namespace)
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

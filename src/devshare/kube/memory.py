@@ -184,7 +184,8 @@ class MemoryBackend:
     ) -> dict[str, Any]:
         return self.store.patch("pods", f"{namespace}/{name}", {"metadata": {"annotations": dict(annotations)}})
 
-    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None) -> None:
+    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
+                       annotations: Mapping[str, str] | None = None, resource_version: str | None = None) -> None:
         key = f"{namespace}/{name}"
         pod = self.store.get("pods", key)
         if pod is None:
@@ -194,7 +195,21 @@ class MemoryBackend:
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound:
             raise Conflict(f"pod {key} is already assigned to node {bound!r}", code=409)
-        self.store.patch("pods", key, {"spec": {"nodeName": node}})
+        if resource_version and meta(pod).get("resourceVersion") not in (None, "", resource_version):
+            raise Conflict(f"pod {key} changed since resourceVersion {resource_version}", code=409)
+        patch: dict[str, Any] = {"spec": {"nodeName": node}}
+        if annotations:
+            patch["metadata"] = {"annotations": dict(annotations)}
+        self.store.patch("pods", key, patch)
+
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:
+        key = f"{namespace}/{name}"
+        pod = self.store.get("pods", key)
+        if pod is None:
+            raise NotFound(f"pods {name!r} not found in namespace {namespace}", code=404)
+        if uid and meta(pod).get("uid") not in (None, "", uid):
+            return
+        self.store.delete("pods", key)
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.store.get("leases", f"{namespace}/{name}")

@@ -307,6 +307,10 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
         problems.add("spec.priority", f"must be a whole number, got {priority!r}")
         priority = 0
 
+    preemption = spec.get("preemptionPolicy")
+    if preemption not in (None, "PreemptLowerPriority", "Never"):
+        problems.add("spec.preemptionPolicy", f"must be PreemptLowerPriority or Never, got {preemption!r}")
+
     ns = meta.get("namespace")
     pod_name = meta.get("name") or meta.get("generateName") or ""
     request = PodRequest(
@@ -320,6 +324,7 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
         cpu_milli=cpu,
         memory_bytes=memory,
         priority=priority,
+        preempts=preemption != "Never",
         group=_group(labels, annotations, problems),
     )
     msg = validation.multi_share_policy(policy, request.multi_card_share())

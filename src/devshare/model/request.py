@@ -72,6 +72,7 @@ class PodRequest(msgspec.Struct, frozen=True, kw_only=True):
     cpu_milli: int = 0  # node CPU asked (used when the state tracks node CPU, e.g. the simulator)
     memory_bytes: int = 0  # node memory asked, likewise
     priority: int = 0
+    preempts: bool = True  # may evict lower-priority pods (spec.preemptionPolicy is not Never)
     group: GroupRef | None = None
 
     @property

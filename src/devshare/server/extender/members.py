@@ -90,21 +90,15 @@ class MemberBinds:
         annotations = encode_annotations(pod, m.allocation, now_ns=time.time_ns(),
                                          visible_gpus=list(m.visible_gpus),
                                          device_memory=self.state.gpu_memory(m.node))
-        error = await self.writes.annotate(ns, name, annotations)
+        error = await self.writes.bind(ns, name, m.node, pod.uid, annotations=annotations)
         if error:
             return await self._failed(m, error)
-        error = await self.writes.bind(ns, name, m.node, pod.uid)
-        if error:
-            return await self._failed(m, error, annotations)
         self.unbound.pop(m.pod, None)
         return ""
 
-    async def _failed(self, m: MemberPlacement, error: str, annotations: dict[str, str] | None = None) -> str:
+    async def _failed(self, m: MemberPlacement, error: str) -> str:
         if self.planner.bind_failed(m.pod, now=self.clock()):
             self.unbound.pop(m.pod, None)
-            if annotations is not None:
-                ns, _, name = m.pod.partition("/")
-                await self.writes.forget(ns, name, annotations)
         else:
             self.unbound[m.pod] = m
         return error

@@ -54,6 +54,7 @@ from devshare.server.extender.nodeset import (
     encode_priorities,
     resolve,
 )
+from devshare.server.extender.preemption import Preemptor
 from devshare.server.extender.verdicts import filter_nodes, score_nodes, scores_from
 from devshare.server.extender.wire import (
     BadRequest,
@@ -172,6 +173,7 @@ class Extender:
         self.planner = GroupPlanner(self.scheduler)  # groups and gangs (seed 003), on the same state
         self.writes = PodWrites(backend, after_bind)
         self.members = MemberBinds(state, backend, self.planner, self.writes, self._binding, lambda: self.clock())
+        self.preemptor = Preemptor(self.scheduler, backend, lambda: self.clock(), is_leader=lambda: self.is_leader())
 
     # ------------------------------------------------------------------ helpers
     def parse(self, pod: dict[str, Any]) -> PodRequest:
@@ -266,6 +268,11 @@ class Extender:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
             return self._answer(cands, outcome.passed, outcome.failed, outcome.unresolvable)
         out = filter_nodes(self.scheduler, pod, cands.nodes)
+        held = self.preemptor.held_nodes(pod)
+        if held:
+            out = out.without(held)
+        if not out.passed_idx.size and out.failed:
+            self.preemptor.maybe_preempt(pod, list(out.failed))
         names_json = out.passed_json()
         # node names hold no whitespace: without it, the bytes any client sends back to prioritize
         self._remember(Remembered(pod_id, self.clock(), names_json.translate(None, JSON_WHITESPACE), out.passed_rows,
@@ -398,15 +405,12 @@ class Extender:
             return f"pod {key}: {e}"
         annotations = encode_annotations(pod, alloc, now_ns=time.time_ns(),
                                          device_memory=self.state.gpu_memory(node))
-        # ---- asynchronous: write the decision, then bind ----
+        # ---- asynchronous: one write, the Binding with the allocation annotations ----
         done = False
         try:
-            error = await self.writes.annotate(ns, name, annotations)
+            error = await self.writes.bind(ns, name, node, uid, annotations=annotations,
+                                           resource_version=str(m.get("resourceVersion") or "") or None)
             if error:
-                return error
-            error = await self.writes.bind(ns, name, node, uid)
-            if error:
-                await self.writes.forget(ns, name, annotations)
                 return error
             done = True
         finally:
@@ -419,6 +423,7 @@ class Extender:
         """StateSync's hook: a deleted group member gives up its place in its group's plan."""
         if kind == "pods" and type_ == "DELETED":
             self.members.deleted(object_key(obj))
+            self.preemptor.done(object_key(obj))
 
     def _undo(self, key: str, alloc: PodAllocation) -> None:
         rec = self.state.pods.get(key)
@@ -437,6 +442,7 @@ class Extender:
             if reason is not None:
                 log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
                             pod.key, reason)
+        self.preemptor.done(pod.key)
         row = self.state.row_of.get(alloc.node)
         if row is not None:
             self.scheduler.policy.placed(pod, row)

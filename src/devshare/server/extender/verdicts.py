@@ -4,6 +4,7 @@ candidate list's object array by index: no Python step per node."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,7 @@ from devshare.model.request import PodRequest
 from devshare.server.extender.nodeset import NodeSet
 
 Ints = npt.NDArray[np.int64]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,14 +40,54 @@ class NamedVerdicts:
         """The JSON array of the names that passed (kube-scheduler's ``NodeNames``)."""
         return self.nodes.names_json(self.passed_idx)
 
+    def without(self, held: dict[str, str]) -> NamedVerdicts:
+        """The same answer with the nodes of ``held`` (name -> reason) moved from passed to failed."""
+        names = self.nodes.known[self.passed_idx].tolist()
+        keep = np.array([n not in held for n in names], np.bool_)
+        if keep.all():
+            return self
+        failed = dict(self.failed)
+        failed.update({n: held[n] for n in names if n in held})
+        return NamedVerdicts(self.nodes, self.passed_idx[keep], self.passed_rows[keep], self.raw_scores[keep],
+                             failed, self.unresolvable, self.evaluation)
+
+
+def brief(reason: str, *, resolvable: bool) -> str:
+    """The node-independent part of an engine reason, for kube-scheduler's event.
+
+    kube-scheduler counts identical reasons into one line of the pod's FailedScheduling event
+    ("0/1000 nodes are available: 1000 <reason>."), so a reason must not name a node's cards: the
+    engine's "needs one gpu with 60% compute; gpu 0: 40% compute free, ..." becomes "needs one gpu
+    with 60% compute: no card has that much free". The per-card detail is logged (debug) and shown
+    by ``devshare schedule``."""
+    head, sep, _ = reason.partition("; ")
+    if not sep:
+        return reason
+    return f"{head}: no card has that much free" if resolvable else f"{head}: no card is that large"
+
+
+def _briefs(reasons: list[str], *, resolvable: bool) -> list[str]:
+    memo: dict[str, str] = {}
+    out = []
+    for r in reasons:
+        b = memo.get(r)
+        if b is None:
+            b = memo[r] = brief(r, resolvable=resolvable)
+        out.append(b)
+    return out
+
 
 def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> NamedVerdicts:
     v = scheduler.verdicts(pod, nodes.rows)
     names = nodes.known
+    if v.failed_reasons and log.isEnabledFor(logging.DEBUG):
+        for name, why in list(zip(names[v.failed].tolist(), v.failed_reasons, strict=True))[:5]:
+            log.debug("%s does not fit on %s: %s", pod.key, name, why)
     out = NamedVerdicts(nodes, v.passed, nodes.rows[v.passed], v.evaluation.scores[v.passed],
-                        dict(zip(names[v.failed].tolist(), v.failed_reasons, strict=True)),
+                        dict(zip(names[v.failed].tolist(), _briefs(v.failed_reasons, resolvable=True), strict=True)),
                         dict.fromkeys(nodes.unknown, UNKNOWN_NODE), v.evaluation)
-    out.unresolvable.update(zip(names[v.unresolvable].tolist(), v.unresolvable_reasons, strict=True))
+    out.unresolvable.update(zip(names[v.unresolvable].tolist(),
+                                _briefs(v.unresolvable_reasons, resolvable=False), strict=True))
     return out
 
 

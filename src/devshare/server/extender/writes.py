@@ -1,6 +1,7 @@
-"""What a bind writes to the API server: the allocation annotations, the Binding, and, when a bind
-fails after the annotations were written, taking them back. Each returns an error text ("" when it
-worked) that the extender passes on to kube-scheduler."""
+"""What a bind writes to the API server: one Binding that carries the allocation annotations (the API
+server copies them onto the pod in the same write, so a pod is never bound without its allocation
+nor annotated without being bound). Returns an error text ("" when it worked) that the extender
+passes on to kube-scheduler."""
 
 from __future__ import annotations
 
@@ -18,27 +19,16 @@ class PodWrites:
         self.backend = backend
         self.after_bind = after_bind  # e.g. save the --cluster file
 
-    async def annotate(self, ns: str, name: str, annotations: dict[str, str]) -> str:
+    async def bind(self, ns: str, name: str, node: str, uid: str, *, annotations: dict[str, str] | None = None,
+                   resource_version: str | None = None) -> str:
+        """The Binding, carrying the allocation ``annotations`` (the API server writes both at once)
+        and the pod's ``resource_version`` as a precondition: a pod that changed since it was read
+        (e.g. a user wrote an allocation of their own) is not bound."""
         try:
-            await self.backend.patch_pod_annotations(ns, name, annotations)
-        except BackendError as e:
-            return f"writing the allocation annotations of pod {ns}/{name} failed: {e}"
-        return ""
-
-    async def bind(self, ns: str, name: str, node: str, uid: str) -> str:
-        try:
-            await self.backend.bind_pod(ns, name, node, uid=uid or None)
+            await self.backend.bind_pod(ns, name, node, uid=uid or None, annotations=annotations,
+                                        resource_version=resource_version)
         except BackendError as e:
             return f"binding pod {ns}/{name} to node {node} failed: {e}"
         if self.after_bind is not None:
             self.after_bind()
         return ""
-
-    async def forget(self, ns: str, name: str, annotations: dict[str, str]) -> None:
-        """Best effort: take our annotations off a pod left unbound (unless someone else bound it)."""
-        try:
-            obj = await self.backend.get_pod(ns, name)
-            if obj is not None and not (obj.get("spec") or {}).get("nodeName"):
-                await self.backend.patch_pod_annotations(ns, name, dict.fromkeys(annotations))
-        except BackendError as e:
-            log.info("could not remove the annotations of unbound pod %s/%s: %s", ns, name, e)

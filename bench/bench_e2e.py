@@ -1,0 +1,188 @@
+"""Scheduling throughput on the real control plane: kube-scheduler alone against kube-scheduler with
+the devshare extender, in one run, on the same API server.
+
+N fake nodes of 8 GPUs (Node objects with allocatable ``bench.devshare.io/gpu: 8`` for the plain run,
+and a Device object each for devshare). P pods are created while no scheduler runs, then
+kube-scheduler is started and the pods are timed from the first bound to the last bound, through a
+watch:
+
+- alone: pods asking ``bench.devshare.io/gpu: 1`` (a plain extended resource kube-scheduler counts
+  itself; the extender is not interested in them), scheduled by a kube-scheduler with no extender;
+- devshare: the same pods asking ``nvidia.com/gpu: 1``, scheduled by deploy/scheduler's
+  configuration (filter, prioritize and bind through the extender, which runs with its
+  ServiceAccount's identity).
+
+The last line printed is one JSON object:
+``{"nodes", "pods", "pods_per_s_alone", "pods_per_s_devshare", "ratio", "binds_refused"}``
+(``binds_refused``: binds the extender answered with an error, from its metrics).
+
+    .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from e2e.cluster import SCHEDULER_NAME, ControlPlane, control_plane
+
+PLAIN = "bench.devshare.io/gpu"
+NS = "bench"
+
+
+def api(cp: ControlPlane) -> Any:
+    from lightkube import Client
+    from lightkube.config.kubeconfig import KubeConfig
+
+    return Client(KubeConfig.from_file(str(cp.admin)), field_manager="bench")
+
+
+def make_nodes(cp: ControlPlane, n: int) -> None:
+    from lightkube.generic_resource import create_global_resource
+    from lightkube.resources.core_v1 import Node
+
+    Device = create_global_resource("devshare.io", "v1alpha1", "Device", "devices")
+    client = api(cp)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    def one(i: int) -> None:
+        name = f"bench-{i:05d}"
+        res = {"cpu": "128", "memory": "1Ti", "pods": "110", PLAIN: "8"}
+        status = {"capacity": res, "allocatable": res,
+                  "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "bench",
+                                  "lastHeartbeatTime": now, "lastTransitionTime": now}]}
+        client.create(Node.from_dict({"apiVersion": "v1", "kind": "Node",
+                                      "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+        client.patch(Node.Status, name, {"status": status})
+        client.create(Device.from_dict({
+            "apiVersion": "devshare.io/v1alpha1", "kind": "Device", "metadata": {"name": name},
+            "spec": {"devices": [{"type": "gpu", "minor": m, "id": f"GPU-{name}-{m}", "health": True,
+                                  "resources": {"koordinator.sh/gpu-core": "100",
+                                                "koordinator.sh/gpu-memory": "80Gi",
+                                                "koordinator.sh/gpu-memory-ratio": "100"}}
+                                 for m in range(8)]}}))
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(n)))
+
+
+def make_pods(cp: ControlPlane, prefix: str, resources: dict[str, str], count: int, scheduler: str) -> None:
+    from lightkube.resources.core_v1 import Pod
+
+    client = api(cp)
+
+    def one(i: int) -> None:
+        client.create(Pod.from_dict({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{prefix}-{i:05d}", "namespace": NS},
+            "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                     "resources": {"limits": dict(resources)}}]}}))
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(count)))
+
+
+class BoundClock:
+    """Watches the namespace's pods and notes when each was first seen bound."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self.bound: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from lightkube.resources.core_v1 import Pod
+
+        client = api(self.cp)
+        while not self.stop.is_set():
+            try:
+                for _, pod in client.watch(Pod, namespace=NS):
+                    if pod.spec.nodeName and pod.metadata.name not in self.bound:
+                        self.bound[pod.metadata.name] = time.monotonic()
+                    if self.stop.is_set():
+                        return
+            except Exception:
+                time.sleep(0.2)
+
+    def rate(self, prefix: str, count: int, timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            times = [t for name, t in self.bound.items() if name.startswith(prefix + "-")]
+            if len(times) >= count:
+                return (count - 1) / max(max(times) - min(times), 1e-9)
+            time.sleep(0.2)
+        done = sum(1 for name in self.bound if name.startswith(prefix + "-"))
+        raise TimeoutError(f"{prefix}: only {done} of {count} pods bound in {timeout:.0f}s")
+
+
+def refused_binds(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r'devshare_extender_requests_total\{[^}]*verb="bind"[^}]*result="error"[^}]*\} ([0-9.e+]+)', line)
+        if m:
+            total += float(m.group(1))
+    return int(total)
+
+
+def plain_config(cp: ControlPlane) -> Path:
+    path = cp.root / "alone-config.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "clientConnection": {"kubeconfig": str(cp.token_kubeconfig("devshare-scheduler")), "qps": 500, "burst": 1000},
+        "profiles": [{"schedulerName": SCHEDULER_NAME}],
+    }))
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--pods", type=int, default=3000)
+    ap.add_argument("--timeout", type=float, default=900)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="devshare-bench-e2e-") as tmp, control_plane(Path(tmp)) as cp:
+        cp.install()
+        cp.namespace(NS)
+        t0 = time.monotonic()
+        make_nodes(cp, args.nodes)
+        print(f"{args.nodes} nodes + devices in {time.monotonic() - t0:.0f}s", file=sys.stderr)
+        clock = BoundClock(cp)
+
+        make_pods(cp, "alone", {PLAIN: "1"}, args.pods, SCHEDULER_NAME)
+        sched = cp.start_scheduler(config=plain_config(cp), name="kube-scheduler-alone")
+        alone = clock.rate("alone", args.pods, args.timeout)
+        sched.stop()
+        print(f"alone: {alone:.1f} pods/s", file=sys.stderr)
+
+        cp.start_extender("--log-level", "warning")
+        make_pods(cp, "devshare", {"nvidia.com/gpu": "1"}, args.pods, SCHEDULER_NAME)
+        cp.start_scheduler()
+        with_devshare = clock.rate("devshare", args.pods, args.timeout)
+        print(f"devshare: {with_devshare:.1f} pods/s", file=sys.stderr)
+        refused = refused_binds(cp.extender_port)
+        clock.stop.set()
+    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "pods_per_s_alone": round(alone, 1),
+                      "pods_per_s_devshare": round(with_devshare, 1), "ratio": round(with_devshare / alone, 3),
+                      "binds_refused": refused}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,395 @@
+"""A real control plane on 127.0.0.1 for the end-to-end suite.
+
+etcd, kube-apiserver (its own CA and serving certificate, client certificates, RBAC, service-account
+tokens) and kube-scheduler are real binaries built by ``build-binaries.sh``. devshare is installed as a
+user installs it (``kubectl apply -k deploy/...``) and its processes run with the identity of their
+ServiceAccounts from deploy/ (a token from the TokenRequest API), so a verb missing from a ClusterRole
+fails the suite. There is no kubelet: Nodes are objects whose status the tests write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+BUILD = Path(__file__).with_name("build-binaries.sh")
+DEVSHARE = [sys.executable, "-m", "devshare.cli.main"]
+SCHEDULER_NAME = "devshare-scheduler"
+SYSTEM_NS = "devshare-system"
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built or started; the message holds the cause."""
+
+
+def binaries() -> Path:
+    """The folder with kube-apiserver, kube-scheduler, kubectl, etcd and helm (built once, then cached)."""
+    proc = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ControlPlaneError(f"{BUILD.name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.1, what: str = "") -> Any:
+    """Poll ``check`` until it returns a truthy value; raise with ``what`` when ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as e:
+            last = e
+        time.sleep(interval)
+    detail = f" (last: {last})" if last else ""
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what or check}{detail}")
+
+
+# --- certificates (openssl, as `devshare webhook cert` does) ---------------------------------------
+
+def _openssl(*args: str, cwd: Path) -> None:
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode:
+        raise ControlPlaneError(f"openssl {' '.join(args)}: {proc.stderr.strip()}")
+
+
+def _sign(pki: Path, name: str, subject: str, *, sans: str = "", client: bool = False) -> None:
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+             "-subj", subject, cwd=pki)
+    ext = ["basicConstraints=CA:FALSE", "keyUsage=digitalSignature,keyEncipherment",
+           f"extendedKeyUsage={'clientAuth' if client else 'serverAuth'}"]
+    if sans:
+        ext.append(f"subjectAltName={sans}")
+    (pki / f"{name}.ext").write_text("\n".join(ext) + "\n")
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext", cwd=pki)
+
+
+def make_pki(pki: Path) -> None:
+    pki.mkdir(parents=True, exist_ok=True)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+             "-days", "2", "-subj", "/CN=devshare-e2e-ca", cwd=pki)
+    _sign(pki, "apiserver", "/CN=kube-apiserver",
+          sans="IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc")
+    _sign(pki, "admin", "/O=system:masters/CN=e2e-admin", client=True)
+    _sign(pki, "webhook", "/CN=devshare-webhook",
+          sans="IP:127.0.0.1,DNS:devshare-webhook.devshare-system.svc")
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+def kubeconfig(server: str, ca: Path, *, token: str | None = None, cert: Path | None = None,
+               key: Path | None = None) -> dict[str, Any]:
+    user: dict[str, Any] = {"token": token} if token else {"client-certificate": str(cert), "client-key": str(key)}
+    return {
+        "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+        "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": "e2e", "user": user}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
+    }
+
+
+# --- processes -------------------------------------------------------------------------------------
+
+@dataclass
+class Process:
+    name: str
+    args: list[str]
+    log: Path
+    env: dict[str, str] | None = None
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Process:
+        out = self.log.open("ab")
+        self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                      start_new_session=True, cwd=REPO)
+        out.close()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive:
+            assert self.popen is not None
+            os.killpg(self.popen.pid, sig)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGCONT)
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+
+    def tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except FileNotFoundError:
+            return ""
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver (+ kube-scheduler, devshare's extender and webhook once installed)."""
+
+    root: Path
+    bin: Path
+    processes: dict[str, Process] = field(default_factory=dict)
+    server: str = ""
+    admin: Path = Path()
+    extender_port: int = 0
+    webhook_port: int = 0
+
+    # --- plumbing ----------------------------------------------------------------------------------
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+        old = self.processes.get(name)
+        if old is not None:
+            old.stop()
+        proc = Process(name, args, self.root / f"{name}.log", env=env).start()
+        self.processes[name] = proc
+        return proc
+
+    def kubectl(self, *args: str, input: str | None = None, as_: Path | None = None, check: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([str(self.bin / "kubectl"), "--kubeconfig", str(as_ or self.admin), *args],
+                              input=input, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        if check and proc.returncode:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
+
+    def apply(self, objects: list[dict[str, Any]] | dict[str, Any], *, server_side: bool = False) -> None:
+        docs = objects if isinstance(objects, list) else [objects]
+        flags = ["--server-side", "--force-conflicts"] if server_side else []
+        self.kubectl("apply", *flags, "-f", "-", input=yaml.safe_dump_all(docs))
+
+    def write_status(self, kind: str, name: str, status: dict[str, Any], namespace: str | None = None) -> None:
+        ns = ["-n", namespace] if namespace else []
+        self.kubectl("patch", kind, name, *ns, "--subresource=status", "--type=merge",
+                     "-p", json.dumps({"status": status}))
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> ControlPlane:
+        make_pki(self.pki)
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd = self.spawn("etcd", [
+            str(self.bin / "etcd"), "--name", "e2e", "--data-dir", str(self.root / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
+            "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
+            "--initial-cluster", f"e2e=http://127.0.0.1:{peer_port}",
+            "--unsafe-no-fsync", "--log-level", "warn", "--quota-backend-bytes", str(4 << 30),
+        ])
+        pki = self.pki
+        api = self.spawn("kube-apiserver", [
+            str(self.bin / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+            f"--cert-dir={self.root / 'apiserver-certs'}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",
+            "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
+            "--profiling=false",
+            "--v=1",
+        ])
+        self.server = f"https://127.0.0.1:{api_port}"
+        self.admin = self.root / "admin.kubeconfig"
+        self.admin.write_text(yaml.safe_dump(kubeconfig(self.server, pki / "ca.crt", cert=pki / "admin.crt",
+                                                        key=pki / "admin.key")))
+
+        def ready() -> bool:
+            for p in (etcd, api):
+                if not p.alive:
+                    raise ControlPlaneError(f"{p.name} exited:\n{p.tail()}")
+            return self.kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode == 0
+
+        try:
+            wait_until(ready, timeout=120, interval=0.5, what="kube-apiserver /readyz")
+            # the bootstrap RBAC roles (system:kube-scheduler, ...) are made by a post-start hook
+            wait_until(lambda: self.kubectl("get", "clusterrole", "system:kube-scheduler", check=False).returncode == 0,
+                       timeout=60, what="bootstrap RBAC")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.processes.values())):
+            proc.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name} ---\n{p.tail()}" for p in self.processes.values())
+
+    # --- identities ----------------------------------------------------------------------------------
+    def token_kubeconfig(self, account: str, namespace: str = SYSTEM_NS) -> Path:
+        """A kubeconfig holding a TokenRequest token of the ServiceAccount (its RBAC, nothing more)."""
+        token = self.kubectl("create", "token", account, "-n", namespace, "--duration=48h").stdout.strip()
+        path = self.root / f"{namespace}-{account}.kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig(self.server, self.pki / "ca.crt", token=token)))
+        return path
+
+    # --- devshare, installed as a user installs it ---------------------------------------------------
+    def install(self) -> None:
+        """kubectl apply -k deploy/scheduler and deploy/agent; the webhook is registered by start_webhook."""
+        self.kubectl("apply", "-k", str(DEPLOY / "scheduler"))
+        self.kubectl("apply", "-k", str(DEPLOY / "agent"))
+        wait_until(lambda: self.kubectl("get", "crd", "devices.devshare.io", "-o",
+                                        "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+                                        ).stdout == "True", timeout=60, what="Device CRD established")
+
+    def start_extender(self, *extra: str, name: str = "extender", port: int | None = None) -> Process:
+        port = port or self.extender_port or free_port()
+        if name == "extender":
+            self.extender_port = port
+        cfg = self.token_kubeconfig("devshare-scheduler")
+        proc = self.spawn(name, [*DEVSHARE, "extender", "--kubeconfig", str(cfg), "--namespace", SYSTEM_NS,
+                                 "--port", str(port), "--host", "127.0.0.1", *extra],
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/readyz") or _dead(proc), timeout=60,
+                   what=f"{name} /readyz")
+        if not proc.alive:
+            raise ControlPlaneError(f"{name} exited:\n{proc.tail()}")
+        return proc
+
+    def scheduler_config(self, extender_port: int) -> Path:
+        """deploy/scheduler/config with the extender URL pointed at the test's port; the client
+        connection uses the scheduler's ServiceAccount token (in a pod: the in-cluster config)."""
+        cfg = yaml.safe_load((DEPLOY / "scheduler" / "config" / "scheduler-config.yaml").read_text())
+        for ext in cfg["extenders"]:
+            ext["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
+        cfg["clientConnection"] = {"kubeconfig": str(self.token_kubeconfig("devshare-scheduler")),
+                                   "qps": 500, "burst": 1000}
+        path = self.root / "scheduler-config.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+    def start_scheduler(self, *, extender_port: int | None = None, name: str = "kube-scheduler",
+                        config: Path | None = None) -> Process:
+        config = config or self.scheduler_config(extender_port or self.extender_port)
+        port = free_port()
+        proc = self.spawn(name, [str(self.bin / "kube-scheduler"), f"--config={config}",
+                                 "--bind-address=127.0.0.1", f"--secure-port={port}",
+                                 f"--cert-dir={self.root / (name + '-certs')}",
+                                 f"--authentication-kubeconfig={self.admin}",
+                                 f"--authorization-kubeconfig={self.admin}", "--v=2"])
+        elects = (yaml.safe_load(config.read_text()).get("leaderElection") or {}).get("leaderElect", True)
+        ready = "successfully acquired lease" if elects else "Starting Kubernetes Scheduler"
+        wait_until(lambda: _dead(proc) or ready in proc.log.read_text(errors="replace"),
+                   timeout=60, what=f"{name} started")
+        if not proc.alive:
+            raise ControlPlaneError(f"{name} exited:\n{proc.tail()}")
+        return proc
+
+    def start_webhook(self) -> Process:
+        """The webhook as deploy/webhook runs it, registered through the real admission configuration
+        (deploy/webhook/webhooks.yaml with its caBundle; the Service reference becomes a URL, as no
+        Service routes to 127.0.0.1 here)."""
+        self.kubectl("apply", "-f", str(DEPLOY / "webhook" / "deployment.yaml"))
+        self.webhook_port = port = free_port()
+        cfg = self.token_kubeconfig("devshare-webhook")
+        proc = self.spawn("webhook", [*DEVSHARE, "webhook", "--tls-cert", str(self.pki / "webhook.crt"),
+                                      "--tls-key", str(self.pki / "webhook.key"), "--port", str(port),
+                                      "--host", "127.0.0.1", "--kubeconfig", str(cfg),
+                                      "--scheduler-name", SCHEDULER_NAME],
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        ca = __import__("base64").b64encode((self.pki / "ca.crt").read_bytes()).decode()
+        docs = [d for d in yaml.safe_load_all((DEPLOY / "webhook" / "webhooks.yaml").read_text()) if d]
+        for doc in docs:
+            for hook in doc["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+        wait_until(lambda: _https_ok(f"https://127.0.0.1:{port}/readyz", self.pki / "ca.crt") or _dead(proc),
+                   timeout=60, what="webhook /readyz")
+        if not proc.alive:
+            raise ControlPlaneError(f"webhook exited:\n{proc.tail()}")
+        self.apply(docs)
+        return proc
+
+    def namespace(self, name: str) -> str:
+        """A namespace for test pods, with the ``default`` ServiceAccount the ServiceAccount admission
+        plugin looks up (no controller-manager runs here to create it)."""
+        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+                    {"apiVersion": "v1", "kind": "ServiceAccount",
+                     "metadata": {"name": "default", "namespace": name}}])
+        return name
+
+
+def _dead(proc: Process) -> bool:
+    return not proc.alive
+
+
+def _http_ok(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def _https_ok(url: str, ca: Path) -> bool:
+    import ssl
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=str(ca))
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def control_plane(root: Path) -> Iterator[ControlPlane]:
+    if shutil.which("openssl") is None:
+        raise ControlPlaneError("the e2e suite needs the openssl command (apt-get install openssl)")
+    cp = ControlPlane(root=root, bin=binaries()).start()
+    try:
+        yield cp
+    finally:
+        cp.stop()

@@ -1,0 +1,57 @@
+"""The uninstall that docs/deploy.md documents, run on a control plane of its own: afterwards
+nothing of devshare blocks pod creation (the webhook configurations have failurePolicy Fail, so one
+left behind, with its webhook gone, would refuse every pod in every selected namespace)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shlex
+from pathlib import Path
+
+import yaml
+
+from e2e.cluster import DEPLOY, REPO, ControlPlane, control_plane
+
+
+def documented_uninstall() -> list[list[str]]:
+    text = (REPO / "docs" / "deploy.md").read_text()
+    section = text.split("## Uninstall", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "docs/deploy.md: the Uninstall section has no sh block"
+    lines = [ln.split("#", 1)[0].strip() for ln in block.group(1).splitlines()]
+    return [shlex.split(ln)[1:] for ln in lines if ln.startswith("kubectl ")]
+
+
+def _register_webhooks(cp: ControlPlane) -> None:
+    cp.kubectl("apply", "-f", str(DEPLOY / "webhook" / "deployment.yaml"))
+    ca = base64.b64encode((cp.pki / "ca.crt").read_bytes()).decode()
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "webhook" / "webhooks.yaml").read_text()) if d]
+    for doc in docs:
+        for hook in doc["webhooks"]:
+            hook["clientConfig"] = {"url": "https://127.0.0.1:1/unreachable", "caBundle": ca}
+    cp.apply(docs)
+
+
+def test_documented_uninstall_leaves_pod_creation_working(tmp_path: Path) -> None:
+    with control_plane(tmp_path) as cp:
+        cp.install()
+        _register_webhooks(cp)  # the webhook itself is not running: pods are refused now
+        cp.namespace("after")
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "after"},
+               "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+        refused = cp.kubectl("create", "-f", "-", input=json.dumps(pod), check=False)
+        assert refused.returncode != 0 and "webhook" in refused.stderr
+
+        for args in documented_uninstall():
+            if args[0] == "delete":  # no namespace controller runs here to finish a namespace's deletion
+                args = [*args, "--wait=false"]
+            out = cp.kubectl(*args, check=False, timeout=180)
+            assert out.returncode == 0 or "NotFound" in out.stderr, f"kubectl {' '.join(args)}: {out.stderr}"
+
+        assert cp.kubectl("get", "mutatingwebhookconfigurations,validatingwebhookconfigurations", "-o", "name"
+                          ).stdout.strip() == ""
+        cp.namespace("after")
+        created = cp.kubectl("create", "-f", "-", input=json.dumps(pod), check=False)
+        assert created.returncode == 0, created.stderr
