@@ -150,9 +150,12 @@ def plot(objects: Sequence[dict[str, Any]], out: Path, title: str = "") -> None:
         ys = [statistics.fmean(c[str(k)] for c in per_seed) for k in xs]
         fl = opt["floor_unallocated_pct_at_100"]["mean"]
         label = (f"offline optimum, GPU only ({opt['optimum_unallocated_pct_at_100']['mean']:.2f}% at 100%"
-                 + ("" if fl is None else f"; every pod before {FLOOR_PCT}% placed: {fl:.2f}%") + ")")
+                 + ("" if fl is None else f"; x: every pod before {FLOOR_PCT}% placed, {fl:.2f}%") + ")")
         top.plot(xs, ys, color="black", linestyle="--", linewidth=1.2, marker=".", label=label)
         bottom.plot(xs, [100.0 - v for v in ys], color="black", linestyle="--", linewidth=1.2, marker=".")
+        if fl is not None:  # the floor at 100% arrival: where an online replay that places the early pods can get
+            top.plot([100], [100.0 - fl], color="black", marker="x", linestyle="none", markersize=7)
+            bottom.plot([100], [fl], color="black", marker="x", linestyle="none", markersize=7)
         low = min(low, *ys)
     top.plot(x, [min(v, 100) for v in x], color="grey", linestyle=":", linewidth=1, label="everything arrived")
     for ax in (top, bottom):

@@ -88,13 +88,16 @@ from devshare.model.request import PodRequest
 PRIOR: dict[ClassKey, float] = {(0, 500, 1, ()): 1.0, (0, 1000, 1, ()): 1.0}
 
 
-# the classes kept: the most frequent until they cover this much of the pods seen (module doc)
-COVERAGE = 0.98
+# the classes kept: the most frequent until they cover this much of the pods seen, by CPU pressure (the
+# learned mix's CPU per GPU over the cluster's, module doc): all of them below TIGHT, 98% from TIGHT
+# (CPU getting scarce), 95% from SCARCE (CPU-scarce mode)
+COVERAGE = 1.0
+TIGHT = 0.94
+TIGHT_COVERAGE = 0.98
 REBUILD = 1024  # pods seen between two rebuilds of the class table, once it has seen that many
-# CPU scarcity (the learned mix's CPU per GPU over the cluster's) from which the policy switches to its
-# CPU-scarce mode (see _refresh), once it has seen SCARCE_AFTER pods
 SCARCE = 1.04
-SCARCE_AFTER = 256
+SCARCE_COVERAGE = 0.95
+SCARCE_AFTER = 1024  # pods seen before the CPU pressure is trusted (early mixes are noisy)
 
 
 class DevsharePolicy:
@@ -107,10 +110,13 @@ class DevsharePolicy:
                  prior_weight: float = 2.0, fit_weight: float = 0.0, quantize: float = 100.0,
                  fixed: dict[ClassKey, float] | None = None, card_weight: float = 0.0, cpu_pack: float = 0.5,
                  kappa: float = 0.05, remainder_weight: float = 2.0,
-                 scarce: float = SCARCE, scarce_coverage: float = 0.95) -> None:
+                 tight: float = TIGHT, tight_coverage: float = TIGHT_COVERAGE, scarce: float = SCARCE,
+                 scarce_coverage: float = SCARCE_COVERAGE) -> None:
+        self.tight = tight
+        self.tight_coverage = tight_coverage
         self.scarce = scarce
         self.scarce_coverage = scarce_coverage
-        self.cpu_scarce = False  # as of the last rebuild (see _refresh)
+        self.pressure = 0.0  # CPU pressure as of the last rebuild (0: not known yet; see _refresh)
         self.cluster_cpu_per_gpu = 0.0  # the cluster's CPU per milli-GPU, from the last state seen
         self.cpu_seen = 0
         self.gpu_seen = 0
@@ -146,7 +152,19 @@ class DevsharePolicy:
         mix = {k: v * self.prior_weight / total_prior for k, v in self.prior.items()}
         for k, v in self.counts.items():
             mix[k] = mix.get(k, 0.0) + v
-        return top_classes(mix, self.scarce_coverage if self.cpu_scarce else self.coverage)
+        return top_classes(mix, self.coverage_now)
+
+    @property
+    def coverage_now(self) -> float:
+        """The class coverage for the CPU pressure as of the last rebuild."""
+        if self.pressure >= self.scarce:
+            return self.scarce_coverage
+        return self.tight_coverage if self.pressure >= self.tight else self.coverage
+
+    @property
+    def cpu_scarce(self) -> bool:
+        """CPU-scarce mode: FGD's 95% coverage, and CPU-only pods not packed onto the nodes with least free GPU."""
+        return self.pressure >= self.scarce
 
     def observe(self, pod: PodRequest) -> None:
         key = class_key(pod)
@@ -166,8 +184,8 @@ class DevsharePolicy:
         n = self.seen
         due = n != self._built_at and (n & (n - 1) == 0 if n <= REBUILD else n - self._built_at >= REBUILD)
         if due:
-            self.cpu_scarce = (n >= SCARCE_AFTER and self.gpu_seen > 0 and self.cluster_cpu_per_gpu > 0
-                               and self.cpu_seen / self.gpu_seen >= self.scarce * self.cluster_cpu_per_gpu)
+            known = n >= SCARCE_AFTER and self.gpu_seen > 0 and self.cluster_cpu_per_gpu > 0
+            self.pressure = self.cpu_seen / self.gpu_seen / self.cluster_cpu_per_gpu if known else 0.0
             self.cache = NodeFrag(FragModel(self.distribution()))
             self._tables()
             self._built_at = n
