@@ -1,11 +1,22 @@
 """Invariants of the cluster state that must never break, whatever happens in whatever order:
 
-- no device is ever oversubscribed in compute, memory or container count;
+- no reservation ever oversubscribes a device in compute, memory or container count (a device that
+  shrank, or a node that came back, under its pods may stay over-committed by the grants it had,
+  and takes no more until they leave);
 - release restores exactly what reserve took;
-- a state rebuilt from the allocations (the annotations) equals the live one.
+- a state rebuilt from the serialized objects (Node and Device objects as JSON, each pod's request
+  and its allocation annotations as JSON), as after a restart, equals the live one;
+- a reservation beyond a device's free memory, compute or container slots, or on an unhealthy
+  device, is refused; one that fits exactly is taken.
+
+Devices change under the pods at any time: they shrink, turn unhealthy and back, nodes go away and
+come back. Targeted rules try every refusal on purpose at every step, so that a planted bug (say,
+reserve no longer checking memory) is caught on every run, not when a random pod happens to hit it.
 """
 
 from __future__ import annotations
+
+import json
 
 import msgspec
 import numpy as np
@@ -16,9 +27,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState, Conflict
 from devshare.model import names
+from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.codecs import decode_allocation, encode_annotations
-from devshare.model.request import DeviceRequest
+from devshare.model.device import device_object, parse_device
+from devshare.model.node import parse_node
+from devshare.model.request import DeviceRequest, PodRequest
 from support.cluster import GiB, add_node, pod
+
+Device = tuple[str, str, int]  # (node, type, minor)
 
 ask = st.one_of(
     st.builds(
@@ -50,12 +66,62 @@ class StateMachine(RuleBasedStateMachine):
         labels = {names.MULTI_GPU_SHARE: "true", names.COMPUTE_POLICY: names.MULTI_SHARE_POLICY}
         add_node(self.state, "a", [8 * GiB, 16 * GiB], labels=labels, rdma=1)
         add_node(self.state, "b", 3, labels=labels, unhealthy=[2])
+        add_node(self.state, "c", 2, labels=labels)
+        self.labels = {n: dict(labels) for n in ("a", "b", "c")}  # the Node objects' labels
+        self.removed: dict[str, object] = {}  # node name -> its NodeInfo while the node is gone
+        # devices over-committed by a Device update under their pods: the usage they may keep
+        self.ceiling: dict[Device, tuple[int, int, int]] = {}
         self.now = 0.0
         self.n = 0
+        self.expected: set[str] = set()  # the pods that hold an allocation, as the rules made them
 
     def _snapshot(self) -> tuple[object, ...]:
         return self.state.usage_key()
 
+    # ------------------------------------------------------------------ helpers
+    def _devices(self, *, healthy: bool | None = None) -> list[tuple[Device, int, int]]:
+        """(device, row, column) of every device of every node, sorted."""
+        out = []
+        for node in sorted(self.state.row_of):
+            row = self.state.row_of[node]
+            for dtype in sorted(self.state.tables):
+                t = self.state.tables[dtype]
+                for col in range(t.count(row)):
+                    if healthy is None or bool(t.healthy[row, col]) == healthy:
+                        out.append(((node, dtype, int(t.minor[row, col])), row, col))
+        return out
+
+    def _note_over_commitment(self) -> None:
+        """After a Device update: devices now beyond their totals keep what they hold, no more."""
+        for dev, row, col in self._devices():
+            t = self.state.tables[dev[1]]
+            used = (int(t.used_core[row, col]), int(t.used_mem[row, col]), int(t.used_slots[row, col]))
+            if (used[0] > t.total_core[row, col] or used[1] > t.total_mem[row, col]
+                    or used[2] > self.state.max_containers):
+                prev = self.ceiling.get(dev)
+                self.ceiling[dev] = used if prev is None else tuple(max(a, b) for a, b in zip(prev, used, strict=True))
+
+    def _probe(self, device: Device, grants: list[tuple[int, int]]) -> tuple[PodRequest, PodAllocation]:
+        """A pod with one container per grant (core milli, memory bytes), all on ``device``."""
+        self.n += 1
+        node, dtype, minor = device
+        p = pod(f"probe{self.n}", *[[DeviceRequest(type=dtype, core_milli=c, memory=m)] for c, m in grants])
+        alloc = PodAllocation(node=node, containers=tuple(
+            ContainerAllocation(name=c.name, devices=(DeviceGrant(type=dtype, minor=minor, core_milli=core,
+                                                                  memory=mem),))
+            for c, (core, mem) in zip(p.containers, grants, strict=True)))
+        return p, alloc
+
+    def _must_refuse(self, p: PodRequest, alloc: PodAllocation, what: str) -> None:
+        before = self._snapshot()
+        try:
+            self.state.reserve(p, alloc, now=self.now)
+        except Conflict:
+            assert self._snapshot() == before
+            return
+        raise AssertionError(f"reserve took {what}: {alloc}")
+
+    # ------------------------------------------------------------------ pods come and go
     @rule(asks=containers, ttl=st.sampled_from([1.0, 5.0, None]))
     def schedule(self, asks: list[list[DeviceRequest]], ttl: float | None) -> None:
         self.n += 1
@@ -65,8 +131,10 @@ class StateMachine(RuleBasedStateMachine):
             return
         before = self._snapshot()
         self.state.reserve(p, placed.allocation, now=self.now, ttl=ttl)
+        self.expected.add(p.key)
         if self.n % 5 == 0:  # sometimes undo at once: must restore exactly
             self.state.unreserve(p.key)
+            self.expected.discard(p.key)
             assert self._snapshot() == before
 
     @rule(data=st.data())
@@ -81,6 +149,7 @@ class StateMachine(RuleBasedStateMachine):
         before = self._snapshot()
         try:
             self.state.reserve(clone, rec.allocation, now=self.now)
+            self.expected.add(clone.key)
         except Conflict:
             assert self._snapshot() == before
 
@@ -95,30 +164,117 @@ class StateMachine(RuleBasedStateMachine):
     def release(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.state.pods)))
         self.state.release(key)
-
-    @rule(minor=st.integers(0, 1))
-    def card_health_flips(self, minor: int) -> None:
-        """A Device update: a GPU of node a goes unhealthy (or back), pods on it keep their grants."""
-        nd = self.state.devices["a"]
-        flipped = tuple(msgspec.structs.replace(d, health=not d.health)
-                        if d.type == names.GPU and d.minor == minor else d for d in nd.devices)
-        self.state.set_devices(msgspec.structs.replace(nd, devices=flipped))
+        self.expected.discard(key)
 
     @rule(dt=st.floats(0.5, 3.0))
     def time_passes(self, dt: float) -> None:
         self.now += dt
         for key in self.state.expire(self.now):
             assert key not in self.state.pods
+            self.expected.discard(key)
+
+    # ------------------------------------------------------------------ targeted refusals
+    @rule(data=st.data())
+    def reserve_beyond_a_device(self, data: st.DataObject) -> None:
+        """On a healthy device: one byte of memory, one milli of compute or one container beyond
+        what is free is refused; exactly what is free is taken, and unreserving restores it."""
+        devices = [d for d in self._devices(healthy=True) if d[0][1] == names.GPU or d[0][1] == "rdma"]
+        if not devices:
+            return
+        dev, row, col = data.draw(st.sampled_from(devices))
+        t = self.state.tables[dev[1]]
+        free_core = int(t.total_core[row, col] - t.used_core[row, col])
+        free_mem = int(t.total_mem[row, col] - t.used_mem[row, col])
+        free_slots = self.state.max_containers - int(t.used_slots[row, col])
+        if free_slots > 0 and free_mem >= 0:
+            self._must_refuse(*self._probe(dev, [(0, free_mem + 1)]), f"{free_mem + 1} bytes of {free_mem} free")
+        if free_slots > 0 and free_core >= 0:
+            self._must_refuse(*self._probe(dev, [(free_core + 1, 0)]), f"{free_core + 1} milli of {free_core} free")
+        if free_slots >= 0 and free_slots < 4:
+            self._must_refuse(*self._probe(dev, [(0, 0)] * (free_slots + 1)), f"{free_slots + 1} containers")
+        if free_slots > 0 and free_core >= 0 and free_mem >= 0:
+            p, alloc = self._probe(dev, [(free_core, free_mem)])
+            before = self._snapshot()
+            self.state.reserve(p, alloc, now=self.now)  # exactly what is free: must fit
+            assert int(t.used_core[row, col]) == int(t.total_core[row, col])
+            assert int(t.used_mem[row, col]) == int(t.total_mem[row, col])
+            assert self.state.unreserve(p.key) and self._snapshot() == before
+
+    @rule(data=st.data())
+    def reserve_on_an_unhealthy_device(self, data: st.DataObject) -> None:
+        devices = self._devices(healthy=False)
+        if devices:
+            dev, _, _ = data.draw(st.sampled_from(devices))
+            self._must_refuse(*self._probe(dev, [(0, 0)]), f"a grant on unhealthy {dev}")
+
+    # ------------------------------------------------------------------ devices change under the pods
+    def _replace_device(self, node: str, dtype: str, minor: int, **change: object) -> None:
+        nd = self.state.devices[node]
+        devs = tuple(msgspec.structs.replace(d, **change) if d.type == dtype and d.minor == minor else d
+                     for d in nd.devices)
+        self.state.set_devices(msgspec.structs.replace(nd, devices=devs))
+        self._note_over_commitment()
+
+    @rule(data=st.data())
+    def device_health_flips(self, data: st.DataObject) -> None:
+        """A Device update: any device goes unhealthy (or back) mid-use; pods on it keep their grants."""
+        devices = [d for d in self._devices() if d[0] != ("b", names.GPU, 2)]  # b's GPU 2: never healthy
+        if devices:
+            (node, dtype, minor), row, col = data.draw(st.sampled_from(devices))
+            self._replace_device(node, dtype, minor, health=not bool(self.state.tables[dtype].healthy[row, col]))
+
+    @rule(data=st.data(), memory=st.sampled_from([GiB, 4 * GiB, 8 * GiB, 16 * GiB]),
+          core=st.sampled_from([500, 1000]))
+    def device_resized(self, data: st.DataObject, memory: int, core: int) -> None:
+        """A Device update: a GPU's memory or compute changes (shrinks below its pods, or grows)."""
+        devices = [d for d in self._devices() if d[0][1] == names.GPU]
+        if devices:
+            (node, dtype, minor), _, _ = data.draw(st.sampled_from(devices))
+            self._replace_device(node, dtype, minor, memory=memory, core_milli=core)
+
+    @precondition(lambda self: len(self.state.row_of) > 1)
+    @rule(data=st.data())
+    def node_removed(self, data: st.DataObject) -> None:
+        """A Node is deleted: its pods keep their records, nothing counts there any more."""
+        name = data.draw(st.sampled_from(sorted(self.state.row_of)))
+        self.removed[name] = self.state.nodes[name]
+        self.state.remove_node(name)
+        self.ceiling = {d: c for d, c in self.ceiling.items() if d[0] != name}
+        assert name not in self.state.row_of
+
+    @precondition(lambda self: bool(self.removed))
+    @rule(data=st.data())
+    def node_returns(self, data: st.DataObject) -> None:
+        """The Node comes back (perhaps on another row): its pods count on it again."""
+        name = data.draw(st.sampled_from(sorted(self.removed)))
+        self.state.upsert_node(self.removed.pop(name))  # type: ignore[arg-type]
+        self._note_over_commitment()
+
+    # ------------------------------------------------------------------ invariants
+    @invariant()
+    def pods_kept_whatever_happens_to_their_node(self) -> None:
+        """Only release, unreserve and expiry drop a pod's record: not a Device update, nor its node
+        going away (its record comes back into use with the node)."""
+        assert set(self.state.pods) == self.expected
 
     @invariant()
     def never_oversubscribed(self) -> None:
         st_ = self.state
         for t in st_.tables.values():
-            rows = st_.node_rows()
-            assert (t.used_core[rows] <= t.total_core[rows]).all()
-            assert (t.used_mem[rows] <= t.total_mem[rows]).all()
-            assert (t.used_slots[rows] <= st_.max_containers).all()
             assert (t.used_core >= 0).all() and (t.used_mem >= 0).all() and (t.used_slots >= 0).all()
+        for dev, row, col in self._devices():
+            t = st_.tables[dev[1]]
+            used = (int(t.used_core[row, col]), int(t.used_mem[row, col]), int(t.used_slots[row, col]))
+            within = (used[0] <= t.total_core[row, col] and used[1] <= t.total_mem[row, col]
+                      and used[2] <= st_.max_containers)
+            if within:
+                self.ceiling.pop(dev, None)
+                continue
+            ceiling = self.ceiling.get(dev)
+            assert ceiling is not None, f"{dev} oversubscribed: {used}, totals " \
+                f"{int(t.total_core[row, col])}/{int(t.total_mem[row, col])}/{st_.max_containers}"
+            assert all(u <= c for u, c in zip(used, ceiling, strict=True)), f"{dev} grew while over-committed"
+            self.ceiling[dev] = tuple(min(u, c) for u, c in zip(used, ceiling, strict=True))
 
     @invariant()
     def arrays_kept_in_step_equal_their_definition(self) -> None:
@@ -128,21 +284,30 @@ class StateMachine(RuleBasedStateMachine):
             assert (t.open_core == np.where(t.usable_mask, np.maximum(t.free_core, 0), 0)).all()
 
     @invariant()
-    def rebuilt_from_annotations_equals_live(self) -> None:
-        rebuilt = ClusterState(max_containers_per_device=self.state.max_containers)
-        for info in self.state.nodes.values():
-            rebuilt.upsert_node(info)
-        for nd in self.state.devices.values():
-            rebuilt.set_devices(nd)
-        for rec in self.state.pods.values():
-            # through the annotations, as after a restart: encode what a bind writes, decode it back
-            annotations = encode_annotations(rec.pod, rec.allocation, now_ns=0)
+    def rebuilt_from_serialized_objects_equals_live(self) -> None:
+        """As after a restart: Node and Device objects and each pod's request and allocation
+        annotations go through JSON text, are parsed into fresh objects, and rebuild a state whose
+        devices (totals, health) and usage equal the live one's."""
+        live = self.state
+        rebuilt = ClusterState(max_containers_per_device=live.max_containers)
+        for name in sorted(live.nodes):
+            node_json = json.dumps({"apiVersion": "v1", "kind": "Node",
+                                    "metadata": {"name": name, "labels": self.labels[name]}})
+            rebuilt.upsert_node(parse_node(json.loads(node_json)))
+        for nd in live.devices.values():
+            rebuilt.set_devices(parse_device(json.loads(json.dumps(device_object(nd)))))
+        for rec in live.pods.values():
+            annotations = json.loads(json.dumps(encode_annotations(rec.pod, rec.allocation, now_ns=0)))
             alloc = decode_allocation(annotations)
-            assert alloc == rec.allocation
-            reason = rebuilt.add_bound(rec.pod, alloc)
-            # recorded whatever it says; the only conflict allowed: a card that went unhealthy under it
-            assert reason is None or reason.endswith("is unhealthy"), reason
-        assert rebuilt.usage_key() == self.state.usage_key()
+            request = msgspec.json.decode(msgspec.json.encode(rec.pod), type=PodRequest)
+            reason = rebuilt.add_bound(request, alloc)
+            # recorded whatever it says; the conflicts allowed: a device that went unhealthy under its
+            # pods, or one over-committed by a Device update
+            if reason is not None:
+                touched = {(alloc.node, g.type, g.minor) for _, g in alloc.grants()}
+                assert reason.endswith("is unhealthy") or touched & set(self.ceiling), reason
+        assert usage(rebuilt) == usage(live)
+        assert device_key(rebuilt) == device_key(live)
 
     @invariant()
     def cached_answers_equal_fresh_ones(self) -> None:
@@ -190,12 +355,34 @@ class StateMachine(RuleBasedStateMachine):
 
     @invariant()
     def unhealthy_device_unused(self) -> None:
-        t = self.state.tables["gpu"]
-        row = self.state.row_of["b"]
-        assert t.used_slots[row, 2] == 0
+        """b's GPU 2 was unhealthy from the start and never recovers: nothing ever lands on it."""
+        row = self.state.row_of.get("b")
+        if row is not None:
+            t = self.state.tables["gpu"]
+            assert t.used_slots[row, t.column_of(row, 2)] == 0
 
 
-StateMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+def usage(state: ClusterState) -> list[object]:
+    """``usage_key`` without the entries of device types a node does not have (a state keeps a table
+    for every type it has seen, on any node, even one since removed)."""
+    return [k for k in state.usage_key() if not (len(k) == 5 and k[2] == [])]
+
+
+def device_key(state: ClusterState) -> list[object]:
+    """Every node's devices as the state holds them: totals, health, minors."""
+    out: list[object] = []
+    for name in sorted(state.row_of):
+        row = state.row_of[name]
+        for dtype in sorted(state.tables):
+            t = state.tables[dtype]
+            n = t.count(row)
+            if n:
+                out.append((name, dtype, t.minor[row, :n].tolist(), t.total_core[row, :n].tolist(),
+                            t.total_mem[row, :n].tolist(), t.healthy[row, :n].tolist()))
+    return out
+
+
+StateMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
 TestStateMachine = StateMachine.TestCase
 
 

@@ -3,6 +3,7 @@ the previous pair; the handshake works with and without SNI."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import socket
@@ -11,12 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 from webhook_http import Client
 from webhook_pods import pod
 
 from devshare.model.errors import InvalidInput
-from devshare.server.tls import CertReloader, ServingCert, load_server_context, make_serving_cert
+from devshare.server.tls import CertReloader, ServingCert, TLSCollector, load_server_context, make_serving_cert
 from devshare.server.webhook.app import make_app
+from support.certs import signed_pair
 from support.server import ServerThread
 
 NAMES = ("localhost", "127.0.0.1")
@@ -139,3 +142,61 @@ def test_without_openssl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(InvalidInput, match="openssl command is not installed"):
         make_serving_cert("wh", "ns", tmp_path)
+
+
+# --- a renewal that must never replace a valid pair (issue 12) -------------------------------------
+
+
+def dated_pair(ca: ServingCert, out: Path, **dates: dt.datetime) -> ServingCert:
+    """A serving pair signed by ``ca``'s CA with the given notBefore/notAfter."""
+    crt, key = signed_pair(ca, out, names=NAMES, **dates)
+    return ServingCert(ca_cert=ca.ca_cert, ca_key=ca.ca_key, cert=crt, key=key, ca_bundle=ca.ca_bundle, names=NAMES)
+
+
+NOW = dt.datetime.now(dt.UTC)
+BAD_DATES = {
+    "expired": {"not_before": NOW - dt.timedelta(days=30), "not_after": NOW - dt.timedelta(hours=1)},
+    "not-yet-valid": {"not_before": NOW + dt.timedelta(days=1), "not_after": NOW + dt.timedelta(days=30)},
+}
+
+
+@pytest.mark.parametrize("reason", sorted(BAD_DATES))
+def test_renewal_outside_its_validity_keeps_the_previous_pair(
+    live: tuple[ServerThread, CertReloader], pairs: tuple[ServingCert, ServingCert], tmp_path: Path, reason: str
+) -> None:
+    srv, tls = live
+    a, b = pairs
+    bad = dated_pair(b, tmp_path / reason, **BAD_DATES[reason])
+    install(bad, tls.cert, tls.key)
+    assert served_cert(srv.port, a.ca_cert, "localhost") == der(a.cert)
+    assert tls.reloads == 0
+    assert tls.last_error is not None
+    assert ("expired at" if reason == "expired" else "not valid before") in tls.last_error
+    assert tls.failures == {reason: 1}
+    registry = CollectorRegistry()
+    registry.register(TLSCollector(tls))
+    assert registry.get_sample_value("devshare_tls_reload_failures_total", {"reason": reason}) == 1
+    not_after = registry.get_sample_value("devshare_tls_certificate_expiry_timestamp_seconds")
+    assert not_after is not None and not_after > NOW.timestamp() + 86400  # the old pair's, years away
+    # a good pair afterwards is taken
+    good = dated_pair(b, tmp_path / "good")
+    install(good, tls.cert, tls.key)
+    assert served_cert(srv.port, b.ca_cert, "localhost") == der(good.cert)
+    assert tls.last_error is None and tls.reloads == 1
+
+
+def test_mismatched_renewal_is_counted(live: tuple[ServerThread, CertReloader],
+                                       pairs: tuple[ServingCert, ServingCert]) -> None:
+    srv, tls = live
+    a, b = pairs
+    shutil.copyfile(b.cert, tls.cert)
+    assert served_cert(srv.port, a.ca_cert, "localhost") == der(a.cert)
+    assert tls.failures == {"mismatch": 1}
+
+
+def test_expired_pair_is_refused_at_start(pairs: tuple[ServingCert, ServingCert], tmp_path: Path) -> None:
+    bad = dated_pair(pairs[0], tmp_path / "old", **BAD_DATES["expired"])
+    with pytest.raises(InvalidInput, match="expired at"):
+        CertReloader(bad.cert, bad.key)
+    with pytest.raises(InvalidInput, match="expired at"):
+        load_server_context(bad.cert, bad.key)

@@ -22,7 +22,7 @@ from devshare.kube.errors import Conflict, NotFound
 from devshare.kube.store import ObjectStore
 from devshare.model import names
 from devshare.model.device import parse_device
-from devshare.model.errors import InvalidInput
+from devshare.model.errors import InvalidInput, yaml_error
 from devshare.model.node import parse_node
 
 _RESOURCE_OF_KIND = {"Node": "nodes", "Device": "devices", "Pod": "pods"}
@@ -91,7 +91,7 @@ def _documents(path: Path) -> Iterable[tuple[str, Any]]:
             else:
                 yield where, doc
     except yaml.YAMLError as e:
-        raise InvalidInput(f"not valid YAML: {e}", field=f"{path}, document {index + 1}") from None
+        raise yaml_error(e, f"{path}, document {index + 1}") from None
 
 
 class MemoryBackend:
@@ -145,8 +145,25 @@ class MemoryBackend:
                 out.append(obj)
         return out
 
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Like :meth:`objects` without copying: each object is a new shallow dict over the stored
+        one (the store never changes an object in place), safe to encode in another thread."""
+        out: list[dict[str, Any]] = []
+        for resource in _SAVED:
+            for key in self.store.objects.get(resource, {}):
+                self._order.setdefault((resource, key), None)
+        for resource, key in self._order:
+            obj = self.store.get(resource, key)
+            if obj is not None:
+                m = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
+                out.append({**obj, "metadata": m})
+        return out
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump_all(self.objects(), sort_keys=False))
+        """Write every object to ``path``, atomically (see :mod:`devshare.kube.persist`)."""
+        from devshare.kube.persist import encode_documents, write_atomic
+
+        write_atomic(Path(path), encode_documents(self.snapshot()))
 
     # ------------------------------------------------------------------ direct changes (tests, tools)
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:

@@ -29,8 +29,15 @@ from devshare.model import names, validation
 from devshare.model.dialects import aliyun, koordinator, mgpu, nvidia
 from devshare.model.dialects.problems import Problems
 from devshare.model.errors import InvalidInput
-from devshare.model.quantity import parse_quantity
-from devshare.model.request import ContainerRequest, DeviceRequest, GroupRef, PodRequest
+from devshare.model.quantity import parse_quantity, shown
+from devshare.model.request import (
+    MAX_CPU_MILLI,
+    MAX_MEMORY,
+    ContainerRequest,
+    DeviceRequest,
+    GroupRef,
+    PodRequest,
+)
 
 KOORDINATOR, NVIDIA, MGPU, ALIYUN = "koordinator", "nvidia", "mgpu", "aliyun"
 _DIALECT_NAMES = ((KOORDINATOR, koordinator.NAMES), (NVIDIA, nvidia.NAMES), (MGPU, mgpu.NAMES), (ALIYUN, aliyun.NAMES))
@@ -114,7 +121,8 @@ def _device_requests(
 
 def _node_resources(resources: dict[str, Any], where: str, problems: Problems) -> tuple[int, int]:
     out = [0, 0]
-    for i, (name, scale) in enumerate((("cpu", 1000), ("memory", 1))):
+    for i, (name, scale, top, most) in enumerate((("cpu", 1000, MAX_CPU_MILLI, f"{MAX_CPU_MILLI // 1000} cores"),
+                                                  ("memory", 1, MAX_MEMORY, "64Ti"))):
         if name not in resources:
             continue
         try:
@@ -124,6 +132,9 @@ def _node_resources(resources: dict[str, Any], where: str, problems: Problems) -
             continue
         if q < 0:
             problems.add(where, f"{name} is negative; ask 0 or more")
+            continue
+        if q * scale > top:
+            problems.add(where, f"{name} is {shown(resources[name])}, far beyond any node: it must be at most {most}")
             continue
         out[i] = math.ceil(q * scale)
     return out[0], out[1]

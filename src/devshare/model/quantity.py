@@ -34,6 +34,13 @@ _RE = re.compile(
 
 MIB = 2**20
 GIB = 2**30
+MAX_QUANTITY_CHARS = 64  # longer is no quantity any device needs (and costs time to match)
+
+
+def shown(value: object, limit: int = 64) -> str:
+    """``repr(value)``, cut to ``limit`` characters: messages quote values that may be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 12]}...{text[-8:]} ({len(text)} characters)"
 
 
 def parse_quantity(value: str | int | float, *, field: str | None = None) -> Fraction:
@@ -51,10 +58,14 @@ def parse_quantity(value: str | int | float, *, field: str | None = None) -> Fra
             f"expected a quantity string such as 16Gi or 500m, got {type(value).__name__}", field=field
         )
     text = value.strip()
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise InvalidQuantity(
+            f"{shown(value)} is not a Kubernetes quantity: it is {len(text)} characters long, a quantity is at "
+            f"most {MAX_QUANTITY_CHARS} (e.g. 16Gi, 6k, 500m)", field=field)
     m = _RE.match(text)
     if not m:
         raise InvalidQuantity(
-            f"{value!r} is not a Kubernetes quantity: write a number with an optional suffix "
+            f"{shown(value)} is not a Kubernetes quantity: write a number with an optional suffix "
             "(Ki Mi Gi Ti Pi Ei, or m k M G T P E), e.g. 16Gi, 6k, 500m",
             field=field,
         )
@@ -64,7 +75,7 @@ def parse_quantity(value: str | int | float, *, field: str | None = None) -> Fra
     if m.group("exp"):
         exponent = int(m.group("exp")[1:])
         if abs(exponent) > 30:
-            raise InvalidQuantity(f"{value!r}: exponent {exponent} is out of range", field=field)
+            raise InvalidQuantity(f"{shown(value)}: exponent {exponent} is out of range", field=field)
         return number * Fraction(10) ** exponent
     return number * _DECIMAL[m.group("dec") or ""]
 
@@ -73,7 +84,7 @@ def quantity_int(value: str | int | float, *, field: str | None = None) -> int:
     """Parse a quantity that must be a whole number (bytes, counts, percents)."""
     q = parse_quantity(value, field=field)
     if q.denominator != 1:
-        raise InvalidQuantity(f"{value!r} must be a whole number (it is {float(q):g})", field=field)
+        raise InvalidQuantity(f"{shown(value)} must be a whole number (it is {float(q):g})", field=field)
     return int(q)
 
 

@@ -14,6 +14,12 @@ from __future__ import annotations
 import msgspec
 
 WHOLE = 1000  # core_milli / memory_ratio_milli of one whole device
+# Sane maximums of what one container may ask: above them a value is a typo or an attack, refused at
+# parse time rather than ending as a MemoryError or an OverflowError in the engine's int64 arrays.
+MAX_DEVICES = 1024  # devices of one type
+MAX_DEVICE_MEMORY = 2**50  # bytes of device memory (1 PiB)
+MAX_CPU_MILLI = 2**16 * 1000  # cpu (65,536 cores)
+MAX_MEMORY = 2**46  # bytes of host memory (64 TiB)
 
 
 class DeviceRequest(msgspec.Struct, frozen=True, kw_only=True):

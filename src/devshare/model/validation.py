@@ -16,6 +16,7 @@ from typing import Any
 
 from devshare.model import names
 from devshare.model.quantity import MIB
+from devshare.model.request import MAX_DEVICES
 
 MIN_MIB = names.MIN_GPU_MEMORY // MIB  # seed 000's MinGPUMemory in MiB (256)
 CARD = 100  # percent of one whole device
@@ -28,6 +29,9 @@ def percent_value(name: str, value: int) -> str | None:
     """A percent dimension: above 0, and above 100 only as whole devices (a multiple of 100)."""
     if value < 0:
         return f"{name} is {value}; it must be above 0 (percent of one device, 100 = a whole device)"
+    if value > MAX_DEVICES * CARD:
+        return (f"{name} is {value}: that is more than {MAX_DEVICES} whole devices, more than any node has; give "
+                "a percent of one device (at most 100), or 100 per whole device")
     if value > CARD and value % CARD:
         return (
             f"{name} is {value}; above 100 it asks for several whole devices and must be a multiple "
@@ -204,6 +208,9 @@ def mgpu_count_list(text: str, n_containers: int) -> tuple[list[int] | None, lis
             continue
         if n < 0:
             problems.append(f"{names.MGPU_MULTIPLE}={text!r}: entry {i} is {n}; a number of cards must be 1 or more")
+        elif n > MAX_DEVICES:
+            problems.append(f"{names.MGPU_MULTIPLE}={text!r}: entry {i} is {n}; a container may ask for at most "
+                            f"{MAX_DEVICES} cards")
         counts.append(n)
     if not problems and len(counts) != n_containers:
         problems.append(

@@ -4,8 +4,15 @@
 per ``interval`` seconds) it looks at the files' modification time, size and inode; when they
 changed it loads the new pair into a fresh context and hands that context to the connection
 through the SNI callback, so connections already open keep theirs and new ones get the new
-certificate. A half-written or mismatched pair is not taken: the previous one stays in use and the
-failure is logged and kept in :attr:`CertReloader.last_error` until a good pair appears.
+certificate. A half-written or mismatched pair, or a certificate that is expired or not valid yet,
+is not taken: the previous one stays in use, the failure is logged, kept in
+:attr:`CertReloader.last_error` until a good pair appears and counted by reason
+(``devshare_tls_reload_failures_total{reason}``, :class:`TLSCollector`).
+
+With ``client_ca`` the server asks for a client certificate and verifies it against that CA (the
+extender: kube-scheduler's extender ``tlsConfig`` presents ``certFile``/``keyFile``). The TLS layer
+lets a client without a certificate in (kubelet probes and Prometheus present none); the
+application refuses the endpoints that need one (:func:`peer_verified`).
 
 :func:`make_serving_cert` makes a self-signed CA and a serving certificate for a Kubernetes
 Service with the ``openssl`` binary (no Python crypto dependency).
@@ -23,54 +30,130 @@ import ssl
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from devshare.model.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
-_Stamp = tuple[int, int, int, int, int, int]  # (mtime_ns, size, inode) of cert and key
+_Stamp = tuple[int, ...]  # (mtime_ns, size, inode) of each file
 
 
-def _stamp(cert: Path, key: Path) -> _Stamp:
-    c, k = cert.stat(), key.stat()
-    return (c.st_mtime_ns, c.st_size, c.st_ino, k.st_mtime_ns, k.st_size, k.st_ino)
+def _stamp(*files: Path) -> _Stamp:
+    out: list[int] = []
+    for f in files:
+        st = f.stat()
+        out += [st.st_mtime_ns, st.st_size, st.st_ino]
+    return tuple(out)
 
 
-def load_server_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A TLS server context (TLS 1.2+) holding the pair; raises InvalidInput with the reason."""
+class CertProblem(InvalidInput):
+    """A pair that cannot be served. ``reason``: a short class for the metric (missing, unreadable,
+    mismatch, expired, not-yet-valid, client-ca)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def certificate_dates(cert: Path) -> tuple[float, float] | None:
+    """(notBefore, notAfter) of the first certificate in a PEM file, as UNIX times; None when this
+    Python cannot decode certificates (the check is then skipped)."""
+    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)  # CPython's, since 3.x
+    if decode is None:
+        return None
+    try:
+        info = decode(str(cert))
+        return ssl.cert_time_to_seconds(info["notBefore"]), ssl.cert_time_to_seconds(info["notAfter"])
+    except (ssl.SSLError, OSError, KeyError, ValueError) as e:
+        raise CertProblem(f"cannot read the validity dates of {cert}: {e}", "unreadable") from None
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def check_dates(cert: Path, now: float | None = None) -> float | None:
+    """Raise :class:`CertProblem` when the certificate is expired or not valid yet; its notAfter."""
+    dates = certificate_dates(cert)
+    if dates is None:
+        return None
+    not_before, not_after = dates
+    now = time.time() if now is None else now
+    if now >= not_after:
+        raise CertProblem(f"certificate {cert} expired at {_utc(not_after)}: renew it", "expired")
+    if now < not_before:
+        raise CertProblem(f"certificate {cert} is not valid before {_utc(not_before)}: check the clocks, or wait",
+                          "not-yet-valid")
+    return not_after
+
+
+def load_server_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A TLS server context (TLS 1.2+) holding the pair (and verifying client certificates against
+    ``client_ca`` when given); raises :class:`CertProblem` (an InvalidInput) with the reason."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         ctx.load_cert_chain(str(cert), str(key))
     except FileNotFoundError as e:
-        raise InvalidInput(f"{e.filename or cert}: no such file") from None
+        raise CertProblem(f"{e.filename or cert}: no such file", "missing") from None
     except ssl.SSLError as e:
-        raise InvalidInput(
+        raise CertProblem(
             f"cannot use {cert} with {key}: {e.reason or e} (is it a PEM certificate and its matching "
-            "private key?)"
+            "private key?)", "mismatch"
         ) from None
     except OSError as e:
-        raise InvalidInput(f"cannot read {cert} / {key}: {e.strerror or e}") from None
+        raise CertProblem(f"cannot read {cert} / {key}: {e.strerror or e}", "unreadable") from None
+    check_dates(cert)
+    if client_ca is not None:
+        try:
+            ctx.load_verify_locations(cafile=str(client_ca))
+        except FileNotFoundError:
+            raise CertProblem(f"{client_ca}: no such file (the CA that signs client certificates)", "client-ca") \
+                from None
+        except (ssl.SSLError, OSError) as e:
+            raise CertProblem(f"cannot use {client_ca} as the client CA: {e} (is it a PEM CA certificate?)",
+                              "client-ca") from None
+        ctx.verify_mode = ssl.CERT_OPTIONAL  # no certificate: let in, the app decides (probes, metrics)
     return ctx
+
+
+def peer_verified(transport: object) -> bool:
+    """True when the connection's client presented a certificate the server verified."""
+    get = getattr(transport, "get_extra_info", None)
+    return bool(get("peercert")) if get is not None else False
 
 
 class CertReloader:
     """A server SSLContext whose certificate follows the files on disk."""
 
-    def __init__(self, cert: Path | str, key: Path | str, *, interval: float = 5.0) -> None:
+    def __init__(self, cert: Path | str, key: Path | str, *, interval: float = 5.0,
+                 client_ca: Path | str | None = None) -> None:
         self.cert = Path(cert)
         self.key = Path(key)
+        self.client_ca = Path(client_ca) if client_ca is not None else None
         self.interval = interval
         self.last_error: str | None = None
         self.reloads = 0
-        self._current = load_server_context(self.cert, self.key)
-        self._stamp = _stamp(self.cert, self.key)
+        self.failures: dict[str, int] = {}  # reason -> reloads refused
+        self._current = self._load()
+        self._stamp = self._files_stamp()
+        self.not_after = certificate_dates(self.cert)
         self._checked = time.monotonic()
         # The context the listening socket is created with: its SNI callback swaps in the newest one.
-        self.context = load_server_context(self.cert, self.key)
+        self.context = self._load()
         self.context.sni_callback = self._on_hello
+
+    def _load(self) -> ssl.SSLContext:
+        return load_server_context(self.cert, self.key, self.client_ca)
+
+    def _files_stamp(self) -> _Stamp:
+        return _stamp(self.cert, self.key, *([self.client_ca] if self.client_ca is not None else []))
 
     @property
     def current(self) -> ssl.SSLContext:
@@ -84,28 +167,32 @@ class CertReloader:
             return False
         self._checked = now
         try:
-            stamp = _stamp(self.cert, self.key)
+            stamp = self._files_stamp()
         except OSError as e:
-            self._fail(f"cannot stat {self.cert} / {self.key}: {e.strerror or e}")
+            self._fail(f"cannot stat {self.cert} / {self.key}: {e.strerror or e}", "missing")
             return False
         if stamp == self._stamp:
             return False
         try:
-            ctx = load_server_context(self.cert, self.key)
-        except InvalidInput as e:
-            # likely mid-rotation (cert written, key not yet): keep the old pair, retry next time
-            self._fail(str(e))
+            ctx = self._load()
+            dates = certificate_dates(self.cert)
+        except CertProblem as e:
+            # mid-rotation (cert written, key not yet), or a pair that must never replace a valid one
+            # (expired, not valid yet): keep the old pair, look again when the files change
+            self._fail(str(e), e.reason)
             return False
         self._current = ctx
         self._stamp = stamp
+        self.not_after = dates
         self.last_error = None
         self.reloads += 1
         log.info("loaded renewed TLS certificate %s", self.cert)
         return True
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, reason: str) -> None:
         if message != self.last_error:
             log.warning("keeping the previous TLS certificate: %s", message)
+            self.failures[reason] = self.failures.get(reason, 0) + 1
         self.last_error = message
 
     def _on_hello(self, sslobj: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
@@ -115,6 +202,28 @@ class CertReloader:
             sslobj.context = self._current
         except Exception:  # never break a handshake over a reload problem
             log.exception("TLS certificate reload failed")
+
+
+class TLSCollector(Collector):
+    """Prometheus view of a :class:`CertReloader`: ``devshare_tls_reloads_total``,
+    ``devshare_tls_reload_failures_total{reason}`` (renewed pairs refused: the old pair stays) and
+    ``devshare_tls_certificate_expiry_timestamp_seconds`` (notAfter of the pair being served)."""
+
+    def __init__(self, reloader: CertReloader) -> None:
+        self.reloader = reloader
+
+    def collect(self) -> Iterator[Metric]:
+        r = self.reloader
+        yield CounterMetricFamily("devshare_tls_reloads", "Renewed certificate pairs taken.", value=r.reloads)
+        failed = CounterMetricFamily("devshare_tls_reload_failures",
+                                     "Renewed certificate pairs refused (the previous pair stays), by reason.",
+                                     labels=["reason"])
+        for reason, n in sorted(r.failures.items()):
+            failed.add_metric([reason], n)
+        yield failed
+        if r.not_after is not None:
+            yield GaugeMetricFamily("devshare_tls_certificate_expiry_timestamp_seconds",
+                                    "notAfter of the certificate being served (UNIX time).", value=r.not_after[1])
 
 
 # --- making a certificate --------------------------------------------------------------------------

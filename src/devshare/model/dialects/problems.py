@@ -7,7 +7,8 @@ from fractions import Fraction
 from typing import Any
 
 from devshare.model.errors import InvalidInput, InvalidRequest
-from devshare.model.quantity import parse_quantity
+from devshare.model.quantity import parse_quantity, shown
+from devshare.model.request import MAX_DEVICE_MEMORY, MAX_DEVICES
 
 
 class Problems:
@@ -41,9 +42,19 @@ class Problems:
         raise InvalidRequest(f"{len(self.items)} problems: " + "; ".join(self.messages()))
 
 
+# the largest value of a dimension by its unit (see request.MAX_DEVICES)
+MAXIMUM = {
+    "GPUs": (MAX_DEVICES, f"{MAX_DEVICES} devices"),
+    "percent": (MAX_DEVICES * 100, f"{MAX_DEVICES * 100} ({MAX_DEVICES} whole devices)"),
+    "bytes": (MAX_DEVICE_MEMORY, "1Pi (1 PiB)"),
+    "MiB": (MAX_DEVICE_MEMORY // 2**20, f"{MAX_DEVICE_MEMORY // 2**20} (1 PiB)"),
+}
+
+
 def read_whole(resources: dict[str, Any], name: str, where: str, problems: Problems, unit: str) -> int | None:
     """The whole-number value of resource ``name`` (None when absent or unreadable; a problem is
-    recorded when unreadable). ``unit`` names what the number counts, for the message."""
+    recorded when unreadable or above the unit's maximum). ``unit`` names what the number counts,
+    for the message."""
     if name not in resources:
         return None
     value = resources[name]
@@ -54,5 +65,9 @@ def read_whole(resources: dict[str, Any], name: str, where: str, problems: Probl
         return None
     if q.denominator != 1:
         problems.add(where, f"{name} is {float(q):g}; it must be a whole number of {unit}")
+        return None
+    top = MAXIMUM.get(unit)
+    if top is not None and q > top[0]:
+        problems.add(where, f"{name} is {shown(value)}, far beyond any device: it must be at most {top[1]}")
         return None
     return int(q)

@@ -1,7 +1,8 @@
 """The extender's HTTP application.
 
 ``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` (kube-scheduler's extender protocol),
-``GET /inspect`` (the JSON of ``devshare inspect -o json``), ``/metrics``, ``/healthz``, ``/readyz``.
+``GET /inspect`` (the JSON of ``devshare inspect -o json``), ``/metrics``, ``/healthz``, ``/readyz``,
+``/ui/`` (the live occupancy page) and ``/ui/occupancy`` (its JSON, :mod:`occupancy`).
 
 A body that is not the verb's type gets HTTP 400 with a one-line message (never a 500). Logical
 refusals are HTTP 200 with ``Error`` set, which kube-scheduler shows in the pod's events. Before
@@ -14,13 +15,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
+from importlib import resources
 from typing import Any
 
 from aiohttp import web
 
 from devshare.server.extender.metrics import MALFORMED, NOT_READY, OK, ExtenderMetrics
+from devshare.server.extender.occupancy import occupancy
 from devshare.server.extender.service import Extender, NotReady, result_of
 from devshare.server.extender.wire import (
+    TOO_DEEP,
     BadRequest,
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -29,6 +34,7 @@ from devshare.server.extender.wire import (
     encode,
 )
 from devshare.server.metrics import metrics_response
+from devshare.server.tls import peer_verified
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,9 @@ def _verb(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.
         except UnicodeDecodeError as e:  # msgspec reads JSON strings as UTF-8
             result = MALFORMED
             response = _json(_error_body(f"{name}: body is not valid UTF-8 ({e}): JSON text must be UTF-8"), 400)
+        except RecursionError:  # a body decoded fine but too deep for what walks it later
+            result = MALFORMED
+            response = _json(_error_body(f"{name}: {TOO_DEEP}"), 400)
         except NotReady as e:
             result = NOT_READY
             response = _json(_error_body(str(e)), 503)
@@ -103,6 +112,25 @@ async def _inspect(request: web.Request) -> web.Response:
     return _json(ext.state.inspect())
 
 
+async def _ui(request: web.Request) -> web.Response:
+    if not request.path.endswith("/"):  # /ui -> /ui/ so that the page's relative fetch lands under /ui/
+        raise web.HTTPFound(request.path + "/")
+    return web.Response(body=_ui_page(), content_type="text/html", charset="utf-8",
+                        headers={"Cache-Control": "no-cache"})
+
+
+@lru_cache(maxsize=1)
+def _ui_page() -> bytes:
+    return resources.files("devshare.server.extender").joinpath("ui.html").read_bytes()
+
+
+async def _occupancy(request: web.Request) -> web.Response:
+    ext = request.app[EXTENDER]
+    if not ext.is_synced():
+        return _json(_error_body("not ready: state not synced"), 503)
+    return _json(occupancy(ext.state))
+
+
 async def _metrics(request: web.Request) -> web.Response:
     return metrics_response(request.app[EXTENDER].metrics.registry)
 
@@ -117,14 +145,33 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
-def make_app(extender: Extender) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+# what a caller without a verified client certificate may not reach (with client_auth)
+PROTECTED = frozenset({"/filter", "/prioritize", "/bind", "/preempt", "/inspect"})
+NO_CLIENT_CERT = ("a client certificate is required: configure kube-scheduler's extender tlsConfig with a "
+                  "certFile/keyFile signed by the CA given to devshare as --tls-client-ca")
+
+
+@web.middleware
+async def _require_client_cert(request: web.Request,
+                               handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    if request.path in PROTECTED and not peer_verified(request.transport):
+        return _json(_error_body(f"{request.path[1:]}: {NO_CLIENT_CERT}"), 403)
+    return await handler(request)
+
+
+def make_app(extender: Extender, *, client_auth: bool = False) -> web.Application:
+    """The application; with ``client_auth`` the verbs and /inspect answer 403 to a connection
+    without a verified client certificate (probes and /metrics stay open)."""
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_require_client_cert] if client_auth else [])
     app[EXTENDER] = extender
     app.router.add_post("/filter", _verb("filter", _filter))
     app.router.add_post("/prioritize", _verb("prioritize", _prioritize))
     app.router.add_post("/bind", _verb("bind", _bind))
     app.router.add_post("/preempt", _verb("preempt", _preempt))
     app.router.add_get("/inspect", _inspect)
+    app.router.add_get("/ui", _ui)
+    app.router.add_get("/ui/", _ui)
+    app.router.add_get("/ui/occupancy", _occupancy)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)

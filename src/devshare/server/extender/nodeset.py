@@ -14,7 +14,6 @@ evaluation itself, so:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import msgspec
@@ -23,6 +22,7 @@ import numpy.typing as npt
 
 from devshare.engine.scheduler import MAX_SCORE
 from devshare.engine.state import ClusterState
+from devshare.server.extender.cache import ByteLRU
 from devshare.server.extender.wire import decode_names
 
 Ints = npt.NDArray[np.int64]
@@ -66,16 +66,26 @@ def _objects(names: list[str]) -> Names:
     return out
 
 
-class NodeSets:
-    """Raw ``NodeNames`` bytes -> :class:`NodeSet`, for the ``size`` lists used last."""
+NODESETS_BYTES = 64 * 2**20  # budget of the lists kept (a list of 5,000 names keeps about 0.5 MB)
+BYTES_PER_NAME = 160  # a name kept: its str, list slot, object-array slot, row, JSON fragment
 
-    def __init__(self, state: ClusterState, size: int = 16) -> None:
+
+class NodeSets:
+    """Raw ``NodeNames`` bytes -> :class:`NodeSet`, for the ``size`` lists used last, within a
+    budget of ``budget`` bytes."""
+
+    def __init__(self, state: ClusterState, size: int = 16, budget: int = NODESETS_BYTES) -> None:
         self.state = state
         self.size = size
-        self._cache: OrderedDict[bytes, NodeSet] = OrderedDict()
+        self._cache: ByteLRU[bytes, NodeSet] = ByteLRU(budget)
         self._layout = -1
         self.hits = 0
         self.misses = 0
+
+    @property
+    def bytes(self) -> int:
+        """The estimated bytes the lists kept hold."""
+        return self._cache.bytes
 
     def get(self, raw: bytes) -> NodeSet:
         if self.state.layout_version != self._layout:
@@ -83,14 +93,13 @@ class NodeSets:
             self._layout = self.state.layout_version
         hit = self._cache.get(raw)
         if hit is not None:
-            self._cache.move_to_end(raw)
             self.hits += 1
             return hit
         self.misses += 1
         out = resolve(self.state, decode_names(raw))
-        self._cache[raw] = out
-        if len(self._cache) > self.size:
-            self._cache.popitem(last=False)
+        self._cache.put(raw, out, len(raw) + BYTES_PER_NAME * len(out.names))
+        while len(self._cache) > self.size:
+            self._cache.pop_oldest()
         return out
 
 

@@ -10,25 +10,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from devshare.config import Configuration
 from devshare.engine.handlers.base import Settings
 from devshare.engine.scheduler import Scheduler, scheduler_policy
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
 from devshare.kube.backend import Backend
 from devshare.kube.leader import LeaderElector
 from devshare.kube.memory import MemoryBackend
+from devshare.kube.persist import SnapshotWriter
 from devshare.kube.sync import StateSync
 from devshare.server.extender.app import make_app
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.service import Extender
+from devshare.server.tls import CertReloader, TLSCollector
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +47,16 @@ class ExtenderOptions:
     lease_name: str = "devshare-extender"
     assume_ttl: float = DEFAULT_ASSUME_TTL
     expire_interval: float = 5.0
-    save: Callable[[], None] | None = None  # called after each bind and on shutdown (--save)
+    save: SnapshotWriter | None = None  # asked to write after each bind, flushed on shutdown (--save)
     freeze_after_sync: bool = False  # gc.freeze() once synced (the server process; not in tests)
     policy: str = "devshare"  # node policy: devshare (fragmentation-aware), binpack or spread
     core_weight: float = Settings.core_weight  # compute vs memory in a card's score (binpack, spread)
+    # the configuration file's knobs (devshare.config); when given, it decides policy, weights and limits
+    config: Configuration | None = None
+    # a second, read-only listener (GET /metrics, /healthz, /readyz, /inspect, /ui) for Prometheus and
+    # people, on an address the extender API itself need not be exposed on; 0: none
+    metrics_port: int = 0
+    client_auth: bool = False  # verbs and /inspect need a verified client certificate (--tls-client-ca)
 
 
 @dataclass
@@ -62,9 +75,15 @@ RUNTIME = web.AppKey("runtime", Runtime)
 
 def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.Application:
     opts = options or ExtenderOptions()
-    state = ClusterState()
-    settings = Settings(core_weight=opts.core_weight)
-    scheduler = Scheduler(state, policy=scheduler_policy(opts.policy, settings), settings=settings)
+    cfg = opts.config
+    if cfg is not None:
+        state = cfg.state()
+        settings = cfg.settings()
+        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings)
+    else:
+        state = ClusterState()
+        settings = Settings(core_weight=opts.core_weight)
+        scheduler = Scheduler(state, policy=scheduler_policy(opts.policy, settings), settings=settings)
     sync = StateSync(backend, state)
     elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name)
                if opts.leader_election else None)
@@ -76,13 +95,18 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
         metrics=metrics,
         assume_ttl=opts.assume_ttl,
-        after_bind=opts.save,
+        after_bind=opts.save.request if opts.save is not None else None,
+        disabled_types=cfg.device_types.disabled() if cfg is not None else frozenset(),
     )
     sync.on_change = extender.pod_changed
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
+    if opts.save is not None:
+        metrics.registry.register(_SaveCollector(opts.save))
     runtime = Runtime(state, sync, extender, elector)
-    app = make_app(extender)
+    app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
+    if opts.metrics_port:
+        app.middlewares.append(read_only_on(opts.metrics_port))
 
     async def start(app: web.Application) -> None:
         runtime.tasks.append(sync.start())
@@ -103,7 +127,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         if elector is not None:
             await elector.release()
         if opts.save is not None:
-            opts.save()
+            await opts.save.close()
         await backend.close()
 
     app.on_startup.append(start)
@@ -121,20 +145,90 @@ async def _freeze_when_synced(sync: StateSync) -> None:
     log.info("state synced; %d objects frozen out of garbage collection", gc.get_freeze_count())
 
 
+READ_ONLY = ("/metrics", "/healthz", "/readyz", "/inspect", "/ui")
+
+
+def read_only_on(port: int) -> Callable[..., Any]:
+    """Middleware: requests that came in on ``port`` may only GET the read-only paths."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        if sockname and sockname[1] == port:
+            allowed = request.method in ("GET", "HEAD") and (
+                request.path in READ_ONLY or request.path.startswith("/ui/"))
+            if not allowed:
+                return web.Response(status=404, text=f"not served on the read-only port {port}: "
+                                    f"{', '.join(READ_ONLY)} only\n")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return guard
+
+
 def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str = "127.0.0.1",
-          port: int = 8888) -> None:
-    """Serve until SIGINT/SIGTERM (plain HTTP: kube-scheduler's extender config sets enableHTTPS)."""
+          port: int = 8888, metrics_host: str = "0.0.0.0", tls: CertReloader | None = None) -> None:
+    """Serve until SIGINT/SIGTERM: over TLS with ``tls`` (kube-scheduler's extender config sets
+    ``enableHTTPS`` and its ``tlsConfig``), plain HTTP otherwise."""
     opts = options or ExtenderOptions()
     opts.freeze_after_sync = True
+    opts.client_auth = tls is not None and tls.client_ca is not None
     app = build_app(backend, opts)
-    log.info("devshare extender on http://%s:%d", host, port)
-    web.run_app(app, host=host, port=port, access_log=None, print=None)
+    if tls is not None:
+        app[RUNTIME].extender.metrics.registry.register(TLSCollector(tls))
+    scheme = "https" if tls is not None else "http"
+    extra: dict[str, Any] = {}
+    if opts.metrics_port:
+        sock = socket.create_server((metrics_host, opts.metrics_port), reuse_port=False)
+        extra["sock"] = [sock]
+    # aiohttp calls `print` once every socket is bound: "listening" is never logged for a port it failed to take
+    web.run_app(app, host=host, port=port, ssl_context=tls.context if tls is not None else None,
+                access_log=None, **extra,
+                print=lambda _: log.info("devshare extender listening on %s://%s:%d%s%s", scheme, host, port,
+                                         f" (read-only on {metrics_host}:{opts.metrics_port})"
+                                         if opts.metrics_port else "",
+                                         " (client certificates required)" if opts.client_auth else ""))
 
 
-def cluster_saver(backend: MemoryBackend, path: Path) -> Callable[[], None]:
-    """A ``save`` callback writing the memory backend's objects back to ``path`` (``--save``)."""
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
 
-    def write() -> None:
-        backend.save(path)
 
-    return write
+def listen_check(host: str, *, tls: bool, insecure: bool) -> str | None:
+    """Whether the extender may listen on ``host``: raises ValueError on a non-loopback address
+    without TLS and client certificates (whoever reaches /bind can bind any pod anywhere), unless
+    ``insecure``; then returns the warning to log."""
+    if tls or is_loopback(host):
+        return None
+    if not insecure:
+        raise ValueError(
+            f"refusing to listen on {host} without TLS: anyone who reaches it could bind pods. Give "
+            "--tls-cert, --tls-key and --tls-client-ca (the CA of kube-scheduler's client certificate, "
+            "its extender tlsConfig certFile/keyFile), listen on 127.0.0.1 beside kube-scheduler, or "
+            "pass --insecure to accept the risk"
+        )
+    return (f"INSECURE: listening on {host} in plain HTTP without client authentication (--insecure): "
+            "anyone who reaches this port can filter, bind and preempt pods")
+
+
+def cluster_saver(backend: MemoryBackend, path: Path, *, delay: float = 0.5) -> SnapshotWriter:
+    """The ``save`` of ``--save``: the memory backend's objects written back to ``path``, atomically,
+    off the event loop, at most once per ``delay`` seconds (:mod:`devshare.kube.persist`)."""
+    return SnapshotWriter(backend.snapshot, path, delay=delay)
+
+
+class _SaveCollector(Collector):
+    def __init__(self, saver: SnapshotWriter) -> None:
+        self.saver = saver
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("devshare_extender_saves", "Writes of the --save file.", value=self.saver.writes)
+        yield CounterMetricFamily("devshare_extender_save_failures",
+                                  "Failed writes of the --save file (the previous file is kept).",
+                                  value=self.saver.failures)

@@ -34,6 +34,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from devshare.config import refuse_disabled
 from devshare.engine.gang import GroupPlanner
 from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
@@ -45,6 +46,7 @@ from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
 from devshare.server.extender import preempt as _preempt
+from devshare.server.extender.cache import ByteLRU
 from devshare.server.extender.members import MemberBinds
 from devshare.server.extender.metrics import ERROR, OK, ExtenderMetrics
 from devshare.server.extender.nodeset import (
@@ -55,7 +57,7 @@ from devshare.server.extender.nodeset import (
     resolve,
 )
 from devshare.server.extender.preemption import Preemptor
-from devshare.server.extender.verdicts import filter_nodes, score_nodes, scores_from
+from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes, scores_from
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -77,7 +79,7 @@ NOT_LEADER = "not the leader"
 SEEN_LIMIT = 65536  # pods remembered as observed by the policy
 SCORE_REUSE_SECONDS = 2.0  # prioritize reuses the scores of a filter this recent for the same pod
 FILTERS_KEPT = 8  # filter results kept for prioritize and bind (each holds arrays over its candidates)
-PARSED_LIMIT = 1024  # pod requests cached by their JSON
+PARSED_BYTES = 32 * 2**20  # budget of the pod requests cached by their JSON (bodies included)
 
 
 class NotReady(Exception):
@@ -133,8 +135,23 @@ class Remembered:
     position: npt.NDArray[np.int64] | None = None  # state row -> index in ``rows`` (-1: did not pass)
 
 
+def request_size(req: PodRequest) -> int:
+    """About the bytes a parsed request keeps alive (for the caches' budgets)."""
+    return 512 + 4 * len(msgspec.json.encode(req))
+
+
+MESSAGE_LIMIT = 2048  # characters of a refusal's reason (it may quote a value of any length)
+
+
+def shorten(message: str) -> str:
+    if len(message) <= MESSAGE_LIMIT:
+        return message
+    cut = len(message) - MESSAGE_LIMIT
+    return f"{message[:MESSAGE_LIMIT // 2]}...({cut} characters cut)...{message[-MESSAGE_LIMIT // 2:]}"
+
+
 def invalid_request(e: InvalidInput) -> str:
-    return f"invalid request: {e}"
+    return event_safe(f"invalid request: {shorten(str(e))}")
 
 
 class Extender:
@@ -152,8 +169,10 @@ class Extender:
         assume_ttl: float = DEFAULT_ASSUME_TTL,
         clock: Callable[[], float] = time.monotonic,
         after_bind: Callable[[], None] | None = None,
+        disabled_types: frozenset[str] = frozenset(),
     ) -> None:
         self.state = state
+        self.disabled_types = disabled_types  # device types the configuration switches off
         self.backend = backend
         self.scheduler = scheduler or Scheduler(state)
         self.is_synced = is_synced
@@ -162,8 +181,9 @@ class Extender:
         self.assume_ttl = assume_ttl
         self.clock = clock
         self._binding: set[str] = set()  # pods with a bind in flight
-        self._parsed: dict[tuple[str, str, str], PodRequest] = {}  # (key, uid, resourceVersion) -> request
-        self._parsed_raw: dict[bytes, tuple[PodRequest | InvalidInput, PodId]] = {}  # Pod JSON -> request
+        # (key, uid, resourceVersion) -> request; Pod JSON -> request: both bounded by bytes
+        self._parsed: ByteLRU[tuple[str, str, str], PodRequest] = ByteLRU(PARSED_BYTES)
+        self._parsed_raw: ByteLRU[bytes, tuple[PodRequest | InvalidInput, PodId]] = ByteLRU(PARSED_BYTES)
         # the last filters' results by pod key, for prioritize and bind (kube-scheduler binds in the
         # background: the next pods' filters may come before a pod's bind)
         self._filtered: OrderedDict[str, Remembered] = OrderedDict()
@@ -181,13 +201,17 @@ class Extender:
         m = meta(pod)
         rv = m.get("resourceVersion")
         cache_key = (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""), str(rv or ""))
-        if rv and cache_key in self._parsed:
-            return self._parsed[cache_key]
-        req = parse_pod(pod)
         if rv:
-            if len(self._parsed) >= 1024:
-                self._parsed.clear()
-            self._parsed[cache_key] = req
+            hit = self._parsed.get(cache_key)
+            if hit is not None:
+                return hit
+        req = parse_pod(pod)
+        if self.disabled_types:
+            refused = refuse_disabled([d.type for c in req.containers for d in c.devices], self.disabled_types)
+            if refused:
+                raise InvalidInput(refused)
+        if rv:
+            self._parsed.put(cache_key, req, request_size(req) + sum(map(len, cache_key)))
         return req
 
     def parse_raw(self, raw: bytes) -> tuple[PodRequest, PodId]:
@@ -203,13 +227,16 @@ class Extender:
             try:
                 req = self.parse(obj)
             except InvalidInput as e:
-                req = e
-            if len(self._parsed_raw) >= PARSED_LIMIT:
-                self._parsed_raw.clear()
-            hit = self._parsed_raw[raw] = (req, pod_id)
+                # kept without its traceback: its frames hold the decoded pod and the request body
+                req = e.with_traceback(None) if len(str(e)) <= MESSAGE_LIMIT else InvalidInput(shorten(str(e)))
+                req.__context__ = None
+            hit = (req, pod_id)
+            size = len(raw) + sum(map(len, pod_id)) + (len(str(req)) if isinstance(req, InvalidInput)
+                                                       else request_size(req))
+            self._parsed_raw.put(raw, hit, size)
         req, pod_id = hit
         if isinstance(req, InvalidInput):
-            raise req.with_traceback(None)  # the cached error, without the tracebacks of earlier raises
+            raise InvalidInput(str(req))  # a fresh error: raising the cached one would hang a traceback on it
         return req, pod_id
 
     def candidates(self, args: ExtenderArgs) -> Candidates:
@@ -266,7 +293,8 @@ class Extender:
             outcome.unresolvable.update(dict.fromkeys(nodes.unknown, UNKNOWN_NODE))
             if outcome.failed or outcome.unresolvable:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
-            return self._answer(cands, outcome.passed, outcome.failed, outcome.unresolvable)
+            return self._answer(cands, outcome.passed, event_safe_map(outcome.failed),
+                                event_safe_map(outcome.unresolvable))
         out = filter_nodes(self.scheduler, pod, cands.nodes)
         held = self.preemptor.held_nodes(pod)
         if held:
@@ -341,7 +369,7 @@ class Extender:
 
     # ------------------------------------------------------------------ bind
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        error = await self._bind(args)
+        error = event_safe(await self._bind(args))
         if error:
             self.metrics.fail("bind", [error])
             log.info("bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, error)
@@ -381,11 +409,16 @@ class Extender:
                 return ""  # a group member the extender bound itself when its gang reached its quorum
             return f"pod {key} is already bound to node {bound_to}"
         try:
-            pod = self.parse(obj)  # usually parsed at filter already (same resourceVersion)
+            # the pod as the API server has it, parsed afresh: never a request cached from a /filter
+            # body, which anyone can send with a real pod's name, uid and resourceVersion
+            pod = parse_pod(obj)
         except InvalidInput as e:
             return invalid_request(e)
         if not pod.has_devices():
-            return await self.writes.bind(ns, name, node, uid)
+            return (f"pod {key} asks for no device devshare manages: devshare binds only the pods it "
+                    "places (kube-scheduler sends it those alone); its own scheduler binds this one")
+        if node not in self.state.row_of:
+            return f"node {node} is not known to devshare (no such Node, or no Device object lists its devices)"
         if pod.group is not None:
             return await self.members.bind(pod, node, obj)
 
@@ -396,7 +429,9 @@ class Extender:
                 return f"pod {key} already holds devices on node {stale.allocation.node}"
             self.state.unreserve(key)  # a leftover reservation of an earlier attempt
         r = self._filtered.get(key)
-        alloc = self.scheduler.allocate_on(pod, node, evaluated=r.evaluation if r is not None else None)
+        # the filter's devices are reused only when it judged this very request
+        evaluated = r.evaluation if r is not None and r.evaluation is not None and r.evaluation.pod == pod else None
+        alloc = self.scheduler.allocate_on(pod, node, evaluated=evaluated)
         if isinstance(alloc, str):
             return f"pod {key} does not fit on node {node}: {alloc}"
         try:

@@ -22,6 +22,15 @@ class BadRequest(Exception):
     """The body is not the extender type the verb takes. ``str(err)`` says what is wrong."""
 
 
+TOO_DEEP = ("JSON nested too deeply (hundreds of levels): no Kubernetes object or extender argument nests "
+            "like that")
+
+
+def too_deep(what: str) -> BadRequest:
+    """The answer to a body whose nesting exhausted the decoder's recursion limit."""
+    return BadRequest(f"{what}: {TOO_DEEP}")
+
+
 _ACRONYMS = {"pod_uid": "PodUID", "uid": "UID", "num_pdb_violations": "NumPDBViolations"}
 
 
@@ -77,6 +86,8 @@ def decode_pod(raw: bytes) -> Obj:
         return msgspec.json.decode(raw, type=Obj)
     except msgspec.ValidationError as e:
         raise _field_error(e, "Pod") from None
+    except RecursionError:
+        raise too_deep("Pod") from None
 
 
 def decode_names(raw: bytes) -> list[str]:
@@ -85,6 +96,8 @@ def decode_names(raw: bytes) -> list[str]:
         return msgspec.json.decode(raw, type=list[str])
     except msgspec.ValidationError as e:
         raise _field_error(e, "NodeNames") from None
+    except RecursionError:
+        raise too_deep("NodeNames") from None
 
 
 def decode_nodes(raw: bytes) -> Obj:
@@ -93,6 +106,8 @@ def decode_nodes(raw: bytes) -> Obj:
         return msgspec.json.decode(raw, type=Obj)
     except msgspec.ValidationError as e:
         raise _field_error(e, "Nodes") from None
+    except RecursionError:
+        raise too_deep("Nodes") from None
 
 
 class ExtenderBindingArgs(_Wire, kw_only=True):
@@ -186,6 +201,13 @@ def _canonical(value: Any, cls: type[Any], where: str) -> Any:
 
 def decode(body: bytes, cls: type[T]) -> T:
     """Decode a request body into ``cls``; any case of the field names is accepted."""
+    try:
+        return _decode(body, cls)
+    except RecursionError:  # msgspec and _canonical both recurse with the nesting of the body
+        raise too_deep(f"not a valid {cls.__name__}") from None
+
+
+def _decode(body: bytes, cls: type[T]) -> T:
     what = cls.__name__
     if not body.strip():
         raise BadRequest(f"empty body: expected a JSON object of type {what}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from devshare.server.tls import CertReloader
+from devshare.server.tls import CertReloader, TLSCollector
 from devshare.server.webhook.app import WebhookConfig, make_app
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,7 @@ def serve(
     """Serve until stopped. The certificate pair is re-read when the files change (e.g. a renewed
     Secret mounted by the kubelet), checked at most every ``reload_interval`` seconds."""
     tls = CertReloader(tls_cert, tls_key, interval=reload_interval)
+    config.metrics.registry.register(TLSCollector(tls))
     app = make_app(config)
     log.info("devshare webhook on https://%s:%d (scheduler %s)", host, port, config.scheduler_name)
     web.run_app(app, host=host, port=port, ssl_context=tls.context, access_log=None, print=None)
