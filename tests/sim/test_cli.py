@@ -23,8 +23,27 @@ def test_json_shape_and_plot(small_trace: tuple[Path, Path], tmp_path: Path) -> 
         assert set(d["allocated_pct"]) == {"42", "43"}
         assert all(len(v) == 131 for v in d["allocated_pct"].values())
         assert set(d["unallocated_pct_at_100"]) == {"mean", "median"}
-    assert png.stat().st_size > 1000
-    assert "bestfit" in r.output and "offline bound" in r.output
+        # keys added to the contract: the offline optimum and floor per seed, with their solve times
+        opt = d["optimum_unallocated_pct_at_100"]
+        assert set(opt["per_seed"]) == set(opt["seconds"]) == {"42", "43"} and opt["exact"]
+        assert opt["mean"] <= d["unallocated_pct_at_100"]["mean"] + 1e-9
+        assert d["floor_unallocated_pct_at_100"]["forced_before_pct"] == 95
+        assert set(d["optimum_allocated_pct"]["42"]) >= {"100", "130"}
+        assert set(d["first_skip_pct"]) == set(d["seconds"]) == {"42", "43"}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "bestfit" in r.output and "optimum" in r.output and "floor" in r.output
+
+
+def test_plot_format_follows_the_suffix(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = small_trace
+    jpg = tmp_path / "out.jpg"
+    r = CliRunner().invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd",
+                                 "--seeds", "42", "--workers", "1", "--no-optimum", "--plot", str(jpg)])
+    assert r.exit_code == 0, r.output
+    assert jpg.read_bytes()[:3] == b"\xff\xd8\xff"  # JPEG, not PNG bytes under a .jpg name
+    r = CliRunner().invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "fgd",
+                                 "--seeds", "42", "--workers", "1", "--plot", str(tmp_path / "out.gif")])
+    assert r.exit_code == 2 and r.output.strip().startswith("error: ") and ".gif" in r.output, r.output
 
 
 def test_single_policy_json_is_one_object(small_trace: tuple[Path, Path], tmp_path: Path) -> None:

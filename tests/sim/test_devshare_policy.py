@@ -162,3 +162,36 @@ def test_memory_asks_and_several_containers_place_validly(pods: list) -> None:
         for c, (k, _core, _mem) in zip(where.allocation.containers, containers, strict=True):
             assert len(c.devices) == k
         pol.placed(req, row)
+
+
+@settings(max_examples=15, deadline=None)
+@given(cpu_per_gpu=st.sampled_from([500, 4000, 9000, 12000, 20000]), cpu_only=st.integers(0, 3))
+def test_cpu_scarce_mode_follows_the_mix_against_the_cluster(cpu_per_gpu: int, cpu_only: int) -> None:
+    """The policy's CPU pressure is the pods seen's CPU per GPU over the cluster's; from TIGHT it keeps
+    98% of the classes, from SCARCE it switches to its CPU-scarce mode (FGD's 95% class coverage, no
+    CPU-only packing); never before SCARCE_AFTER pods, and only from what it has seen."""
+    from devshare.engine.policies.devshare import SCARCE, SCARCE_AFTER, SCARCE_COVERAGE, TIGHT, TIGHT_COVERAGE
+
+    state = _trace_state()
+    cluster = float(state.cpu_total[state.node_rows()].sum()) / float(
+        state.tables["gpu"].total_core[state.node_rows()].sum())
+    pol = DevsharePolicy()
+    probe = pod_request(TracePod("probe", 1000, 0, 1, 500), "probe")
+    pods = [TracePod(f"g{i}", cpu_per_gpu // 2, 0, 1, 500) for i in range(4)]
+    pods += [TracePod(f"c{i}", 8000, 0, 0, 0) for i in range(cpu_only)]
+    cpu = gpu = 0
+    for i in range(SCARCE_AFTER + 1024):
+        tp = pods[i % len(pods)]
+        pol.observe(pod_request(tp, f"p{i}"))
+        cpu += tp.cpu_milli
+        gpu += tp.gpu_total
+        if i == 0:
+            _choices(pol, state, [probe])  # the policy learns the cluster's capacity from a state it sees
+        if i + 1 < SCARCE_AFTER:
+            assert not pol.cpu_scarce
+    pressure = cpu / gpu / cluster
+    assert abs(pol.pressure - pressure) < 1e-9
+    assert pol.cpu_scarce == (pol.pressure >= SCARCE)
+    assert pol.coverage_now == (SCARCE_COVERAGE if pol.pressure >= SCARCE else
+                                TIGHT_COVERAGE if pol.pressure >= TIGHT else pol.coverage)
+    assert (min(pol.distribution().values()) > 0) and len(pol.distribution()) >= 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -14,9 +15,18 @@ from rich.table import Table
 from devshare.cli.common import fail, user_errors
 from devshare.engine.policies import NAMES
 from devshare.model.errors import InvalidInput
-from devshare.sim.bound import allocation_bound
+from devshare.sim.optimum import FLOOR_PCT, Offline, Packing, offline
 from devshare.sim.replay import MAX_ARRIVED, RunResult
-from devshare.sim.report import group, load_reference, plot, reference_for, summary, write_json_atomic
+from devshare.sim.report import (
+    group,
+    load_reference,
+    plot,
+    plot_format,
+    reference_for,
+    summary,
+    trace_title,
+    write_json_atomic,
+)
 from devshare.sim.runner import DEFAULT_NODES, DEFAULT_PODS, Job, bundled, run_all
 from devshare.sim.trace import Trace, load_trace
 
@@ -64,8 +74,10 @@ def simulate(
         None, "--policy", help=f"policy to run, repeatable: {', '.join(NAMES)} (default: devshare, fgd, bestfit)"),
     seeds: str = typer.Option(DEFAULT_SEEDS, "--seeds", help="seeds, e.g. 42-51 or 42,43"),
     json_out: Path | None = typer.Option(None, "--json", help="write the per-seed curves and summary as JSON"),
-    plot_out: Path | None = typer.Option(None, "--plot", help="write the allocation plot (PNG); "
-                                         "default simulate.png when run without arguments"),
+    plot_out: Path | None = typer.Option(None, "--plot", help="write the allocation plot (.png, .jpg, .svg or "
+                                         ".pdf); default simulate.png when run without arguments"),
+    optimum: bool = typer.Option(True, "--optimum/--no-optimum",
+                                 help="solve the offline optimum and the floor per seed (HiGHS, about 1 s a seed)"),
     workers: int = typer.Option(min(2, os.cpu_count() or 1), "--workers", help="parallel worker processes"),
 ) -> None:
     """Replay an openb trace as the FGD paper does and report unallocated GPU % at 100% arrival."""
@@ -86,6 +98,8 @@ def simulate(
         for p in (json_out, plot_out):
             if p is not None and not p.resolve().parent.is_dir():
                 raise InvalidInput(f"folder {p.parent} does not exist", field=str(p))
+        if plot_out is not None:
+            plot_format(plot_out)
         trace = load_trace(nodes_csv, pods_csv)  # validate once, before any worker starts
         _report_oversized(console, trace)
         if bare:
@@ -106,15 +120,19 @@ def simulate(
 
             results = run_all(jobs, workers=workers, tick=tick)
         elapsed = time.perf_counter() - started
-        objects = [summary(trace.name, n, group(results)[(trace.name, n)]) for n in names]
-        bounds = [allocation_bound(trace, s) for s in seed_list]
-        _table(out, trace.name, objects, results, reference_file(pods_csv), 100.0 - sum(bounds) / len(bounds))
+        offs: list[Offline] = []
+        if optimum:
+            with console.status("solving the offline optimum and floor (HiGHS)"):
+                offs = [offline(trace, s) for s in seed_list]
+        objects = [summary(trace.name, n, group(results)[(trace.name, n)], offs) for n in names]
+        _table(out, trace.name, objects, results, reference_file(pods_csv), offs)
         out.print(f"{len(jobs)} runs in {elapsed:.1f} s ({workers} worker(s))")
         if json_out is not None:
             write_json_atomic(json_out, objects[0] if len(objects) == 1 else objects)
             out.print(f"wrote {json_out}")
         if plot_out is not None:
-            plot(objects, plot_out, title=f"{trace.name}, seeds {seeds}")
+            plot(objects, plot_out, title=f"{trace_title(trace.name)}: GPU allocation against arrived workload, "
+                                          f"mean of seeds {seeds}")
             out.print(f"wrote plot {plot_out.resolve()}")
 
 
@@ -134,26 +152,58 @@ def _report_oversized(console: Console, trace: Trace) -> None:
 
 
 def _table(out: Console, trace: str, objects: list[dict[str, object]], results: list[RunResult],
-           ref_path: Path, bound: float) -> None:
+           ref_path: Path, offs: list[Offline]) -> None:
     ref = load_reference(ref_path)
     secs: dict[str, list[float]] = {}
+    skips: dict[str, list[float]] = {}
     for r in results:
         secs.setdefault(r.policy, []).append(r.seconds)
+        skips.setdefault(r.policy, []).append(r.extra.get("first_skip_pct", MAX_ARRIVED))
+    opt = statistics.fmean(o.optimum.unallocated_pct for o in offs) if offs else None
+    floors = [o.floor.unallocated_pct for o in offs if o.floor is not None]
+    flo = statistics.fmean(floors) if floors else None
     t = Table(title=f"{trace}: unallocated GPU % at 100% arrival (lower is better)")
     t.add_column("policy")
     t.add_column("mean", justify="right")
     t.add_column("median", justify="right")
     t.add_column("paper (10 seeds)", justify="right")
+    if offs:
+        t.add_column("vs optimum", justify="right")
+        t.add_column("vs floor", justify="right")
+        t.add_column(f"all <{FLOOR_PCT}%", justify="right")
     t.add_column("s / run", justify="right")
     for obj in objects:
         pol = str(obj["policy"])
         u = obj["unallocated_pct_at_100"]
         assert isinstance(u, dict)
         r = reference_for(ref, trace, pol)
-        t.add_row(pol, f"{u['mean']:.2f}", f"{u['median']:.2f}", "-" if r is None else f"{r:.2f}",
-                  f"{sum(secs[pol]) / len(secs[pol]):.1f}")
-    t.add_row("offline bound", f"{bound:.2f}", "", "", "", style="dim")
+        cells = [pol, f"{u['mean']:.2f}", f"{u['median']:.2f}", "-" if r is None else f"{r:.2f}"]
+        if opt is not None:
+            cells += [f"{u['mean'] - opt:+.2f}", "-" if flo is None else f"{u['mean'] - flo:+.2f}",
+                      f"{sum(x >= FLOOR_PCT for x in skips[pol])}/{len(skips[pol])}"]
+        t.add_row(*cells, f"{statistics.fmean(secs[pol]):.1f}")
+    if offs:
+        pad = ["", "", ""]
+        rows: list[tuple[str, list[Packing | None]]] = [
+            ("optimum", [o.optimum for o in offs]), ("floor", [o.floor for o in offs])]
+        for label, maybe in rows:
+            packs = [p for p in maybe if p is not None]
+            if not packs:
+                t.add_row(label, "-", "-", "", *pad, "", style="dim")
+                continue
+            vals = [p.unallocated_pct for p in packs]
+            note = "" if all(p.exact for p in packs) else " (bound)"
+            if len(packs) < len(maybe):
+                note += f" ({len(packs)}/{len(maybe)} seeds)"
+            t.add_row(label + note, f"{statistics.fmean(vals):.2f}", f"{statistics.median(vals):.2f}", "", *pad,
+                      f"{statistics.fmean(p.seconds for p in packs):.2f}", style="dim")
     out.print(t)
+    if offs:
+        out.print(f"optimum: the exact offline optimum (HiGHS) of packing the GPU asks arrived at 100% into the "
+                  f"cards, nodes, CPU and memory ignored; no policy can leave less unallocated. floor: the same "
+                  f"with every pod arriving before {FLOOR_PCT}% packed; it bounds each run that placed all of "
+                  f"them (column all <{FLOOR_PCT}%: seeds that did). s / run: seconds per replay or solve.",
+                  style="dim")
 
 
 def register(app: typer.Typer) -> None:

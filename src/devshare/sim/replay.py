@@ -118,6 +118,7 @@ def replay(trace: Trace, policy: Policy, seed: int, *, progress: Progress | None
     curve = [0.0] * (MAX_ARRIVED + 1)
     recorded = -1
     arrived = allocated = placed = n = 0
+    first_skip = float(MAX_ARRIVED)  # arrived % before the first pod that fit nowhere (the floor's premise)
     for name, tp in arrival_order(trace, seed):
         pod = pod_request(tp, name)
         n += 1
@@ -125,6 +126,8 @@ def replay(trace: Trace, policy: Policy, seed: int, *, progress: Progress | None
         if where is not None:
             allocated += tp.gpu_total
             placed += 1
+        elif first_skip >= MAX_ARRIVED:
+            first_skip = arrived * 100.0 / cap
         arrived += tp.gpu_total
         pct = min(arrived * 100 // cap, MAX_ARRIVED)
         if pct > recorded:
@@ -140,4 +143,4 @@ def replay(trace: Trace, policy: Policy, seed: int, *, progress: Progress | None
     for k in range(recorded + 1, MAX_ARRIVED + 1):
         curve[k] = value
     return RunResult(trace.name, getattr(policy, "name", type(policy).__name__), seed, curve, n, placed,
-                     time.perf_counter() - started)
+                     time.perf_counter() - started, {"first_skip_pct": round(first_skip, 4)})

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from devshare.model.errors import InvalidInput
+from devshare.sim.optimum import FLOOR_PCT, Offline, Packing
 from devshare.sim.replay import RunResult
 
 # our policy names -> the names in the FGD authors' reference results
@@ -18,18 +20,42 @@ PAPER_NAMES = {"random": "Random", "dotprod": "DotProd", "clustering": "GpuClust
                "packing": "GpuPacking", "bestfit": "BestFit", "fgd": "FGD"}
 
 
-def summary(trace: str, policy: str, runs: Sequence[RunResult]) -> dict[str, Any]:
-    """DESIGN.md's JSON object for one policy's runs on one trace."""
+def summary(trace: str, policy: str, runs: Sequence[RunResult],
+            offline: Sequence[Offline] = ()) -> dict[str, Any]:
+    """DESIGN.md's JSON object for one policy's runs on one trace, with (keys added to the contract)
+    the offline optimum and floor per seed (:mod:`devshare.sim.optimum`), each run's seconds and the
+    arrived % at its first skipped pod (the floor bounds the runs where that is at least 95)."""
     runs = sorted(runs, key=lambda r: r.seed)
     un = [r.unallocated_at_100 for r in runs]
-    return {
+    out: dict[str, Any] = {
         "trace": trace,
         "policy": policy,
         "seeds": [r.seed for r in runs],
         "allocated_pct": {str(r.seed): [round(v, 4) for v in r.allocated_pct] for r in runs},
         "unallocated_pct_at_100": {"mean": round(statistics.fmean(un), 4),
                                    "median": round(statistics.median(un), 4)},
+        "seconds": {str(r.seed): round(r.seconds, 3) for r in runs},
+        "first_skip_pct": {str(r.seed): r.extra.get("first_skip_pct") for r in runs},
     }
+    if offline:
+        out["optimum_unallocated_pct_at_100"] = packing_summary({o.seed: o.optimum for o in offline})
+        out["floor_unallocated_pct_at_100"] = {**packing_summary({o.seed: o.floor for o in offline}),
+                                               "forced_before_pct": FLOOR_PCT}
+        out["optimum_allocated_pct"] = {str(o.seed): {str(x): round(v, 4) for x, v in o.curve.items()}
+                                        for o in offline}
+    return out
+
+
+def packing_summary(per_seed: dict[int, Packing | None]) -> dict[str, Any]:
+    """Mean and median over the seeds solved, and per seed the value (null where the problem has no
+    solution: the floor when the pods before 95% cannot all be packed) and the seconds."""
+    vals = [p.unallocated_pct for p in per_seed.values() if p is not None]
+    seeds = sorted(per_seed.items())
+    return {"mean": round(statistics.fmean(vals), 4) if vals else None,
+            "median": round(statistics.median(vals), 4) if vals else None,
+            "per_seed": {str(s): None if p is None else round(p.unallocated_pct, 4) for s, p in seeds},
+            "seconds": {str(s): None if p is None else round(p.seconds, 3) for s, p in seeds},
+            "exact": all(p.exact for p in per_seed.values() if p is not None)}
 
 
 def group(results: Sequence[RunResult]) -> dict[tuple[str, str], list[RunResult]]:
@@ -71,42 +97,84 @@ def reference_for(ref: dict[tuple[str, str], tuple[float, float]], trace: str, p
     return hit[0] if hit else None
 
 
+PLOT_FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".svg": "svg", ".pdf": "pdf"}
+# one colour per policy, whatever order --policy gives them in
+COLOURS = {"devshare": "#d62728", "fgd": "#1f77b4", "bestfit": "#2ca02c", "random": "#7f7f7f",
+           "dotprod": "#9467bd", "clustering": "#8c564b", "packing": "#e377c2"}
+EXTRA_COLOURS = ("#17becf", "#bcbd22", "#ff7f0e")
+X_FROM = 85  # arrived %: below this every policy allocates everything that arrived
+
+
+def plot_format(out: Path) -> str:
+    """The image format for ``out``'s suffix; a one-line error for a suffix matplotlib is not asked to write."""
+    fmt = PLOT_FORMATS.get(Path(out).suffix.lower())
+    if fmt is None:
+        raise InvalidInput(f"cannot tell the image format from {Path(out).suffix or 'no suffix'!r}; "
+                           f"name it {', '.join('*' + k for k in PLOT_FORMATS)}", field="--plot")
+    return fmt
+
+
+def trace_title(trace: str) -> str:
+    """``openb_pod_list_gpushare40`` -> ``openb gpushare40``."""
+    return f"openb {trace.removeprefix('openb_pod_list_')}" if trace.startswith("openb_pod_list_") else trace
+
+
 def plot(objects: Sequence[dict[str, Any]], out: Path, title: str = "") -> None:
-    """Allocation % and unallocated % against arrived % (the FGD paper's figure 9 style)."""
+    """Allocation % (top) and unused capacity % (bottom) against arrived %, on the arrived range where
+    policies differ, with the offline optimum's line where the objects carry it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fmt = plot_format(out)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7.5), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 2]})
-    x = list(range(131))
+    x = list(range(X_FROM, 131))
+    extra = iter(EXTRA_COLOURS * 3)
+    low = 100.0
+    unused_top = 1.0  # the bottom panel's height: the most unused from 95% arrived on
     for obj in objects:
         curves = list(obj["allocated_pct"].values())
         mean = [statistics.fmean(c[i] for c in curves) for i in x]
+        low = min(low, *mean)
+        colour = COLOURS.get(obj["policy"]) or next(extra, None)
         label = f"{obj['policy']} ({obj['unallocated_pct_at_100']['mean']:.2f}% unallocated at 100%)"
-        line = top.plot(x, mean, label=label, linewidth=1.6)[0]
-        bottom.plot(x, [max(min(i, 100) - v, 0.0) for i, v in enumerate(mean)],
-                    color=line.get_color(), linewidth=1.6)
-    top.plot(x, [min(v, 100) for v in x], color="grey", linestyle=":", linewidth=1, label="ideal")
-    top.axvline(100, color="grey", linewidth=0.8, linestyle="--")
-    bottom.axvline(100, color="grey", linewidth=0.8, linestyle="--")
-    top.set_ylabel("GPU allocation (% of cluster)")
-    top.set_ylim(0, 102)
-    top.legend(loc="lower right", fontsize=8)
-    top.grid(alpha=0.3)
-    top.set_title(title or "GPU allocation vs arrived workload")
-    bottom.set_xlabel("arrived workload (% of cluster GPU capacity)")
-    bottom.set_ylabel("arrived, not allocated (%)")
-    bottom.set_xlim(0, 130)
-    bottom.set_ylim(bottom=0)
-    bottom.grid(alpha=0.3)
+        top.plot(x, mean, label=label, linewidth=1.6, color=colour)
+        bottom.plot(x, [100.0 - v for v in mean], color=colour, linewidth=1.6)
+        unused_top = max(unused_top, *(100.0 - v for i, v in zip(x, mean, strict=True) if i >= 95))
+    opt = next((o for o in objects if "optimum_allocated_pct" in o), None)
+    if opt is not None:
+        per_seed = list(opt["optimum_allocated_pct"].values())
+        xs = [int(k) for k in per_seed[0]]
+        ys = [statistics.fmean(c[str(k)] for c in per_seed) for k in xs]
+        fl = opt["floor_unallocated_pct_at_100"]["mean"]
+        label = (f"offline optimum, GPU only ({opt['optimum_unallocated_pct_at_100']['mean']:.2f}% at 100%"
+                 + ("" if fl is None else f"; x: every pod before {FLOOR_PCT}% placed, {fl:.2f}%") + ")")
+        top.plot(xs, ys, color="black", linestyle="--", linewidth=1.2, marker=".", label=label)
+        bottom.plot(xs, [100.0 - v for v in ys], color="black", linestyle="--", linewidth=1.2, marker=".")
+        if fl is not None:  # the floor at 100% arrival: where an online replay that places the early pods can get
+            top.plot([100], [100.0 - fl], color="black", marker="x", linestyle="none", markersize=7)
+            bottom.plot([100], [fl], color="black", marker="x", linestyle="none", markersize=7)
+        low = min(low, *ys)
+    top.plot(x, [min(v, 100) for v in x], color="grey", linestyle=":", linewidth=1, label="everything arrived")
+    for ax in (top, bottom):
+        ax.axvline(100, color="grey", linewidth=0.8, linestyle="--")
+        ax.grid(alpha=0.3)
+    top.set_ylabel("GPU allocated (% of cluster)")
+    top.set_ylim(max(0.0, low - 2.0), 100.5)
+    top.legend(loc="lower right", fontsize=7.5)
+    top.set_title(title or "GPU allocation against arrived workload")
+    bottom.set_xlabel("arrived workload (% of the cluster's GPU capacity)")
+    bottom.set_ylabel("GPU unused (% of cluster)")
+    bottom.set_xlim(X_FROM, 130)
+    bottom.set_ylim(0, unused_top + 0.5)
     fig.tight_layout()
     out = Path(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".png", dir=out.parent if str(out.parent) else ".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=out.suffix, dir=out.parent if str(out.parent) else ".")
     os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=110, format=fmt)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
