@@ -40,7 +40,7 @@ SEED_MATRIX = Path(__file__).resolve().parents[1] / ".." / "shared" / "topologie
 
 
 def matrix() -> tuple[tuple[float, ...], ...]:
-    for p in (SEED_MATRIX, Path("/work/shared/topologies/seed-8gpu-bandwidth.json")):
+    for p in (SEED_MATRIX, Path(__file__).resolve().parents[1] / "examples/topologies/seed-8gpu-bandwidth.json"):
         if p.exists():
             return tuple(tuple(float(x) for x in r) for r in json.loads(p.read_text())["bandwidth_gbps"])
     return tuple(tuple(700.0 if i == j else 48.0 for j in range(8)) for i in range(8))

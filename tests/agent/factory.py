@@ -11,8 +11,7 @@ from devshare.model import names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.codecs import encode_allocation
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-TOPOLOGIES = SHARED / "topologies"
+TOPOLOGIES = Path(__file__).resolve().parents[2] / "examples" / "topologies"
 GIB = 2**30
 
 

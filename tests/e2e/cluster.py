@@ -38,7 +38,11 @@ class ControlPlaneError(RuntimeError):
 
 
 def binaries() -> Path:
-    """The folder with kube-apiserver, kube-scheduler, kubectl, etcd and helm (built once, then cached)."""
+    """The folder with kube-apiserver, kube-scheduler, kubectl, etcd and helm (built once, then cached;
+    ``DEVSHARE_E2E_BIN`` names a folder of binaries built elsewhere instead)."""
+    given = os.environ.get("DEVSHARE_E2E_BIN")
+    if given:
+        return Path(given)
     proc = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise ControlPlaneError(f"{BUILD.name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -229,6 +233,8 @@ class ControlPlane:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc",
             "--authorization-mode=RBAC",
+            # no node lifecycle controller runs to lift the not-ready taint this plugin puts on new nodes
+            "--disable-admission-plugins=TaintNodesByCondition",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
@@ -317,8 +323,8 @@ class ControlPlane:
                                  f"--authentication-kubeconfig={self.admin}",
                                  f"--authorization-kubeconfig={self.admin}", "--v=2"])
         elects = (yaml.safe_load(config.read_text()).get("leaderElection") or {}).get("leaderElect", True)
-        ready = "successfully acquired lease" if elects else "Starting Kubernetes Scheduler"
-        wait_until(lambda: _dead(proc) or ready in proc.log.read_text(errors="replace"),
+        ready = "successfully acquired lease" if elects else "starting kubernetes scheduler"
+        wait_until(lambda: _dead(proc) or ready in proc.log.read_text(errors="replace").lower(),
                    timeout=60, what=f"{name} started")
         if not proc.alive:
             raise ControlPlaneError(f"{name} exited:\n{proc.tail()}")

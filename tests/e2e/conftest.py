@@ -83,15 +83,21 @@ class Cluster:
         spec: dict[str, Any] = {"devices": devices}
         if matrix is not None:
             spec["topologies"] = {"gpu": [{"name": "bandwidth", "topology": json.dumps(matrix)}]}
-        device = {"apiVersion": "devshare.io/v1alpha1", "kind": "Device", "metadata": {"name": name}, "spec": spec}
+        device = {"apiVersion": "devshare.io/v1alpha1", "kind": "Device",
+                  "metadata": {"name": name, "labels": {GROUP_LABEL: self.group}}, "spec": spec}
         return [node, device]
 
     def nodes(self, names: list[str], **kw: Any) -> None:
+        """Create the nodes (a Node's create keeps its status: no kubelet needs to write it) and their
+        Devices, in one kubectl call."""
         objs = [o for n in names for o in self.node_objects(n, **kw)]
-        self.cp.apply(objs)
-        for obj in objs:  # the create may drop a Node's status: write it through the status subresource
-            if obj["kind"] == "Node":
-                self.cp.write_status("node", obj["metadata"]["name"], obj["status"])
+        self.cp.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}),
+                        timeout=600)
+
+    def delete_nodes(self) -> None:
+        """Delete this test's Nodes and Devices (one collection delete each)."""
+        for kind in ("nodes", "devices"):
+            self.cp.kubectl("delete", kind, "-l", f"{GROUP_LABEL}={self.group}", "--wait=false", timeout=300)
 
     def node(self, name: str, **kw: Any) -> str:
         self.nodes([name], **kw)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from e2e.conftest import GROUP_LABEL, Cluster
+from e2e.conftest import Cluster
 
 
 def test_failed_scheduling_event_is_aggregated_at_1000_nodes(cluster: Cluster) -> None:
@@ -14,14 +14,17 @@ def test_failed_scheduling_event_is_aggregated_at_1000_nodes(cluster: Cluster) -
     try:
         cluster.pod("sixty", {"koordinator.sh/gpu-core": "60", "koordinator.sh/gpu-memory": "40Gi"})
         msg = cluster.wait_event("sixty", "FailedScheduling", timeout=90)["message"]
-        # kube-scheduler: "0/N nodes are available: 1000 <devshare's reason>, K node(s) didn't match ..."
+        # kube-scheduler: "0/N nodes are available: K <devshare's reason>[, M node(s) didn't match ...]".
+        # K is the number of nodes kube-scheduler asked the extender about: its own filters stop once
+        # they have found percentageOfNodesToScore of the nodes feasible (adaptive: 42% at ~1,000).
         assert msg.startswith("0/"), msg
-        assert re.search(r"\b1000 needs one gpu with 60% compute and 40 GiB: no card is that large\b", msg), msg
+        found = re.search(r"\b(\d+) needs one gpu with 60 percent compute and 40 GiB: no card is that large\b", msg)
+        assert found and int(found.group(1)) >= 100, msg
+        assert msg.count("needs one gpu") == 1, msg  # one entry, however many nodes
         assert len(msg) < 400, msg
-        assert "ev-0" not in msg and "gpu 0" not in msg
+        assert "ev-0" not in msg and "gpu 0" not in msg and "MISSING" not in msg
     finally:
-        cluster.cp.kubectl("delete", "nodes", "-l", f"{GROUP_LABEL}={cluster.group}", "--wait=false")
-        cluster.cp.kubectl("delete", "devices", *names, "--wait=false")
+        cluster.delete_nodes()
 
 
 def test_full_cards_read_as_one_resolvable_reason(cluster: Cluster) -> None:
@@ -33,4 +36,5 @@ def test_full_cards_read_as_one_resolvable_reason(cluster: Cluster) -> None:
         cluster.wait_bound(f"holder-{i}")
     cluster.pod("sixty", {"koordinator.sh/gpu-core": "60", "koordinator.sh/gpu-memory-ratio": "60"})
     msg = cluster.wait_event("sixty", "FailedScheduling", timeout=60)["message"]
-    assert re.search(r"\b3 needs one gpu with 60% compute and 60% of memory: no card has that much free\b", msg), msg
+    want = r"\b3 needs one gpu with 60 percent compute and 60 percent of memory: no card has that much free\b"
+    assert re.search(want, msg), msg

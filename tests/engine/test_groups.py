@@ -21,7 +21,8 @@ from devshare.model.codecs.annotations import encode_annotations
 from devshare.model.request import GroupRef, PodRequest
 from support.cluster import GiB, add_node, bound, gpu, pod, whole
 
-SEED = json.loads(Path("/work/shared/topologies/seed-8gpu-bandwidth.json").read_text())
+TOPOLOGIES = Path(__file__).resolve().parents[2] / "examples" / "topologies"
+SEED = json.loads((TOPOLOGIES / "seed-8gpu-bandwidth.json").read_text())
 MATRIX = SEED["bandwidth_gbps"]
 
 

@@ -20,7 +20,7 @@ from devshare.engine.topology import TopologyResult, TopologySolver, best_set, m
 from devshare.model.errors import InvalidInput
 from devshare.model.links import load_topology_file
 
-TOPOLOGIES = Path(__file__).resolve().parents[2] / ".." / "shared" / "topologies"
+TOPOLOGIES = Path(__file__).resolve().parents[2] / "examples" / "topologies"
 METHODS = ("auto", "enumerate", "search")
 
 

@@ -45,7 +45,7 @@ def test_inspect_json_and_table(tmp_path: Path) -> None:
     assert devs[1]["used"]["core"] == 50 and devs[1]["used"]["memory"] == 2**33
     table = RUNNER.invoke(app, ["inspect", "--cluster", str(f)], env={"COLUMNS": "200"})
     assert table.exit_code == 0, table.output
-    assert "default/bound/main" in table.stdout and "50% / 100%" in table.stdout
+    assert "default/bound/main" in table.stdout and "50/100%" in table.stdout
 
 
 def test_inspect_bad_input_is_one_line(tmp_path: Path) -> None:

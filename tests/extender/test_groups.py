@@ -20,7 +20,8 @@ from devshare.model.device import DeviceInfo, NodeDevices, device_object
 from .helpers import FlakyBackend, GiB, node, pod, running, settle
 from .test_http import bind, names_body, post
 
-SEED = json.loads(Path("/work/shared/topologies/seed-8gpu-bandwidth.json").read_text())
+TOPOLOGIES = Path(__file__).resolve().parents[2] / "examples" / "topologies"
+SEED = json.loads((TOPOLOGIES / "seed-8gpu-bandwidth.json").read_text())
 TOPOLOGY = "topology.scheduling.koordinator.sh/gpu"
 
 

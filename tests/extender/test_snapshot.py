@@ -50,5 +50,5 @@ def test_cluster_file_loads_with_the_fast_loader_and_errors_name_the_document(tm
         ("Device", "node-0"), ("Node", "node-0"), ("Pod", "b")]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(node("n")) + "---\nkind: [unclosed\n")
-    with pytest.raises(InvalidInput, match=r"bad.yaml, document 2: not valid YAML"):
+    with pytest.raises(InvalidInput, match=r"bad.yaml, document 2, line \d+, column \d+: not valid YAML"):
         MemoryBackend.load(bad)

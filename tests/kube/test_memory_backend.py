@@ -104,7 +104,7 @@ def test_bad_files_name_the_file_and_document(tmp_path: Path, docs: list[object]
 def test_bad_yaml_names_the_document(tmp_path: Path) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text("kind: Node\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: [b\n")
-    with pytest.raises(InvalidInput, match=r"bad\.yaml, document 2: not valid YAML"):
+    with pytest.raises(InvalidInput, match=r"bad\.yaml, document 2, line 6, column 1: not valid YAML"):
         MemoryBackend.load(f)
 
 

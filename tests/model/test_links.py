@@ -21,7 +21,7 @@ from devshare.model.links import (
     pcie_level,
 )
 
-TOPOLOGIES = Path(__file__).resolve().parents[2] / ".." / "shared" / "topologies"
+TOPOLOGIES = Path(__file__).resolve().parents[2] / "examples" / "topologies"
 FILES = sorted(TOPOLOGIES.glob("*.json"))
 
 

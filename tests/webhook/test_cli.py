@@ -84,7 +84,8 @@ def free_port() -> int:
 def test_server_process(tmp_path: Path, certs: ServingCert) -> None:
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(json.dumps({"apiVersion": "devshare.io/v1alpha1", "kind": "Device", "metadata": {"name": "n1"},
-                                   "spec": {"devices": [{"type": "gpu", "minor": 0}]}}))
+                                   "spec": {"devices": [{"type": "gpu", "minor": 0, "id": "GPU-0",
+                                                         "resources": {"koordinator.sh/gpu-memory": "16Gi"}}]}}))
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "devshare.cli.main", "webhook", "--tls-cert", str(certs.cert), "--tls-key",

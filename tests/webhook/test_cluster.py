@@ -20,7 +20,8 @@ def device(node: str, *types: str) -> dict[str, object]:
         "kind": "Device",
         "metadata": {"name": node},
         "spec": {"devices": [{"type": t, "minor": i, "id": f"{t}-{i}", "health": True,
-                              "resources": {f"koordinator.sh/{t}" if t != "gpu" else "koordinator.sh/gpu-core": "100"}}
+                              "resources": ({f"koordinator.sh/{t}": "100"} if t != "gpu" else
+                                            {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi"})}
                              for i, t in enumerate(types)]},
     }
 

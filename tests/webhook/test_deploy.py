@@ -55,3 +55,11 @@ def test_deployment_serves_what_the_service_targets() -> None:
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         assert container[probe]["httpGet"]["path"] == path
         assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+
+
+def test_kustomization_and_no_namespace_of_its_own() -> None:
+    kust = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    assert kust["resources"] == ["deployment.yaml"]
+    # the namespace is deploy/scheduler's: deleting the webhook must not delete it
+    for name in ("deployment.yaml", "webhooks.yaml", "cert-manager.yaml"):
+        assert not [k for k in docs(name) if k.startswith("Namespace/")], name

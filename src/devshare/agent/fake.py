@@ -31,7 +31,7 @@ import yaml
 
 from devshare.agent.inventory import Gpu, Inventory
 from devshare.agent.others import parse_other_devices
-from devshare.model.errors import InvalidDevice, InvalidInput
+from devshare.model.errors import InvalidDevice, InvalidInput, yaml_error
 from devshare.model.links import parse_topology
 from devshare.model.quantity import quantity_int
 
@@ -125,7 +125,7 @@ def read_description(path: Path) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise InvalidInput(f"not valid YAML: {e}", field=str(path)) from None
+        raise yaml_error(e, path) from None
 
 
 class FakeBackend:

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from devshare.agent.inventory import OtherDevice
-from devshare.model.errors import InvalidDevice, InvalidInput
+from devshare.model.errors import InvalidDevice, yaml_error
 
 OTHER_TYPES = ("rdma", "fpga")
 
@@ -69,5 +69,5 @@ def load_other_devices(path: str | Path) -> tuple[OtherDevice, ...]:
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
-        raise InvalidInput(f"not valid YAML/JSON: {e}", field=str(p)) from None
+        raise yaml_error(e, p) from None
     return parse_other_devices(data, source=str(p))

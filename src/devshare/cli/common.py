@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 import yaml
 
-from devshare.model.errors import InvalidInput
+from devshare.model.errors import InvalidInput, yaml_error
 
 T = TypeVar("T")
 
@@ -23,6 +23,11 @@ KubeconfigOption = Annotated[
                  "~/.kube/config)."),
 ]
 ContextOption = Annotated[str | None, typer.Option(help="Kubeconfig context to use.")]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", help="A DevshareConfiguration YAML (devshare.io/v1alpha1): device types, policies, "
+                 "weights, limits (docs/configuration.md; `devshare config defaults` prints one)."),
+]
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -45,7 +50,7 @@ def user_errors() -> Iterator[None]:
     except PermissionError as e:
         raise fail(f"{e.filename}: permission denied") from None
     except yaml.YAMLError as e:
-        raise fail(f"not valid YAML: {e}") from None
+        raise fail(str(yaml_error(e, "input"))) from None
     except json.JSONDecodeError as e:
         raise fail(f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
 
@@ -56,7 +61,7 @@ def load_yaml_documents(path: Path) -> list[Any]:
     try:
         return [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
-        raise InvalidInput(f"not valid YAML: {e}", field=str(path)) from None
+        raise yaml_error(e, path) from None
 
 
 def emit(data: Any, fmt: str, table: Callable[[Any], None] | None = None) -> None:
@@ -69,3 +74,15 @@ def emit(data: Any, fmt: str, table: Callable[[Any], None] | None = None) -> Non
         table(data)
     else:
         raise fail(f"unknown output format {fmt!r}: use json, yaml" + (" or table" if table else ""))
+
+
+def load_cluster(path: Path) -> Any:
+    """The in-memory backend of a ``--cluster`` file; a file with no object at all is refused (it is
+    almost always the wrong file, and everything would silently be unschedulable)."""
+    from devshare.kube.memory import MemoryBackend
+
+    backend = MemoryBackend.load(path)
+    if not backend.objects():
+        raise InvalidInput("no Node, Device or Pod object in the file: give a multi-document YAML of them "
+                           "(examples/cluster.yaml is one)", field=str(path))
+    return backend

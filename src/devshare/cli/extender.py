@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from devshare.cli.common import ContextOption, KubeconfigOption, fail, user_errors
+from devshare.cli.common import ConfigOption, ContextOption, KubeconfigOption, fail, load_cluster, user_errors
 
 
 def extender(
@@ -28,21 +28,29 @@ def extender(
     ] = None,
     port: Annotated[int, typer.Option(help="HTTP port (kube-scheduler's extender urlPrefix points here).")] = 8888,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    metrics_port: Annotated[
+        int, typer.Option(help="Also serve GET /metrics, /healthz, /readyz, /inspect and /ui (read-only) on this "
+                          "port of every address (for Prometheus and people); 0: no such listener.")
+    ] = 0,
     leader_elect: Annotated[
         bool | None,
         typer.Option("--leader-elect/--no-leader-elect",
                      help="Campaign for the Lease; only the leader binds (default: on with a real cluster, off "
                      "with --cluster)."),
     ] = None,
+    config: ConfigOption = None,
     assume_ttl: Annotated[
-        float, typer.Option(help="Seconds a reservation waits for its bind before its devices are freed.")
-    ] = 60.0,
+        float | None, typer.Option(help="Seconds a reservation waits for its bind before its devices are freed "
+                                   "(default 60, or the --config file's scheduling.assumeTTLSeconds).")
+    ] = None,
     policy: Annotated[
-        str, typer.Option(help="Node policy: devshare (fragmentation-aware, the default), binpack or spread.")
-    ] = "devshare",
+        str | None, typer.Option(help="Node policy: devshare (fragmentation-aware, the default), binpack or spread "
+                                 "(overrides the --config file's scheduling.nodePolicy).")
+    ] = None,
     core_weight: Annotated[
-        float, typer.Option(help="binpack/spread: weight of compute vs memory in a card's score (0..1).")
-    ] = 0.5,
+        float | None, typer.Option(help="binpack/spread: weight of compute vs memory in a card's score, 0..1 "
+                                   "(default 0.5; overrides the --config file's scheduling.coreWeight).")
+    ] = None,
     tls_cert: Annotated[
         Path | None, typer.Option("--tls-cert", help="PEM serving certificate: serve HTTPS (re-read when it changes).")
     ] = None,
@@ -66,14 +74,19 @@ def extender(
             raise fail("--save writes a --cluster file back: it needs --cluster")
         if not 0 < port < 65536:
             raise fail(f"--port must be between 1 and 65535, got {port}")
-        if assume_ttl <= 0:
+        if not 0 <= metrics_port < 65536 or metrics_port == port:
+            raise fail(f"--metrics-port must be between 1 and 65535 and differ from --port, got {metrics_port}")
+        if assume_ttl is not None and assume_ttl <= 0:
             raise fail(f"--assume-ttl must be > 0, got {assume_ttl}")
         from devshare.engine.scheduler import POLICY_NAMES
 
-        if policy not in POLICY_NAMES:
+        if policy is not None and policy not in POLICY_NAMES:
             raise fail(f"unknown --policy {policy!r}: use one of {', '.join(POLICY_NAMES)}")
-        if not 0.0 <= core_weight <= 1.0:
+        if core_weight is not None and not 0.0 <= core_weight <= 1.0:
             raise fail(f"--core-weight must be between 0 and 1, got {core_weight}")
+        from devshare.config import load_config, with_overrides
+
+        cfg = with_overrides(load_config(config), policy=policy, core_weight=core_weight, assume_ttl=assume_ttl)
         level = getattr(logging, log_level.upper(), None)
         if not isinstance(level, int):
             raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
@@ -95,16 +108,20 @@ def extender(
             from devshare.server.tls import CertReloader
 
             tls = CertReloader(tls_cert, tls_key, client_ca=tls_client_ca)
+        for noisy in ("httpx", "httpx2", "httpcore"):  # one INFO line per API request otherwise
+            logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
         from devshare.kube.backend import Backend
         from devshare.server.extender.serve import ExtenderOptions, cluster_saver, serve
 
         backend: Backend
-        options = ExtenderOptions(assume_ttl=assume_ttl, policy=policy, core_weight=core_weight)
+        options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg,
+                                  metrics_port=metrics_port)
+        for warning in cfg.not_honoured():
+            logging.getLogger("devshare.config").warning("%s", warning)
         if cluster is not None:
-            from devshare.kube.memory import MemoryBackend
 
-            memory = MemoryBackend.load(cluster)
+            memory = load_cluster(cluster)
             backend = memory
             if save is not None:
                 options.save = cluster_saver(memory, save)
@@ -117,7 +134,8 @@ def extender(
     try:
         serve(backend, options, host=host, port=port, tls=tls)
     except OSError as e:
-        raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        where = f"{host}:{port}" + (f" or 0.0.0.0:{metrics_port}" if metrics_port else "")
+        raise fail(f"cannot listen on {where}: {e.strerror or e}") from None
 
 
 def register(app: typer.Typer) -> None:

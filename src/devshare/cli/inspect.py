@@ -8,27 +8,37 @@ from typing import Annotated, Any
 
 import typer
 
-from devshare.cli.common import ContextOption, KubeconfigOption, emit, fail, user_errors
+from devshare.cli.common import ContextOption, KubeconfigOption, emit, fail, load_cluster, user_errors
 from devshare.kube.backend import Backend
 from devshare.model.quantity import human_bytes
 
 
 def _cell(used: dict[str, Any], total: dict[str, Any], key: str, fmt: Any) -> str:
+    """``used/total`` with the unit once when both share it: ``50/100%``, ``7.5/15 GiB``."""
     if key not in total:
         return "-"
-    return f"{fmt(used.get(key, 0))} / {fmt(total[key])}"
+    u, t = fmt(used.get(key, 0)), fmt(total[key])
+    u_num, _, u_unit = u.partition(" ")
+    t_unit = t.partition(" ")[2]
+    if u.endswith("%") and t.endswith("%"):
+        return f"{u[:-1]}/{t}"
+    return f"{u_num}/{t}" if u_unit == t_unit or u_num == "0" else f"{u}/{t}"
 
 
 def _table(data: dict[str, Any]) -> None:
+    """One row per device. Short values never wrap and names fold rather than being cut with "…", so an
+    80-column terminal still shows whole node and pod names; device ids are in ``-o json`` / ``-o yaml``."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(show_lines=False)
-    for col in ("node", "device", "id", "health", "compute", "memory", "pods"):
-        table.add_column(col)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in ("node", "device", "health", "compute", "memory", "pods"):
+        short = col in ("device", "health", "compute", "memory")
+        table.add_column(col, overflow="fold", no_wrap=short)
     for n in data["nodes"]:
         if not n["devices"]:
-            table.add_row(n["name"], "-", "", "", "", "", "")
+            table.add_row(n["name"], "-", "", "", "", "")
         for i, d in enumerate(n["devices"]):
             health = "ok" if d["health"] else "UNHEALTHY"
             if d.get("heldOutside"):
@@ -36,11 +46,10 @@ def _table(data: dict[str, Any]) -> None:
             table.add_row(
                 n["name"] if i == 0 else "",
                 f"{d['type']} {d['minor']}",
-                d["id"],
                 health,
                 _cell(d["used"], d["total"], "core", lambda v: f"{v:g}%"),
                 _cell(d["used"], d["total"], "memory", human_bytes),
-                ", ".join(d["pods"]),
+                "\n".join(d["pods"]),
             )
     Console().print(table)
 
@@ -61,9 +70,7 @@ def inspect(
             raise fail(f"unknown output format {output!r}: use json, yaml or table")
         backend: Backend
         if cluster is not None:
-            from devshare.kube.memory import MemoryBackend
-
-            backend = MemoryBackend.load(cluster)
+            backend = load_cluster(cluster)
         else:
             from devshare.kube.live import LiveBackend
 

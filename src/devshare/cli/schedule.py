@@ -10,9 +10,10 @@ from typing import Annotated, Any
 
 import typer
 
-from devshare.cli.common import emit, fail, load_yaml_documents, user_errors
+from devshare.cli.common import ConfigOption, emit, fail, load_cluster, load_yaml_documents, user_errors
+from devshare.config import load_config, refuse_disabled, with_overrides
 from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
-from devshare.engine.scheduler import POLICY_NAMES, Scheduler, scheduler_policy
+from devshare.engine.scheduler import POLICY_NAMES, Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import encode_annotations
@@ -42,8 +43,9 @@ def pods_of(path: Path) -> list[dict[str, Any]]:
 class Placer:
     """Places pods one by one on a state, the way the extender would, recording each result."""
 
-    def __init__(self, state: ClusterState, scheduler: Scheduler) -> None:
+    def __init__(self, state: ClusterState, scheduler: Scheduler, disabled: frozenset[str] = frozenset()) -> None:
         self.state = state
+        self.disabled = disabled  # device types the configuration switches off
         self.scheduler = scheduler
         self.planner = GroupPlanner(scheduler)
         self.results: dict[str, dict[str, Any]] = {}
@@ -73,6 +75,10 @@ class Placer:
             pod = parse_pod(obj)
         except InvalidInput as e:
             self._record(key, None, str(e))
+            return
+        refused = refuse_disabled([d.type for c in pod.containers for d in c.devices], self.disabled)
+        if refused:
+            self._record(key, None, refused)
             return
         if key in self.state.pods:
             self._record(key, None, f"pod {key} already holds devices on {self.state.pods[key].allocation.node}")
@@ -130,7 +136,7 @@ def _table(data: dict[str, Any]) -> None:
 
     table = Table()
     for col in ("pod", "node", "devices / reason"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for p in data["placements"]:
         if p["node"] is None:
             table.add_row(p["pod"], "-", f"[red]{p['reason']}[/red]")
@@ -143,21 +149,24 @@ def schedule(
     pods: Annotated[Path, typer.Argument(help="Multi-document YAML of the Pods to place, in order.")],
     cluster: Annotated[Path, typer.Option(help="Multi-document YAML of Node, Device and (bound) Pod objects.")],
     output: Annotated[str, typer.Option("--output", "-o", help="json, yaml or table.")] = "json",
-    policy: Annotated[str, typer.Option(help="Node policy: devshare (default), binpack or spread.")] = "devshare",
+    policy: Annotated[str | None, typer.Option(help="Node policy: devshare (default), binpack or spread "
+                                               "(overrides the --config file's scheduling.nodePolicy).")] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Place the pods of PODS.yaml in order on the cluster of --cluster, and print for each pod the
     node (or null and why not) and every annotation devshare would write."""
     with user_errors():
         if output not in ("json", "yaml", "table"):
             raise fail(f"unknown output format {output!r}: use json, yaml or table")
-        from devshare.kube.memory import MemoryBackend
         from devshare.kube.snapshot import load_state
 
-        pod_objs = pods_of(pods)
-        state = asyncio.run(load_state(MemoryBackend.load(cluster)))
-        if policy not in POLICY_NAMES:
+        if policy is not None and policy not in POLICY_NAMES:
             raise fail(f"unknown policy {policy!r}: use one of {', '.join(POLICY_NAMES)}")
-        placer = Placer(state, Scheduler(state, policy=scheduler_policy(policy)))
+        cfg = with_overrides(load_config(config), policy=policy)
+        pod_objs = pods_of(pods)
+        state = asyncio.run(load_state(load_cluster(cluster), state=cfg.state()))
+        placer = Placer(state, Scheduler(state, policy=cfg.policy(), settings=cfg.settings()),
+                        disabled=cfg.device_types.disabled())
         for obj in pod_objs:
             placer.place(obj)
         emit({"placements": placer.finish()}, output, _table)

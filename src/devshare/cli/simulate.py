@@ -18,7 +18,7 @@ from devshare.sim.bound import allocation_bound
 from devshare.sim.replay import MAX_ARRIVED, RunResult
 from devshare.sim.report import group, load_reference, plot, reference_for, summary, write_json_atomic
 from devshare.sim.runner import DEFAULT_NODES, DEFAULT_PODS, Job, bundled, run_all
-from devshare.sim.trace import load_trace
+from devshare.sim.trace import Trace, load_trace
 
 DEFAULT_POLICIES = ("devshare", "fgd", "bestfit")
 DEFAULT_SEEDS = "42-44"
@@ -87,6 +87,7 @@ def simulate(
             if p is not None and not p.resolve().parent.is_dir():
                 raise InvalidInput(f"folder {p.parent} does not exist", field=str(p))
         trace = load_trace(nodes_csv, pods_csv)  # validate once, before any worker starts
+        _report_oversized(console, trace)
         if bare:
             plot_out = Path("simulate.png")
         jobs = [Job(str(nodes_csv), str(pods_csv), n, s) for n in names for s in seed_list]
@@ -115,6 +116,21 @@ def simulate(
         if plot_out is not None:
             plot(objects, plot_out, title=f"{trace.name}, seeds {seeds}")
             out.print(f"wrote plot {plot_out.resolve()}")
+
+
+def oversized_pods(trace: Trace) -> list[str]:
+    """The pods of a trace that ask for more GPUs than any node has: they can never be placed."""
+    most = max((n.gpus for n in trace.nodes), default=0)
+    return [p.name for p in trace.pods if p.num_gpu > most]
+
+
+def _report_oversized(console: Console, trace: Trace) -> None:
+    big = oversized_pods(trace)
+    if big:
+        most = max((n.gpus for n in trace.nodes), default=0)
+        shown = ", ".join(big[:5]) + (", ..." if len(big) > 5 else "")
+        console.print(f"note: {len(big)} pod(s) of {trace.name} ask for more GPUs than any node has (at most "
+                      f"{most}): {shown}; they count as arrived and are never placed", highlight=False, soft_wrap=True)
 
 
 def _table(out: Console, trace: str, objects: list[dict[str, object]], results: list[RunResult],

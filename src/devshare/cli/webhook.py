@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from devshare.cli.common import fail, user_errors
+from devshare.cli.common import ConfigOption, fail, user_errors
 
 webhook_app = typer.Typer(
     help="Admission webhook: validate and normalise device pods (POST /validate, POST /mutate).",
@@ -51,11 +51,15 @@ def webhook(
         float, typer.Option(help="Seconds between checks of the certificate files for a renewal.")
     ] = 5.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    config_file: ConfigOption = None,
 ) -> None:
     """Run the webhook over HTTPS: devshare webhook --tls-cert tls.crt --tls-key tls.key."""
     if ctx.invoked_subcommand is not None:
         return
     with user_errors():
+        from devshare.config import load_config
+
+        settings = load_config(config_file)  # a bad file is reported before anything else
         if tls_cert is None or tls_key is None:
             raise fail(
                 "--tls-cert and --tls-key are required (the API server only calls webhooks over HTTPS); "
@@ -88,6 +92,7 @@ def webhook(
 
             source = WatchedDeviceTypes(LiveBackend.connect(kubeconfig))
         config = WebhookConfig(
+            disabled_types=settings.device_types.disabled(),
             scheduler_name=scheduler_name,
             replace_schedulers=tuple(replace_scheduler) if replace_scheduler else REPLACEABLE_SCHEDULERS,
             cluster=source,

@@ -239,12 +239,12 @@ class Scheduler:
         reasons = list(out.unresolvable.values()) + list(out.failed.values())
         if not reasons:
             return "no nodes" if not out.passed else ""
-        counts: dict[str, int] = {}
-        for r in reasons:
-            counts[r] = counts.get(r, 0) + 1
-        top = sorted(counts.items(), key=lambda kv: -kv[1])[:limit]
+        by_reason: dict[str, list[str]] = {}
+        for node, r in [*out.unresolvable.items(), *out.failed.items()]:
+            by_reason.setdefault(r, []).append(node)
+        top = sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:limit]
         return f"0/{len(reasons) + len(out.passed)} nodes fit: " + "; ".join(
-            f"{n} node(s): {r}" for r, n in top)
+            f"{_nodes(names)}: {r}" for r, names in top)
 
     def allocate_on(self, pod: PodRequest, node: str, *,
                     evaluated: PodEvaluation | None = None) -> PodAllocation | str:
@@ -265,6 +265,14 @@ class Scheduler:
         if ev.codes[0] != SUCCESS:
             return ev.reason(0)
         return ev.allocation(self.state, 0)
+
+
+def _nodes(names: list[str], shown: int = 3) -> str:
+    """``node-1``, ``node-1, node-2``, or ``5 nodes (node-1, node-2, node-3, ...)``."""
+    if len(names) == 1:
+        return names[0]
+    listed = ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+    return f"{len(names)} nodes ({listed})"
 
 
 POLICY_NAMES = ("devshare", "binpack", "spread")

@@ -22,7 +22,7 @@ from devshare.kube.errors import Conflict, NotFound
 from devshare.kube.store import ObjectStore
 from devshare.model import names
 from devshare.model.device import parse_device
-from devshare.model.errors import InvalidInput
+from devshare.model.errors import InvalidInput, yaml_error
 from devshare.model.node import parse_node
 
 _RESOURCE_OF_KIND = {"Node": "nodes", "Device": "devices", "Pod": "pods"}
@@ -91,7 +91,7 @@ def _documents(path: Path) -> Iterable[tuple[str, Any]]:
             else:
                 yield where, doc
     except yaml.YAMLError as e:
-        raise InvalidInput(f"not valid YAML: {e}", field=f"{path}, document {index + 1}") from None
+        raise yaml_error(e, f"{path}, document {index + 1}") from None
 
 
 class MemoryBackend:

@@ -14,12 +14,12 @@ from devshare.kube.sync import StateSync
 from devshare.model.errors import InvalidInput
 
 
-async def load_state(backend: Backend, *, timeout: float = 60.0) -> ClusterState:
+async def load_state(backend: Backend, *, timeout: float = 60.0, state: ClusterState | None = None) -> ClusterState:
     """List Nodes, Devices and Pods once into a fresh state, then close the backend.
 
     Raises :class:`InvalidInput` when the cluster cannot be read within ``timeout`` seconds (the
     sync keeps retrying a failing list; its log says why)."""
-    state = ClusterState()
+    state = state if state is not None else ClusterState()
     sync = StateSync(backend, state)
     sync.start()
     try:

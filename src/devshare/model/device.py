@@ -101,13 +101,23 @@ def parse_device(obj: Any) -> NodeDevices:
         dtype = d.get("type", d.get("deviceType"))
         if not isinstance(dtype, str) or not dtype:
             raise InvalidDevice("type is missing (gpu, rdma or fpga)", field=where)
-        minor = d.get("minor", 0)
+        if "minor" not in d:
+            raise InvalidDevice("minor is missing: give the device's index on the node (0, 1, ...)", field=where)
+        minor = d["minor"]
         if isinstance(minor, bool) or not isinstance(minor, int) or minor < 0:
             raise InvalidDevice(f"minor must be an integer >= 0, got {minor!r}", field=where)
         if (dtype, minor) in seen:
             raise InvalidDevice(f"{dtype} minor {minor} is listed twice", field=where)
         seen.add((dtype, minor))
-        resources = d.get("resources", d.get("resource")) or {}
+        dev_id = d.get("id", d.get("uuid"))
+        if not isinstance(dev_id, str) or not dev_id:
+            raise InvalidDevice("id is missing: give the device's unique id (a GPU's UUID, an RDMA or FPGA "
+                                "device's name)", field=where)
+        resources = d.get("resources", d.get("resource"))
+        if not resources:
+            example = ("koordinator.sh/gpu-core: \"100\", koordinator.sh/gpu-memory: 16Gi" if dtype == names.GPU
+                       else f"koordinator.sh/{dtype}: \"100\"")
+            raise InvalidDevice(f"resources are missing: give the device's capacity, e.g. {{{example}}}", field=where)
         if not isinstance(resources, dict):
             raise InvalidDevice("resources must be a mapping", field=where)
         health = d.get("health", True)
@@ -118,7 +128,10 @@ def parse_device(obj: Any) -> NodeDevices:
                 core_q = _first(resources, names.DEV_GPU_CORE)
                 core = quantity_int(core_q, field="gpu-core") * 10 if core_q is not None else WHOLE
                 mem_q = _first(resources, names.DEV_GPU_MEMORY)
-                memory = quantity_int(mem_q, field="gpu-memory") if mem_q is not None else 0
+                if mem_q is None:
+                    raise InvalidDevice("missing: a gpu needs its memory, e.g. koordinator.sh/gpu-memory: 16Gi",
+                                        field="koordinator.sh/gpu-memory")
+                memory = quantity_int(mem_q, field="gpu-memory")
             else:
                 share_q = _first(resources, (f"koordinator.sh/{dtype}", f"kubernetes.io/{dtype}"))
                 core = quantity_int(share_q, field=dtype) * 10 if share_q is not None else WHOLE
@@ -132,7 +145,7 @@ def parse_device(obj: Any) -> NodeDevices:
             DeviceInfo(
                 type=dtype,
                 minor=minor,
-                id=str(d.get("id", d.get("uuid", "")) or ""),
+                id=dev_id,
                 health=health,
                 core_milli=core,
                 memory=memory,

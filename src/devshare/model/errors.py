@@ -26,3 +26,15 @@ class InvalidDevice(InvalidInput):
 
 class InvalidAnnotation(InvalidInput):
     """An allocation annotation that cannot be decoded."""
+
+
+def yaml_error(e: Exception, path: object) -> InvalidInput:
+    """A PyYAML error as one line naming the file, line and column (PyYAML's own message spans 4 to 8
+    lines and names ``<unicode string>`` when it parsed a string)."""
+    problem = getattr(e, "problem", None) or (str(e).splitlines() or ["syntax error"])[0]
+    context = getattr(e, "context", None)
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = str(path)
+    if mark is not None:
+        where += f", line {mark.line + 1}, column {mark.column + 1}"
+    return InvalidInput(f"not valid YAML: {problem}" + (f" ({context})" if context else ""), field=where)

@@ -29,6 +29,9 @@ def percent_value(name: str, value: int) -> str | None:
     """A percent dimension: above 0, and above 100 only as whole devices (a multiple of 100)."""
     if value < 0:
         return f"{name} is {value}; it must be above 0 (percent of one device, 100 = a whole device)"
+    if value > MAX_DEVICES * CARD:
+        return (f"{name} is {value}: that is more than {MAX_DEVICES} whole devices, more than any node has; give "
+                "a percent of one device (at most 100), or 100 per whole device")
     if value > CARD and value % CARD:
         return (
             f"{name} is {value}; above 100 it asks for several whole devices and must be a multiple "

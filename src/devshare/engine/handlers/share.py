@@ -69,6 +69,7 @@ def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_contain
 
 
 _REASONS: dict[object, str] = {}
+PERMANENT = (": unhealthy", ": held by another device plugin", "compute in all, too small")
 
 
 def _describe(dtype: str, req: DeviceRequest, max_containers: int, minors: list[int], healthy: list[bool],
@@ -155,9 +156,12 @@ class ShareHandler(DeviceHandler):
             never = (codes == SUCCESS) & (n_big < req.count)
             codes[never] = UNRESOLVABLE
             for i in np.flatnonzero(never).tolist():
-                reasons[i] = (f"needs {describe_ask(self.type, req)}; {int(n_big[i])} usable {self.type} "
-                              f"device(s) on the node are that large: "
-                              f"{describe_cards(table, int(rows[i]), req, state.max_containers)}")
+                # only what no freed capacity changes: the cards that are unhealthy, held or too small
+                cards = describe_cards(table, int(rows[i]), req, state.max_containers).split("; ")
+                lasting = [c for c in cards if c.endswith(PERMANENT)]
+                reasons[i] = (f"needs {describe_ask(self.type, req)}, but only {int(n_big[i])} of its "
+                              f"{int(n_dev[i])} {self.type} device(s) are healthy and that large"
+                              + (f" ({'; '.join(lasting)})" if lasting else ""))
         mc = state.max_containers
 
         if len(needs) == 1:

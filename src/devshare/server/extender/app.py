@@ -1,7 +1,8 @@
 """The extender's HTTP application.
 
 ``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` (kube-scheduler's extender protocol),
-``GET /inspect`` (the JSON of ``devshare inspect -o json``), ``/metrics``, ``/healthz``, ``/readyz``.
+``GET /inspect`` (the JSON of ``devshare inspect -o json``), ``/metrics``, ``/healthz``, ``/readyz``,
+``/ui/`` (the live occupancy page) and ``/ui/occupancy`` (its JSON, :mod:`occupancy`).
 
 A body that is not the verb's type gets HTTP 400 with a one-line message (never a 500). Logical
 refusals are HTTP 200 with ``Error`` set, which kube-scheduler shows in the pod's events. Before
@@ -14,11 +15,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
+from importlib import resources
 from typing import Any
 
 from aiohttp import web
 
 from devshare.server.extender.metrics import MALFORMED, NOT_READY, OK, ExtenderMetrics
+from devshare.server.extender.occupancy import occupancy
 from devshare.server.extender.service import Extender, NotReady, result_of
 from devshare.server.extender.wire import (
     TOO_DEEP,
@@ -108,6 +112,25 @@ async def _inspect(request: web.Request) -> web.Response:
     return _json(ext.state.inspect())
 
 
+async def _ui(request: web.Request) -> web.Response:
+    if not request.path.endswith("/"):  # /ui -> /ui/ so that the page's relative fetch lands under /ui/
+        raise web.HTTPFound(request.path + "/")
+    return web.Response(body=_ui_page(), content_type="text/html", charset="utf-8",
+                        headers={"Cache-Control": "no-cache"})
+
+
+@lru_cache(maxsize=1)
+def _ui_page() -> bytes:
+    return resources.files("devshare.server.extender").joinpath("ui.html").read_bytes()
+
+
+async def _occupancy(request: web.Request) -> web.Response:
+    ext = request.app[EXTENDER]
+    if not ext.is_synced():
+        return _json(_error_body("not ready: state not synced"), 503)
+    return _json(occupancy(ext.state))
+
+
 async def _metrics(request: web.Request) -> web.Response:
     return metrics_response(request.app[EXTENDER].metrics.registry)
 
@@ -146,6 +169,9 @@ def make_app(extender: Extender, *, client_auth: bool = False) -> web.Applicatio
     app.router.add_post("/bind", _verb("bind", _bind))
     app.router.add_post("/preempt", _verb("preempt", _preempt))
     app.router.add_get("/inspect", _inspect)
+    app.router.add_get("/ui", _ui)
+    app.router.add_get("/ui/", _ui)
+    app.router.add_get("/ui/occupancy", _occupancy)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)

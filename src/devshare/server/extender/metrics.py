@@ -7,6 +7,9 @@
   reason class (:func:`reason_class`);
 - ``devshare_device_allocated_ratio{node, type, minor, resource}``: share of each device's compute
   (``core``) and memory (``memory``) that is allocated, read from the state at scrape time;
+- ``devshare_device_containers{node, type, minor}``: containers holding a share of each device;
+- ``devshare_node_stranded_gpus{node}`` and ``devshare_stranded_gpus``: GPU compute no further share
+  can use, in GPUs (:mod:`devshare.server.extender.occupancy` defines stranded);
 - ``devshare_extender_pods{phase}``, ``devshare_extender_synced``, ``devshare_extender_leader``.
 """
 
@@ -21,6 +24,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from devshare.engine.state import ClusterState
+from devshare.model.names import GPU
+from devshare.server.extender.occupancy import stranded_core
 from devshare.server.metrics import LATENCY_BUCKETS
 
 OK = "ok"
@@ -90,18 +95,36 @@ class _StateCollector(Collector):
             "Allocated share of each device (0..1), by resource: core (compute) or memory.",
             labels=["node", "type", "minor", "resource"],
         )
-        for name, row in sorted(state.row_of.items()):
-            for dtype in sorted(state.tables):
-                t = state.tables[dtype]
-                for col in range(t.count(row)):
-                    minor = str(int(t.minor[row, col]))
-                    total_core = int(t.total_core[row, col])
-                    if total_core:
-                        ratio.add_metric([name, dtype, minor, "core"], int(t.used_core[row, col]) / total_core)
-                    total_mem = int(t.total_mem[row, col])
-                    if total_mem:
-                        ratio.add_metric([name, dtype, minor, "memory"], int(t.used_mem[row, col]) / total_mem)
+        containers = GaugeMetricFamily(
+            "devshare_device_containers", "Containers holding a share of each device (pods per card).",
+            labels=["node", "type", "minor"],
+        )
+        node_stranded = GaugeMetricFamily(
+            "devshare_node_stranded_gpus",
+            "GPU compute no further share can use, per node, in GPUs (occupancy.py defines stranded).",
+            labels=["node"],
+        )
+        limit = state.max_containers
+        stranded_total = 0.0
+        for node in state.inspect()["nodes"]:
+            name = node["name"]
+            stranded = 0.0
+            for d in node["devices"]:
+                dtype, minor, total, used = d["type"], str(d["minor"]), d["total"], d["used"]
+                if total["core"]:
+                    ratio.add_metric([name, dtype, minor, "core"], float(used["core"]) / float(total["core"]))
+                if total.get("memory"):
+                    ratio.add_metric([name, dtype, minor, "memory"], int(used["memory"]) / int(total["memory"]))
+                containers.add_metric([name, dtype, minor], int(used.get("containers", 0)))
+                if dtype == GPU:
+                    stranded += stranded_core(d, limit) / 100
+            node_stranded.add_metric([name], stranded)
+            stranded_total += stranded
         yield ratio
+        yield containers
+        yield node_stranded
+        yield GaugeMetricFamily("devshare_stranded_gpus",
+                                "GPU compute no further share can use, cluster-wide, in GPUs.", value=stranded_total)
         pods = GaugeMetricFamily("devshare_extender_pods", "Pods holding devices, by phase (assumed, bound).",
                                  labels=["phase"])
         counts = {"assumed": 0, "bound": 0}

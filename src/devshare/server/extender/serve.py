@@ -14,14 +14,16 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from devshare.config import Configuration
 from devshare.engine.handlers.base import Settings
 from devshare.engine.scheduler import Scheduler, scheduler_policy
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
@@ -50,6 +52,11 @@ class ExtenderOptions:
     policy: str = "devshare"  # node policy: devshare (fragmentation-aware), binpack or spread
     core_weight: float = Settings.core_weight  # compute vs memory in a card's score (binpack, spread)
     client_auth: bool = False  # verbs and /inspect need a verified client certificate (--tls-client-ca)
+    # the configuration file's knobs (devshare.config); when given, it decides policy, weights and limits
+    config: Configuration | None = None
+    # a second, read-only listener (GET /metrics, /healthz, /readyz, /inspect, /ui) for Prometheus and
+    # people, on an address the extender API itself need not be exposed on; 0: none
+    metrics_port: int = 0
 
 
 @dataclass
@@ -68,9 +75,15 @@ RUNTIME = web.AppKey("runtime", Runtime)
 
 def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.Application:
     opts = options or ExtenderOptions()
-    state = ClusterState()
-    settings = Settings(core_weight=opts.core_weight)
-    scheduler = Scheduler(state, policy=scheduler_policy(opts.policy, settings), settings=settings)
+    cfg = opts.config
+    if cfg is not None:
+        state = cfg.state()
+        settings = cfg.settings()
+        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings)
+    else:
+        state = ClusterState()
+        settings = Settings(core_weight=opts.core_weight)
+        scheduler = Scheduler(state, policy=scheduler_policy(opts.policy, settings), settings=settings)
     sync = StateSync(backend, state)
     elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name)
                if opts.leader_election else None)
@@ -83,6 +96,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         metrics=metrics,
         assume_ttl=opts.assume_ttl,
         after_bind=opts.save.request if opts.save is not None else None,
+        disabled_types=cfg.device_types.disabled() if cfg is not None else frozenset(),
     )
     sync.on_change = extender.pod_changed
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
@@ -91,6 +105,8 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     runtime = Runtime(state, sync, extender, elector)
     app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
+    if opts.metrics_port:
+        app.middlewares.append(read_only_on(opts.metrics_port))
 
     async def start(app: web.Application) -> None:
         runtime.tasks.append(sync.start())
@@ -129,10 +145,32 @@ async def _freeze_when_synced(sync: StateSync) -> None:
     log.info("state synced; %d objects frozen out of garbage collection", gc.get_freeze_count())
 
 
+READ_ONLY = ("/metrics", "/healthz", "/readyz", "/inspect", "/ui")
+
+
+def read_only_on(port: int) -> Callable[..., Any]:
+    """Middleware: requests that came in on ``port`` may only GET the read-only paths."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        if sockname and sockname[1] == port:
+            allowed = request.method in ("GET", "HEAD") and (
+                request.path in READ_ONLY or request.path.startswith("/ui/"))
+            if not allowed:
+                return web.Response(status=404, text=f"not served on the read-only port {port}: "
+                                    f"{', '.join(READ_ONLY)} only\n")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return guard
+
+
 def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str = "127.0.0.1",
-          port: int = 8888, tls: CertReloader | None = None) -> None:
+          port: int = 8888, metrics_host: str = "0.0.0.0", tls: CertReloader | None = None) -> None:
     """Serve until SIGINT/SIGTERM: over TLS with ``tls`` (kube-scheduler's extender config sets
-    ``enableHTTPS`` and its ``tlsConfig``), plain HTTP otherwise."""
+    ``enableHTTPS`` and its ``tlsConfig``; the read-only port, when there is one, is then HTTPS too),
+    plain HTTP otherwise."""
     opts = options or ExtenderOptions()
     opts.freeze_after_sync = True
     opts.client_auth = tls is not None and tls.client_ca is not None
@@ -140,10 +178,17 @@ def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str
     if tls is not None:
         app[RUNTIME].extender.metrics.registry.register(TLSCollector(tls))
     scheme = "https" if tls is not None else "http"
-    log.info("devshare extender on %s://%s:%d%s", scheme, host, port,
-             " (client certificates required)" if opts.client_auth else "")
-    web.run_app(app, host=host, port=port, ssl_context=tls.context if tls is not None else None,
-                access_log=None, print=None)
+    extra: dict[str, Any] = {}
+    if opts.metrics_port:
+        sock = socket.create_server((metrics_host, opts.metrics_port), reuse_port=False)
+        extra["sock"] = [sock]
+    # aiohttp calls `print` once every socket is bound: "listening" is never logged for a port it failed to take
+    web.run_app(app, host=host, port=port, access_log=None, ssl_context=tls.context if tls is not None else None,
+                **extra,
+                print=lambda _: log.info("devshare extender listening on %s://%s:%d%s%s", scheme, host, port,
+                                         f" (read-only on {metrics_host}:{opts.metrics_port})"
+                                         if opts.metrics_port else "",
+                                         " (client certificates required)" if opts.client_auth else ""))
 
 
 def is_loopback(host: str) -> bool:

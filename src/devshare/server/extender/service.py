@@ -34,6 +34,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from devshare.config import refuse_disabled
 from devshare.engine.gang import GroupPlanner
 from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
@@ -56,7 +57,7 @@ from devshare.server.extender.nodeset import (
     resolve,
 )
 from devshare.server.extender.preemption import Preemptor
-from devshare.server.extender.verdicts import filter_nodes, score_nodes, scores_from
+from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes, scores_from
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -150,7 +151,7 @@ def shorten(message: str) -> str:
 
 
 def invalid_request(e: InvalidInput) -> str:
-    return f"invalid request: {shorten(str(e))}"
+    return event_safe(f"invalid request: {shorten(str(e))}")
 
 
 class Extender:
@@ -168,8 +169,10 @@ class Extender:
         assume_ttl: float = DEFAULT_ASSUME_TTL,
         clock: Callable[[], float] = time.monotonic,
         after_bind: Callable[[], None] | None = None,
+        disabled_types: frozenset[str] = frozenset(),
     ) -> None:
         self.state = state
+        self.disabled_types = disabled_types  # device types the configuration switches off
         self.backend = backend
         self.scheduler = scheduler or Scheduler(state)
         self.is_synced = is_synced
@@ -203,6 +206,10 @@ class Extender:
             if hit is not None:
                 return hit
         req = parse_pod(pod)
+        if self.disabled_types:
+            refused = refuse_disabled([d.type for c in req.containers for d in c.devices], self.disabled_types)
+            if refused:
+                raise InvalidInput(refused)
         if rv:
             self._parsed.put(cache_key, req, request_size(req) + sum(map(len, cache_key)))
         return req
@@ -286,7 +293,8 @@ class Extender:
             outcome.unresolvable.update(dict.fromkeys(nodes.unknown, UNKNOWN_NODE))
             if outcome.failed or outcome.unresolvable:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
-            return self._answer(cands, outcome.passed, outcome.failed, outcome.unresolvable)
+            return self._answer(cands, outcome.passed, event_safe_map(outcome.failed),
+                                event_safe_map(outcome.unresolvable))
         out = filter_nodes(self.scheduler, pod, cands.nodes)
         held = self.preemptor.held_nodes(pod)
         if held:
@@ -361,7 +369,7 @@ class Extender:
 
     # ------------------------------------------------------------------ bind
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        error = await self._bind(args)
+        error = event_safe(await self._bind(args))
         if error:
             self.metrics.fail("bind", [error])
             log.info("bind %s/%s to %s refused: %s", args.pod_namespace, args.pod_name, args.node, error)

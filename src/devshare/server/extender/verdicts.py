@@ -52,18 +52,35 @@ class NamedVerdicts:
                              failed, self.unresolvable, self.evaluation)
 
 
+def event_safe(text: str) -> str:
+    """``text`` without ``%``: kube-scheduler writes a pod's FailedScheduling event with the reasons as
+    the *format* of ``Eventf`` (v1.37 still), so ``60% compute`` would read ``60%!c(MISSING)ompute``."""
+    return text.replace("%", " percent") if "%" in text else text
+
+
+def event_safe_map(reasons: dict[str, str]) -> dict[str, str]:
+    memo: dict[str, str] = {}
+    out = {}
+    for node, r in reasons.items():
+        s = memo.get(r)
+        if s is None:
+            s = memo[r] = event_safe(r)
+        out[node] = s
+    return out
+
+
 def brief(reason: str, *, resolvable: bool) -> str:
     """The node-independent part of an engine reason, for kube-scheduler's event.
 
     kube-scheduler counts identical reasons into one line of the pod's FailedScheduling event
     ("0/1000 nodes are available: 1000 <reason>."), so a reason must not name a node's cards: the
     engine's "needs one gpu with 60% compute; gpu 0: 40% compute free, ..." becomes "needs one gpu
-    with 60% compute: no card has that much free". The per-card detail is logged (debug) and shown
-    by ``devshare schedule``."""
+    with 60 percent compute: no card has that much free" (:func:`event_safe`). The per-card detail
+    is logged (debug) and shown by ``devshare schedule``."""
     head, sep, _ = reason.partition("; ")
     if not sep:
-        return reason
-    return f"{head}: no card has that much free" if resolvable else f"{head}: no card is that large"
+        return event_safe(reason)
+    return event_safe(f"{head}: no card has that much free" if resolvable else f"{head}: no card is that large")
 
 
 def _briefs(reasons: list[str], *, resolvable: bool) -> list[str]:

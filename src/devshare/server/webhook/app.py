@@ -46,6 +46,7 @@ class WebhookConfig:
     scheduler_name: str = DEFAULT_SCHEDULER
     replace_schedulers: Collection[str] = REPLACEABLE_SCHEDULERS  # names not chosen "on purpose"
     cluster: DeviceTypes | None = None  # device types in the cluster; None skips that check
+    disabled_types: frozenset[str] = frozenset()  # switched off by the configuration file (deviceTypes)
     metrics: m.Metrics = field(default_factory=m.Metrics)
 
 
@@ -96,7 +97,7 @@ def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]
     pod = _device_pod(review)
     if pod is None:
         return allow(review), m.SKIPPED
-    problems = judge(pod, config.cluster)
+    problems = judge(pod, config.cluster, config.disabled_types)
     if not problems:
         return allow(review), m.ALLOWED
     for reason in {p.reason for p in problems}:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from devshare.config import refuse_disabled
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod
 from devshare.model.validation import validate_pod
@@ -54,16 +55,23 @@ def _reason(message: str) -> str:
     return NODE_NAME if message.startswith("spec.nodeName") else REQUEST
 
 
-def judge(pod: dict[str, Any], cluster: DeviceTypes | None = None) -> list[Problem]:
-    """Every reason to refuse ``pod`` (a pod that asks for managed devices); empty = allowed."""
+def judge(pod: dict[str, Any], cluster: DeviceTypes | None = None,
+          disabled: frozenset[str] = frozenset()) -> list[Problem]:
+    """Every reason to refuse ``pod`` (a pod that asks for managed devices); empty = allowed.
+    ``disabled``: device types the configuration file switches off (deviceTypes)."""
     problems = [Problem(_reason(p), p) for p in validate_pod(pod)]
     known = cluster.known_types() if cluster is not None else None
-    if problems or known is None:
+    if problems or (known is None and not disabled):
         return problems
     try:
         request = parse_pod(pod)
     except InvalidInput as e:  # validate_pod and parse_pod should agree; never let it become a 500
         return [Problem(REQUEST, str(e))]
+    refused = refuse_disabled(list(request.device_types()), disabled)
+    if refused:
+        problems.append(Problem(DEVICE_TYPE, refused))
+    if known is None:
+        return problems
     missing = [t for t in request.device_types() if t not in known]
     if missing:
         have = ", ".join(sorted(known)) or "none"

@@ -1,0 +1,83 @@
+"""Who holds what, and what is stranded: the data of the ``/ui`` page and of the stranded-GPU metrics.
+
+Built from the state's public views only (``ClusterState.inspect()``, the pods' allocations and the
+per-card container limit), so the engine can change its arrays without touching this.
+
+**Stranded** compute is free compute on a healthy card that no further share can use: the card has
+less than seed 000's ``MinGPUMemory`` (256 MiB) free, or already holds the most containers a card
+may (``maxContainersPerCard``). Every GPU share needs memory (Koordinator's ``gpu-core`` needs a
+memory dimension, mGPU shares need 256 MiB), and a whole-card ask needs an empty card, so that
+compute waits until a holder leaves. Free memory beside no free compute is not counted: a
+memory-only ask (Aliyun ``gpu-mem``) can still use it. RDMA and FPGA (no memory) strand their free
+share only at the container limit. Unhealthy cards and cards held by another device plugin are
+``unavailable``, not stranded. ``strandedGpus`` is the stranded compute in whole GPUs (100% = 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from devshare.engine.state import ClusterState
+from devshare.model import names
+
+MIN_MEMORY = names.MIN_GPU_MEMORY
+
+
+def stranded_core(device: dict[str, Any], max_containers: int) -> float:
+    """Percent of compute stranded on one device of the inspect JSON (see the module doc)."""
+    total, used = device["total"], device["used"]
+    if not device["health"] or device.get("heldOutside"):
+        return 0.0
+    free_core = float(total["core"]) - float(used["core"])
+    if free_core <= 0 or not used.get("containers"):
+        return 0.0
+    full = int(used.get("containers", 0)) >= max_containers
+    if "memory" in total:
+        short = int(total["memory"]) - int(used.get("memory", 0)) < MIN_MEMORY
+        return free_core if short or full else 0.0
+    return free_core if full else 0.0
+
+
+def occupancy(state: ClusterState) -> dict[str, Any]:
+    """``{"nodes": [...], "totals": {...}, "maxContainersPerCard": N}``: per node, per device, its
+    capacity, use, free and stranded share, and each holder (``ns/pod/container``) with its share."""
+    holders: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for key, rec in state.pods.items():
+        alloc = rec.allocation
+        for ci, g in alloc.grants():
+            holders.setdefault((alloc.node, g.type, g.minor), []).append({
+                "pod": key, "container": alloc.containers[ci].name, "phase": rec.phase,
+                "core": g.core_milli / 10, "memory": g.memory,
+            })
+    limit = state.max_containers
+    totals = {"nodes": 0, "gpus": 0, "gpusUsed": 0.0, "gpusIdle": 0, "strandedGpus": 0.0, "unavailable": 0}
+    nodes = []
+    for node in state.inspect()["nodes"]:
+        node_stranded = 0.0
+        devices = []
+        for d in node["devices"]:
+            stranded = stranded_core(d, limit)
+            used_core = float(d["used"]["core"])
+            available = bool(d["health"]) and not d.get("heldOutside")
+            if d["type"] == names.GPU:
+                totals["gpus"] += 1
+                totals["gpusUsed"] += used_core / 100
+                totals["gpusIdle"] += int(available and not d["used"].get("containers"))
+                totals["unavailable"] += int(not available)
+                node_stranded += stranded
+            devices.append({
+                **{k: d[k] for k in ("type", "minor", "id", "health", "heldOutside", "total", "used")},
+                "available": available,
+                "free": {"core": float(d["total"]["core"]) - used_core,
+                         **({"memory": int(d["total"]["memory"]) - int(d["used"].get("memory", 0))}
+                            if "memory" in d["total"] else {})},
+                "stranded": {"core": stranded},
+                "holders": sorted(holders.get((node["name"], d["type"], d["minor"]), []),
+                                  key=lambda h: (h["pod"], h["container"])),
+            })
+        totals["nodes"] += 1
+        totals["strandedGpus"] += node_stranded / 100
+        nodes.append({"name": node["name"], "strandedGpus": node_stranded / 100, "devices": devices})
+    totals["gpusUsed"] = round(totals["gpusUsed"], 4)
+    totals["strandedGpus"] = round(totals["strandedGpus"], 4)
+    return {"nodes": nodes, "totals": totals, "maxContainersPerCard": limit}
