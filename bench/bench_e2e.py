@@ -48,49 +48,45 @@ def api(cp: ControlPlane) -> Any:
     return Client(KubeConfig.from_file(str(cp.admin)), field_manager="bench")
 
 
+def create(cp: ControlPlane, objects: list[dict[str, Any]], *, parallel: int = 4, chunk: int = 250) -> None:
+    """Create ``objects`` with ``kubectl create`` processes, ``chunk`` objects each, ``parallel`` at once
+    (one process per thread: lightkube's msgspec decoding is not safe across threads)."""
+    chunks = [objects[i:i + chunk] for i in range(0, len(objects), chunk)]
+
+    def one(items: list[dict[str, Any]]) -> None:
+        cp.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+                   timeout=900)
+
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(one, chunks))
+
+
 def make_nodes(cp: ControlPlane, n: int) -> None:
-    from lightkube.generic_resource import create_global_resource
-    from lightkube.resources.core_v1 import Node
-
-    Device = create_global_resource("devshare.io", "v1alpha1", "Device", "devices")
-    client = api(cp)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-    def one(i: int) -> None:
+    objects: list[dict[str, Any]] = []
+    for i in range(n):
         name = f"bench-{i:05d}"
         res = {"cpu": "128", "memory": "1Ti", "pods": "110", PLAIN: "8"}
-        status = {"capacity": res, "allocatable": res,
-                  "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "bench",
-                                  "lastHeartbeatTime": now, "lastTransitionTime": now}]}
-        client.create(Node.from_dict({"apiVersion": "v1", "kind": "Node",
-                                      "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
-        client.patch(Node.Status, name, {"status": status})
-        client.create(Device.from_dict({
+        objects.append({"apiVersion": "v1", "kind": "Node",
+                        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                        "status": {"capacity": res, "allocatable": res, "conditions": [
+                            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "bench",
+                             "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+        objects.append({
             "apiVersion": "devshare.io/v1alpha1", "kind": "Device", "metadata": {"name": name},
             "spec": {"devices": [{"type": "gpu", "minor": m, "id": f"GPU-{name}-{m}", "health": True,
-                                  "resources": {"koordinator.sh/gpu-core": "100",
-                                                "koordinator.sh/gpu-memory": "80Gi",
+                                  "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "80Gi",
                                                 "koordinator.sh/gpu-memory-ratio": "100"}}
-                                 for m in range(8)]}}))
-
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(one, range(n)))
+                                 for m in range(8)]}})
+    create(cp, objects)
 
 
 def make_pods(cp: ControlPlane, prefix: str, resources: dict[str, str], count: int, scheduler: str) -> None:
-    from lightkube.resources.core_v1 import Pod
-
-    client = api(cp)
-
-    def one(i: int) -> None:
-        client.create(Pod.from_dict({
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{prefix}-{i:05d}", "namespace": NS},
-            "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"limits": dict(resources)}}]}}))
-
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(one, range(count)))
+    create(cp, [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{prefix}-{i:05d}", "namespace": NS},
+                 "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
+                          "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                          "resources": {"limits": dict(resources)}}]}}
+                for i in range(count)])
 
 
 class BoundClock:
@@ -120,11 +116,11 @@ class BoundClock:
     def rate(self, prefix: str, count: int, timeout: float) -> float:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            times = [t for name, t in self.bound.items() if name.startswith(prefix + "-")]
+            times = [t for name, t in list(self.bound.items()) if name.startswith(prefix + "-")]
             if len(times) >= count:
                 return (count - 1) / max(max(times) - min(times), 1e-9)
             time.sleep(0.2)
-        done = sum(1 for name in self.bound if name.startswith(prefix + "-"))
+        done = sum(1 for name in list(self.bound) if name.startswith(prefix + "-"))
         raise TimeoutError(f"{prefix}: only {done} of {count} pods bound in {timeout:.0f}s")
 
 
@@ -137,6 +133,19 @@ def refused_binds(port: int) -> int:
         if m:
             total += float(m.group(1))
     return int(total)
+
+
+def latencies(port: int) -> dict[str, float]:
+    """Mean seconds per extender request, by verb (from its Prometheus histogram)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r'devshare_extender_request_seconds_(sum|count)\{verb="(\w+)"\} ([0-9.e+-]+)', line)
+        if m:
+            (sums if m.group(1) == "sum" else counts)[m.group(2)] = float(m.group(3))
+    return {v: round(1000 * sums[v] / counts[v], 2) for v in sums if counts.get(v)}
 
 
 def plain_config(cp: ControlPlane) -> Path:
@@ -178,6 +187,7 @@ def main() -> None:
         with_devshare = clock.rate("devshare", args.pods, args.timeout)
         print(f"devshare: {with_devshare:.1f} pods/s", file=sys.stderr)
         refused = refused_binds(cp.extender_port)
+        print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
         clock.stop.set()
     print(json.dumps({"nodes": args.nodes, "pods": args.pods, "pods_per_s_alone": round(alone, 1),
                       "pods_per_s_devshare": round(with_devshare, 1), "ratio": round(with_devshare / alone, 3),

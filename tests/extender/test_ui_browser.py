@@ -98,14 +98,13 @@ def has_colour(pixels: np.ndarray, hex_rgb: str, at_least: int = 50) -> bool:
     return int((np.abs(pixels - rgb).max(axis=-1) < 0.02).sum()) >= at_least
 
 
-def test_occupancy_page_in_chromium(extender: str, tmp_path: Path) -> None:
+def test_occupancy_page_in_chromium(extender: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from playwright.sync_api import sync_playwright
 
     occupancy = json.loads(get(extender + "/ui/occupancy"))
     assert occupancy["totals"]["strandedGpus"] == pytest.approx(0.8)
     shot = tmp_path / "ui.png"
-    env_home = {"HOME": str(tmp_path)}  # chromium writes its profile and crash dumps there
-    os.environ.update(env_home)
+    monkeypatch.setenv("HOME", str(tmp_path))  # chromium writes its profile and crash dumps there
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])

@@ -101,6 +101,8 @@ def extender(
         except ValueError as e:
             raise fail(str(e)) from None
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for noisy in ("httpx", "httpx2", "httpcore"):  # one INFO line per API request otherwise
+            logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
         if warning:
             logging.getLogger("devshare.extender").warning(warning)
         tls = None
@@ -108,8 +110,6 @@ def extender(
             from devshare.server.tls import CertReloader
 
             tls = CertReloader(tls_cert, tls_key, client_ca=tls_client_ca)
-        for noisy in ("httpx", "httpx2", "httpcore"):  # one INFO line per API request otherwise
-            logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
         from devshare.kube.backend import Backend
         from devshare.server.extender.serve import ExtenderOptions, cluster_saver, serve
@@ -117,8 +117,8 @@ def extender(
         backend: Backend
         options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg,
                                   metrics_port=metrics_port)
-        for warning in cfg.not_honoured():
-            logging.getLogger("devshare.config").warning("%s", warning)
+        for unhonoured in cfg.not_honoured():
+            logging.getLogger("devshare.config").warning("%s", unhonoured)
         if cluster is not None:
 
             memory = load_cluster(cluster)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from devshare.cli.common import ConfigOption, fail, user_errors
+from devshare.cli.common import ConfigOption, fail, load_yaml_documents, user_errors
 
 webhook_app = typer.Typer(
     help="Admission webhook: validate and normalise device pods (POST /validate, POST /mutate).",
@@ -59,7 +59,10 @@ def webhook(
     with user_errors():
         from devshare.config import load_config
 
-        settings = load_config(config_file)  # a bad file is reported before anything else
+        settings = load_config(config_file)  # bad input files are reported before anything else
+        if cluster is not None and not load_yaml_documents(cluster):
+            raise fail(f"{cluster}: no Node, Device or Pod object in the file: give a multi-document YAML "
+                       "with the cluster's Device objects (examples/cluster.yaml is one)")
         if tls_cert is None or tls_key is None:
             raise fail(
                 "--tls-cert and --tls-key are required (the API server only calls webhooks over HTTPS); "

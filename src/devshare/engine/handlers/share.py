@@ -159,7 +159,8 @@ class ShareHandler(DeviceHandler):
                 # only what no freed capacity changes: the cards that are unhealthy, held or too small
                 cards = describe_cards(table, int(rows[i]), req, state.max_containers).split("; ")
                 lasting = [c for c in cards if c.endswith(PERMANENT)]
-                reasons[i] = (f"needs {describe_ask(self.type, req)}, but only {int(n_big[i])} of its "
+                # "needs <ask>; ..." : the extender keeps the part before "; " for kube-scheduler's event
+                reasons[i] = (f"needs {describe_ask(self.type, req)}; only {int(n_big[i])} of its "
                               f"{int(n_dev[i])} {self.type} device(s) are healthy and that large"
                               + (f" ({'; '.join(lasting)})" if lasting else ""))
         mc = state.max_containers

@@ -52,12 +52,12 @@ class ExtenderOptions:
     freeze_after_sync: bool = False  # gc.freeze() once synced (the server process; not in tests)
     policy: str = "devshare"  # node policy: devshare (fragmentation-aware), binpack or spread
     core_weight: float = Settings.core_weight  # compute vs memory in a card's score (binpack, spread)
-    client_auth: bool = False  # verbs and /inspect need a verified client certificate (--tls-client-ca)
     # the configuration file's knobs (devshare.config); when given, it decides policy, weights and limits
     config: Configuration | None = None
     # a second, read-only listener (GET /metrics, /healthz, /readyz, /inspect, /ui) for Prometheus and
     # people, on an address the extender API itself need not be exposed on; 0: none
     metrics_port: int = 0
+    client_auth: bool = False  # verbs and /inspect need a verified client certificate (--tls-client-ca)
 
 
 @dataclass
@@ -173,8 +173,7 @@ def read_only_on(port: int) -> Callable[..., Any]:
 def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str = "127.0.0.1",
           port: int = 8888, metrics_host: str = "0.0.0.0", tls: CertReloader | None = None) -> None:
     """Serve until SIGINT/SIGTERM: over TLS with ``tls`` (kube-scheduler's extender config sets
-    ``enableHTTPS`` and its ``tlsConfig``; the read-only port, when there is one, is then HTTPS too),
-    plain HTTP otherwise."""
+    ``enableHTTPS`` and its ``tlsConfig``), plain HTTP otherwise."""
     opts = options or ExtenderOptions()
     opts.freeze_after_sync = True
     opts.client_auth = tls is not None and tls.client_ca is not None
@@ -187,8 +186,8 @@ def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str
         sock = socket.create_server((metrics_host, opts.metrics_port), reuse_port=False)
         extra["sock"] = [sock]
     # aiohttp calls `print` once every socket is bound: "listening" is never logged for a port it failed to take
-    web.run_app(app, host=host, port=port, access_log=None, ssl_context=tls.context if tls is not None else None,
-                **extra,
+    web.run_app(app, host=host, port=port, ssl_context=tls.context if tls is not None else None,
+                access_log=None, **extra,
                 print=lambda _: log.info("devshare extender listening on %s://%s:%d%s%s", scheme, host, port,
                                          f" (read-only on {metrics_host}:{opts.metrics_port})"
                                          if opts.metrics_port else "",
