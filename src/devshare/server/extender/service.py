@@ -23,6 +23,7 @@ docs/extender.md). The API writes of a bind are in :mod:`writes`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -189,7 +190,7 @@ class Extender:
         self._filtered: OrderedDict[str, Remembered] = OrderedDict()
         self.nodesets = NodeSets(state)
         self.priorities = PriorityEncoder(state)
-        self._seen: dict[tuple[str, str], None] = {}  # pods the policy was told of (observe), oldest first
+        self._seen: dict[bytes, None] = {}  # pods the policy was told of (observe), oldest first
         self.planner = GroupPlanner(self.scheduler)  # groups and gangs (seed 003), on the same state
         self.writes = PodWrites(backend, after_bind)
         self.members = MemberBinds(state, backend, self.planner, self.writes, self._binding, lambda: self.clock())
@@ -332,7 +333,8 @@ class Extender:
     def _observe(self, pod: PodRequest) -> None:
         """Tell the policy of each pod once, at its first filter (a learning policy, e.g. devshare's,
         learns the task mix from the pods that arrive)."""
-        seen = (pod.key, pod.uid)
+        # a fixed-size digest: names and uids come from the request and may be of any length
+        seen = hashlib.blake2b(f"{pod.key}\0{pod.uid}".encode(), digest_size=16).digest()
         if seen in self._seen:
             return
         if len(self._seen) >= SEEN_LIMIT:
