@@ -183,6 +183,7 @@ def main() -> None:
 
         cp.start_extender("--log-level", "warning")
         make_pods(cp, "devshare", {"nvidia.com/gpu": "1"}, args.pods, SCHEDULER_NAME)
+        print("devshare: scheduling", file=sys.stderr, flush=True)
         cp.start_scheduler()
         with_devshare = clock.rate("devshare", args.pods, args.timeout)
         print(f"devshare: {with_devshare:.1f} pods/s", file=sys.stderr)

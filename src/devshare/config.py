@@ -131,9 +131,8 @@ class Configuration(_Strict):
         return out
 
     def to_yaml(self) -> str:
-        """The whole configuration, defaults included, as YAML."""
-        data = msgspec.to_builtins(self)
-        return yaml.safe_dump(_full(self, data), sort_keys=False)
+        """The whole configuration, defaults included (msgspec's encoders leave defaults out), as YAML."""
+        return yaml.safe_dump(_full(self), sort_keys=False)
 
 
 def _given(settings: msgspec.Struct) -> dict[str, Any]:
@@ -141,13 +140,14 @@ def _given(settings: msgspec.Struct) -> dict[str, Any]:
     return {f: getattr(settings, f) for f in settings.__struct_fields__ if getattr(settings, f) is not None}
 
 
-def _full(obj: msgspec.Struct, data: Any) -> Any:
+def _full(obj: msgspec.Struct) -> dict[str, Any]:
+    """Every field of ``obj`` by its file name, nested structs included; unset policy settings left out."""
     out: dict[str, Any] = {}
     names = dict(zip(obj.__struct_fields__, obj.__struct_encode_fields__, strict=True))
     for field, encoded in names.items():
         value = getattr(obj, field)
         if isinstance(value, msgspec.Struct):
-            out[encoded] = _full(value, None)
+            out[encoded] = _full(value)
         elif value is not None:
             out[encoded] = value
     return out

@@ -1,9 +1,10 @@
 """deploy/helm/devshare: linted, rendered, and equivalent to the kustomize folders.
 
-helm is looked for in $DEVSHARE_HELM, on PATH, then in the folder tests/e2e/build-binaries.sh builds
-into ($DEVSHARE_E2E_CACHE or ~/.cache/devshare-e2e, */bin/helm); without it the rendering tests skip
-and say so. The kustomize side is read here directly (resources + configMapGenerator, all these
-folders use), so no kustomize binary is needed.
+helm is looked for in $DEVSHARE_HELM, $DEVSHARE_E2E_BIN, on PATH, then in the folder
+tests/e2e/build-binaries.sh builds into ($DEVSHARE_E2E_CACHE or ~/.cache/devshare-e2e, */bin/helm);
+without it the rendering tests skip and say so (tests/e2e/test_helm.py installs the chart on the real
+API server with the e2e suite's own helm). The kustomize side is read here directly (resources and
+configMapGenerator, all these folders use), so no kustomize binary is needed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ HELM_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "he
 def find_helm() -> str | None:
     if os.environ.get("DEVSHARE_HELM"):
         return os.environ["DEVSHARE_HELM"]
+    e2e_bin = os.environ.get("DEVSHARE_E2E_BIN")  # binaries built elsewhere, as the e2e suite takes them
+    if e2e_bin and (Path(e2e_bin) / "helm").is_file():
+        return str(Path(e2e_bin) / "helm")
     on_path = shutil.which("helm")
     if on_path:
         return on_path

@@ -97,8 +97,8 @@ class GangMachine(RuleBasedStateMachine):
         p = pod(f"other-{self.others}", whole(count))
         placed = self.planner.scheduler.place(p)
         if placed is not None:
-            self.state.reserve(p, placed.allocation, now=self.now)
-            self.state.bind(p.key)
+            self.planner.lifecycle.assume(p, placed.allocation, now=self.now)
+            self.planner.lifecycle.confirm(p, placed.allocation)
 
     @rule(k=st.integers(0, 20))
     def other_pod_leaves(self, k: int) -> None:
@@ -108,13 +108,13 @@ class GangMachine(RuleBasedStateMachine):
     def time_passes(self, dt: float) -> None:
         self.now += dt
         self.planner.expire(self.now)
-        self.state.expire(self.now)
+        self.planner.lifecycle.expire(self.now)
 
     @rule()
     def everything_expires(self) -> None:
         self.now += TTL + 1000
         self.planner.expire(self.now)
-        self.state.expire(self.now)
+        self.planner.lifecycle.expire(self.now)
         assert not self.planner.plans
         assert all(r.phase == "bound" for r in self.state.pods.values())
         assert self.state.usage_key() == rebuilt(self.state, bound_only=True)
@@ -142,7 +142,9 @@ class GangMachine(RuleBasedStateMachine):
                 if key is not None:
                     held[key] = s.allocation
         for key, rec in self.state.pods.items():
-            if PLAN in key or rec.phase == "assumed":
+            # a hold is a record that says so, and only a plan's placeholder is one
+            assert (rec.hold is not None) == (PLAN in key), key
+            if rec.hold is not None or rec.phase == "assumed":
                 assert held.get(key) == rec.allocation, key
 
     @invariant()

@@ -192,11 +192,12 @@ def test_plan_holds_devices_and_scores_the_planned_node() -> None:
     other = sch.place(pod("other", whole(8)))
     assert other is not None and other.node == "b"
     assert sch.place(pod("more", whole(1)), ["a"]) is None
-    assert planner.prioritize(member(1, 4, replicas=2), ["a", "b"], now=1) == {"a": 10, "b": 0}
+    assert planner.planned_node(member(1, 4, replicas=2), ["a", "b"], now=1) == "a"
     out = planner.filter(member(1, 4, replicas=2), ["a", "b"], now=1)
     assert out.passed == ["a"] and "planned on node a" in out.failed["b"]
     keys = sorted(k for k in s.pods if "#plan#" in k)
     assert keys == ["default/job#plan#0", "default/job#plan#1"]
+    assert [s.pods[k].hold for k in keys] == ["default/job", "default/job"]  # holds, not pods
 
 
 def test_members_take_their_planned_devices_and_placeholders_turn_into_them() -> None:
@@ -381,3 +382,24 @@ def test_planned_devices_taken_by_a_pod_bound_elsewhere_replan_the_group() -> No
     # nothing was bound yet: the whole group moves to "b", where 2 x 4 GPUs still fit together
     assert p1.node == "b" and [sl.node for sl in plan.slots] == ["b", "b"]
     assert as_placement(planner.assign(member(0, 4, replicas=2), now=2)).node == "b"
+
+
+@settings(max_examples=40, deadline=None)
+@given(used=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.sampled_from([200, 500, 900])), max_size=6),
+       share=st.sampled_from([gpu(30, GiB), gpu(50, 4 * GiB), gpu(20, GiB, count=2)]), count=st.integers(1, 6))
+def test_laying_out_shares_never_touches_the_live_state(used: list[tuple[int, int, int]], share: object,
+                                                        count: int) -> None:
+    """Members asking shares are tried on a scratch copy of the nodes (groups.what_if): the live
+    state, its versions included, is exactly as it was, and the layout fits there member by member."""
+    s = ClusterState()
+    for n in range(3):
+        add_node(s, f"n{n}", 4)
+    for k, (n, minor, core) in enumerate(used):
+        bound(s, f"u{k}", f"n{n}", minor, core=core, memory=GiB)
+    before = (s.version, s.row_version.copy(), s.usage_key(), dict(s.pods))
+    template = pod("job", share)  # type: ignore[arg-type]
+    layout = plan_layout(Scheduler(s), template, count, s.node_rows())
+    assert (s.version, s.usage_key(), dict(s.pods)) == (before[0], before[2], before[3])
+    assert (s.row_version == before[1]).all()
+    for i, alloc in enumerate(layout.allocations):  # and what was laid out fits, member after member
+        s.reserve(pod(f"m{i}", share), alloc, now=0.0)  # type: ignore[arg-type]

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
 from devshare.engine.handlers import Code
 from devshare.engine.handlers.base import Settings
-from devshare.engine.scheduler import Scheduler, normalize
+from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model import names
 from devshare.model.request import DeviceRequest
-from support.cluster import GiB, MiB, add_node, bound, gpu, pod, whole
+from devshare.server.extender.scores import normalize
+from support.cluster import GiB, MiB, add_node, bound, gpu, outcome, pod, priorities, whole
 
 
 def test_seed002_bind_picks_the_fitting_card_with_least_free_memory() -> None:
@@ -39,7 +38,7 @@ def test_seed002_filter_needs_one_card_with_enough_memory() -> None:
     bound(st, "d", "N2", 1, memory=12207 * MiB)
     bound(st, "e", "N3", 1, memory=16276 * MiB)
     bound(st, "f", "N3", 0, memory=8138 * MiB)
-    out = Scheduler(st).filter(pod("x", gpu(memory=8138 * MiB)), ["N1", "N2", "N3"])
+    out = outcome(Scheduler(st), pod("x", gpu(memory=8138 * MiB)), ["N1", "N2", "N3"])
     assert out.passed == ["N3"]
     assert set(out.failed) == {"N1", "N2"}
     assert "gpu 0: 4.0 GiB free, 7.9 GiB asked" in out.failed["N2"]
@@ -50,7 +49,7 @@ def test_reason_names_the_card_free_and_asked() -> None:
     add_node(st, "n1", 4, memory=8 * GiB)
     for m in range(4):
         bound(st, f"p{m}", "n1", m, memory=6 * GiB)
-    out = Scheduler(st).filter(pod("x", gpu(30, 6 * GiB)))
+    out = outcome(Scheduler(st), pod("x", gpu(30, 6 * GiB)))
     assert "gpu 3: 2 GiB free, 6 GiB asked" in out.failed["n1"]
 
 
@@ -70,7 +69,7 @@ def test_seed000_2_1_3_on_a_four_card_node() -> None:
     assert st.why_not(p, a) is None
     # a node without the multi-share label refuses, as unresolvable, saying which label enables it
     add_node(st, "plain", 4)
-    out = Scheduler(st).filter(p, ["plain"])
+    out = outcome(Scheduler(st), p, ["plain"])
     assert names.MULTI_GPU_SHARE in out.unresolvable["plain"]
 
 
@@ -106,7 +105,7 @@ def test_unhealthy_devices_are_never_used() -> None:
         g = placed.allocation.containers[0].devices[0]
         assert (placed.node, g.minor) == ("n2", 0)
         st.reserve(pod(f"p{i}", gpu(40, GiB)), placed.allocation, now=0)
-    out = sch.filter(pod("z", gpu(40, GiB)))
+    out = outcome(sch, pod("z", gpu(40, GiB)))
     assert "gpu 0: unhealthy" in out.failed.get("n1", out.unresolvable.get("n1", ""))
 
 
@@ -116,10 +115,10 @@ def test_compute_policy_and_gpu_model_constraints() -> None:
     add_node(st, "burst", 2, labels={names.COMPUTE_POLICY: "native-burst-share", names.NODE_GPU_MODEL: "T4"})
     sch = Scheduler(st)
     p = pod("p", gpu(30, GiB), compute_policy="fixed-share")
-    assert sch.filter(p).passed == ["fixed"]
-    assert "compute policy" in sch.filter(p).unresolvable["burst"]
+    assert outcome(sch, p).passed == ["fixed"]
+    assert "compute policy" in outcome(sch, p).unresolvable["burst"]
     q = pod("q", gpu(30, GiB), gpu_models=("T4",))
-    out = sch.filter(q)
+    out = outcome(sch, q)
     assert out.passed == ["burst"] and "A100" in out.unresolvable["fixed"]
 
 
@@ -141,9 +140,9 @@ def test_node_binpack_and_spread_and_scores_in_range() -> None:
     add_node(st, "idle", 4)
     bound(st, "a", "busy", 0, core=1000, memory=16 * GiB)
     p = pod("p", gpu(20, 2 * GiB))
-    pri = Scheduler(st).prioritize(p)
+    pri = priorities(Scheduler(st), p)
     assert pri["busy"] > pri["idle"]
-    pri_spread = Scheduler(st, settings=Settings(node_binpack=False, card_binpack=False)).prioritize(p)
+    pri_spread = priorities(Scheduler(st, settings=Settings(node_binpack=False, card_binpack=False)), p)
     assert pri_spread["idle"] > pri_spread["busy"]
     assert all(0 <= v <= 10 for v in pri.values())
 
@@ -162,7 +161,7 @@ def test_whole_cards_are_exclusive() -> None:
     placed = Scheduler(st).place(pod("p", whole(1)))
     assert placed is not None and placed.allocation.containers[0].devices[0].minor == 1
     assert Scheduler(st).place(pod("q", whole(2))) is None
-    out = Scheduler(st).filter(pod("q", whole(2)))
+    out = outcome(Scheduler(st), pod("q", whole(2)))
     assert out.failed["n1"].startswith("needs 2 whole gpu")
 
 
@@ -196,7 +195,9 @@ def test_topology_picks_the_max_bottleneck_set() -> None:
     assert got in ([0, 1, 2, 3], [4, 5, 6, 7])
 
 
-def test_sixteen_containers_on_sixteen_cards_is_fast_and_best() -> None:
+def test_sixteen_containers_on_sixteen_cards_fit_within_the_search_budget() -> None:
+    """The DFS is bounded by its budget (Settings.dfs_budget), not by time: how long it takes is
+    bench/bench_engine.py's business."""
     st = ClusterState()
     labels = {names.MULTI_GPU_SHARE: "true", names.COMPUTE_POLICY: "native-burst-share"}
     add_node(st, "n1", 16, labels=labels)
@@ -204,12 +205,9 @@ def test_sixteen_containers_on_sixteen_cards_is_fast_and_best() -> None:
         bound(st, f"b{m}", "n1", m, core=300, memory=4 * GiB)
     asks = [gpu(25 + 5 * (i % 3), GiB, count=1 + (i % 2)) for i in range(16)]
     p = pod("p", *asks)
-    t0 = time.perf_counter()
     placed = Scheduler(st).place(p)
-    elapsed = time.perf_counter() - t0
     assert placed is not None
     assert st.why_not(p, placed.allocation) is None
-    assert elapsed < 30  # a sanity bound against exponential blow-up, not a benchmark
 
 
 @pytest.mark.parametrize("code", list(Code))
@@ -231,5 +229,5 @@ def test_a_failing_handler_gives_seed_004_error_not_an_exception(monkeypatch: py
     p = pod("p", gpu(30, GiB))
     ev = sch.evaluate(p, st.node_rows())
     assert ev.codes.tolist() == [Code.ERROR]
-    assert sch.filter(p).failed == {"n1": "internal error in the gpu handler: RuntimeError: boom"}
+    assert outcome(sch, p).failed == {"n1": "internal error in the gpu handler: RuntimeError: boom"}
     assert sch.place(p) is None

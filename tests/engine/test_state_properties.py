@@ -17,6 +17,7 @@ reserve no longer checking memory) is caught on every run, not when a random pod
 from __future__ import annotations
 
 import json
+import math
 
 import msgspec
 import numpy as np
@@ -24,6 +25,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from devshare.engine.admit import is_whole
+from devshare.engine.caches import EngineCaches
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState, Conflict
 from devshare.model import names
@@ -63,6 +67,7 @@ class StateMachine(RuleBasedStateMachine):
     @initialize(max_containers=st.integers(1, 4))
     def setup(self, max_containers: int) -> None:
         self.state = ClusterState(max_containers_per_device=max_containers)
+        self.lifecycle = Lifecycle(Scheduler(self.state))
         labels = {names.MULTI_GPU_SHARE: "true", names.COMPUTE_POLICY: names.MULTI_SHARE_POLICY}
         add_node(self.state, "a", [8 * GiB, 16 * GiB], labels=labels, rdma=1)
         add_node(self.state, "b", 3, labels=labels, unhealthy=[2])
@@ -130,10 +135,10 @@ class StateMachine(RuleBasedStateMachine):
         if placed is None:
             return
         before = self._snapshot()
-        self.state.reserve(p, placed.allocation, now=self.now, ttl=ttl)
+        self.lifecycle.assume(p, placed.allocation, now=self.now, ttl=math.inf if ttl is None else ttl)
         self.expected.add(p.key)
         if self.n % 5 == 0:  # sometimes undo at once: must restore exactly
-            self.state.unreserve(p.key)
+            assert self.lifecycle.forget(p.key)
             self.expected.discard(p.key)
             assert self._snapshot() == before
 
@@ -157,7 +162,9 @@ class StateMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def bind(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.state.pods)))
-        self.state.bind(key)
+        rec = self.state.pods[key]
+        self.lifecycle.confirm(rec.pod, rec.allocation)
+        assert self.state.pods[key].phase == "bound" and self.state.pods[key].expires_at is None
 
     @precondition(lambda self: bool(self.state.pods))
     @rule(data=st.data())
@@ -169,9 +176,11 @@ class StateMachine(RuleBasedStateMachine):
     @rule(dt=st.floats(0.5, 3.0))
     def time_passes(self, dt: float) -> None:
         self.now += dt
-        for key in self.state.expire(self.now):
+        for key in self.lifecycle.expire(self.now):
             assert key not in self.state.pods
             self.expected.discard(key)
+        for rec in self.state.pods.values():
+            assert rec.phase == "bound" or rec.expires_at is None or rec.expires_at > self.now
 
     # ------------------------------------------------------------------ targeted refusals
     @rule(data=st.data())
@@ -192,13 +201,15 @@ class StateMachine(RuleBasedStateMachine):
             self._must_refuse(*self._probe(dev, [(free_core + 1, 0)]), f"{free_core + 1} milli of {free_core} free")
         if free_slots >= 0 and free_slots < 4:
             self._must_refuse(*self._probe(dev, [(0, 0)] * (free_slots + 1)), f"{free_slots + 1} containers")
-        if free_slots > 0 and free_core >= 0 and free_mem >= 0:
+        # (all the compute and no memory is a whole card: exclusive, so not beside other containers)
+        whole = is_whole(free_core, 0, free_mem) and int(t.used_slots[row, col]) > 0
+        if free_slots > 0 and free_core >= 0 and free_mem >= 0 and not whole:
             p, alloc = self._probe(dev, [(free_core, free_mem)])
             before = self._snapshot()
             self.state.reserve(p, alloc, now=self.now)  # exactly what is free: must fit
             assert int(t.used_core[row, col]) == int(t.total_core[row, col])
             assert int(t.used_mem[row, col]) == int(t.total_mem[row, col])
-            assert self.state.unreserve(p.key) and self._snapshot() == before
+            assert self.lifecycle.forget(p.key) and self._snapshot() == before
 
     @rule(data=st.data())
     def reserve_on_an_unhealthy_device(self, data: st.DataObject) -> None:
@@ -253,7 +264,7 @@ class StateMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ invariants
     @invariant()
     def pods_kept_whatever_happens_to_their_node(self) -> None:
-        """Only release, unreserve and expiry drop a pod's record: not a Device update, nor its node
+        """Only release, forget and expiry drop a pod's record: not a Device update, nor its node
         going away (its record comes back into use with the node)."""
         assert set(self.state.pods) == self.expected
 
@@ -305,7 +316,7 @@ class StateMachine(RuleBasedStateMachine):
             # pods, or one over-committed by a Device update
             if reason is not None:
                 touched = {(alloc.node, g.type, g.minor) for _, g in alloc.grants()}
-                assert reason.endswith("is unhealthy") or touched & set(self.ceiling), reason
+                assert reason.endswith(": unhealthy") or touched & set(self.ceiling), reason
         assert usage(rebuilt) == usage(live)
         assert device_key(rebuilt) == device_key(live)
 
@@ -316,10 +327,10 @@ class StateMachine(RuleBasedStateMachine):
         rows = self.state.node_rows()
         for probe in PROBES:
             warm = sch.evaluate(probe, rows)
-            saved = dict(self.state.score_cache)
-            self.state.score_cache.clear()
+            saved = self.state.caches
+            self.state.caches = EngineCaches(self.state)
             cold = sch.evaluate(probe, rows)
-            self.state.score_cache.update(saved)
+            self.state.caches = saved
             assert warm.codes.tolist() == cold.codes.tolist()
             assert np.allclose(warm.scores, cold.scores)
             for i in np.flatnonzero(cold.codes == 0).tolist():
@@ -391,6 +402,6 @@ def test_release_of_unknown_pod_is_a_no_op() -> None:
     add_node(s, "a", 2)
     before = s.usage_key()
     assert s.release("ns/none") is None
-    assert not s.unreserve("ns/none")
+    assert not Lifecycle(Scheduler(s)).forget("ns/none")
     assert s.usage_key() == before
     assert np.all(s.tables["gpu"].used_core == 0)

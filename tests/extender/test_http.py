@@ -382,7 +382,7 @@ async def test_expiry_drops_a_reservation_whose_bind_never_completed() -> None:
         runtime.state.release("default/p")
         alloc = ext.scheduler.allocate_on(q, "node-0")
         assert not isinstance(alloc, str)
-        runtime.state.reserve(q, alloc, now=now[0], ttl=30)
+        ext.lifecycle.assume(q, alloc, now=now[0], ttl=30)
         now[0] = 129.0
         assert ext.expire() == []
         now[0] = 130.0

@@ -1,4 +1,6 @@
-"""Lease-based leader election: one leader at a time, failover after the lease duration."""
+"""Lease-based leader election: one leader at a time, failover after the lease duration.
+
+Durations are asserted on a clock the test moves by hand (``Clock``), never by measuring wall time."""
 
 from __future__ import annotations
 
@@ -14,7 +16,18 @@ from devshare.kube.live import LiveBackend
 from devshare.kube.memory import MemoryBackend
 from fakeapi.server import FakeApiServer
 
-FAST = {"lease_duration": 0.8, "renew_deadline": 0.5, "retry_period": 0.05}
+FAST = {"lease_duration": 0.8, "renew_deadline": 0.5, "retry_period": 0.05}  # real seconds (no timing asserted)
+# durations in the seconds of a clock the test moves by hand; retries happen every 10 real ms
+LEASE = {"lease_duration": 15.0, "renew_deadline": 10.0, "retry_period": 0.01}
+HANG = 10.0  # real seconds before a wait that should end is declared hung (a guard, not a measure)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 @contextlib.asynccontextmanager
@@ -28,34 +41,46 @@ async def running(elector: LeaderElector) -> AsyncIterator[asyncio.Task[None]]:
             await task
 
 
-async def wait_for(cond: object, timeout: float = 5.0) -> float:
+async def wait_for(cond: object, timeout: float = HANG) -> None:
     loop = asyncio.get_running_loop()
     start = loop.time()
     while not cond():  # type: ignore[operator]
         if loop.time() - start > timeout:
             raise AssertionError("condition not reached")
         await asyncio.sleep(0.01)
-    return loop.time() - start
+
+
+async def a_few_retries() -> None:
+    """Real time for both electors to retry a few times (the lease clock does not move)."""
+    await asyncio.sleep(0.1)
 
 
 async def failover(a_backend: Backend, b_backend: Backend) -> None:
-    a = LeaderElector(a_backend, identity="a", **FAST)
-    b = LeaderElector(b_backend, identity="b", **FAST)
+    clock = Clock()
+    a = LeaderElector(a_backend, identity="a", clock=clock, **LEASE)
+    b = LeaderElector(b_backend, identity="b", clock=clock, **LEASE)
     async with running(a) as ta:
-        await asyncio.wait_for(a.leading.wait(), 2)
+        await wait_for(lambda: a.is_leader)
         async with running(b):
-            await asyncio.sleep(1.2)  # longer than the lease: a renews, so b must not take over
-            assert a.is_leader and not b.is_leader
+            for _ in range(4):  # 4 x 9 s, far past the lease: a renews, so b must not take over
+                clock.now += 9.0
+                # a renews at the new time, and b sees that renewal, before the clock moves again
+                await wait_for(lambda: a._last_renew == clock.now and b._observed_at == clock.now)
+                assert a.is_leader and not b.is_leader
             ta.cancel()  # a stops renewing (a crash: no release)
             with contextlib.suppress(asyncio.CancelledError):
                 await ta
-            waited = await wait_for(lambda: b.is_leader)
-            assert waited >= FAST["lease_duration"] * 0.9
+            await a_few_retries()
+            clock.now += LEASE["lease_duration"] - 1  # the lease is still live as b observed it
+            await a_few_retries()
+            assert not b.is_leader
+            clock.now += 2  # now it is not
+            await wait_for(lambda: b.is_leader)
             lease = await b_backend.get_lease(b.namespace, b.name)
             assert lease is not None
             assert lease["spec"]["holderIdentity"] == "b"
             assert lease["spec"]["leaseTransitions"] == 1
-            assert lease["spec"]["leaseDurationSeconds"] == 1
+            assert lease["spec"]["leaseDurationSeconds"] == 15
 
 
 async def test_failover_in_memory() -> None:
@@ -87,12 +112,15 @@ async def test_leader_steps_down_when_its_lease_is_taken() -> None:
 
 async def test_leader_steps_down_when_renewals_fail(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
     changes: list[bool] = []
-    a = LeaderElector(live_backend, identity="a", on_change=changes.append, **FAST)
+    clock = Clock()
+    a = LeaderElector(live_backend, identity="a", on_change=changes.append, clock=clock, **LEASE)
     async with running(a):
-        await asyncio.wait_for(a.leading.wait(), 2)
+        await wait_for(lambda: a.is_leader)
         fake_api.fail_next("get", "leases", times=1000, code=503)
-        waited = await wait_for(lambda: not a.is_leader, 2)
-        assert waited < FAST["lease_duration"]  # before anyone else could take over
+        await a_few_retries()
+        assert a.is_leader  # failures within the renew deadline are ridden out
+        clock.now += LEASE["renew_deadline"] + 0.5  # past the renew deadline, before the lease ends
+        await wait_for(lambda: not a.is_leader)  # so it stops before anyone else could take over
     assert changes == [True, False]
 
 

@@ -8,10 +8,9 @@ import pytest
 
 from devshare.model import names
 from devshare.model.errors import InvalidRequest
-from devshare.model.pod import parse_pod
+from devshare.model.pod import parse_pod, validate_pod
 from devshare.model.quantity import GIB, MIB
 from devshare.model.request import DeviceRequest
-from devshare.model.validation import validate_pod
 
 
 def pod(*resources: dict[str, Any], limits: bool = False) -> dict[str, Any]:

@@ -9,9 +9,8 @@ import pytest
 
 from devshare.model import names
 from devshare.model.errors import InvalidRequest
-from devshare.model.pod import parse_pod, requests_devices
+from devshare.model.pod import parse_pod, requests_devices, validate_pod
 from devshare.model.request import GroupRef
-from devshare.model.validation import validate_pod
 
 GPU50 = {names.KOORD_GPU: "50"}
 

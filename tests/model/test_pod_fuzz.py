@@ -10,9 +10,8 @@ from hypothesis import strategies as st
 
 from devshare.model import names
 from devshare.model.errors import InvalidInput
-from devshare.model.pod import parse_pod, read_pod, requests_devices
+from devshare.model.pod import parse_pod, read_pod, requests_devices, validate_pod
 from devshare.model.request import WHOLE
-from devshare.model.validation import validate_pod
 
 RESOURCE_NAMES = [*names.DEVICE_RESOURCE_NAMES, "cpu", "memory", "example.com/foo"]
 ANNOTATION_KEYS = [

@@ -8,10 +8,9 @@ import pytest
 
 from devshare.model import names, validation
 from devshare.model.errors import InvalidRequest
-from devshare.model.pod import parse_pod
+from devshare.model.pod import parse_pod, validate_pod
 from devshare.model.quantity import MIB
 from devshare.model.request import DeviceRequest
-from devshare.model.validation import validate_pod
 
 CORE, MEM, MULTI = names.MGPU_CORE, names.MGPU_MEMORY, names.MGPU_MULTIPLE
 

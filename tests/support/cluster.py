@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from devshare.engine.scheduler import UNKNOWN_NODE, FilterOutcome, Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.device import DeviceInfo, NodeDevices
@@ -69,3 +70,29 @@ def bound(state: ClusterState, name: str, node: str, minor: int, *, core: int = 
     p = pod(name, DeviceRequest(type="gpu", core_milli=core, memory=memory))
     grant = DeviceGrant(type="gpu", minor=minor, core_milli=core, memory=memory)
     state.add_bound(p, PodAllocation(node=node, containers=(ContainerAllocation(name="c0", devices=(grant,)),)))
+
+
+def outcome(sched: Scheduler, p: PodRequest, nodes: Sequence[str] | None = None) -> FilterOutcome:
+    """The engine's verdicts over ``nodes`` (every node when None) by node name."""
+    state = sched.state
+    names = sorted(state.row_of, key=state.row_of.__getitem__) if nodes is None else list(nodes)
+    known = [n for n in names if n in state.row_of]
+    rows = state.node_rows(known)
+    v = sched.verdicts(p, rows)
+    out = FilterOutcome([known[i] for i in v.passed.tolist()],
+                        {known[i]: r for i, r in zip(v.failed.tolist(), v.failed_reasons, strict=True)},
+                        dict.fromkeys((n for n in names if n not in state.row_of), UNKNOWN_NODE))
+    out.unresolvable.update({known[i]: r for i, r in zip(v.unresolvable.tolist(), v.unresolvable_reasons,
+                                                          strict=True)})
+    return out
+
+
+def priorities(sched: Scheduler, p: PodRequest) -> dict[str, int]:
+    """The extender's 0..10 priorities of every node, by name."""
+    from devshare.server.extender.scores import normalize
+
+    state = sched.state
+    rows = state.node_rows()
+    ev = sched.evaluate(p, rows)
+    norm = normalize(ev.scores, ev.codes == 0)
+    return {state.name_of[int(r)]: int(s) for r, s in zip(rows.tolist(), norm.tolist(), strict=True)}

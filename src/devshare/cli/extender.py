@@ -78,10 +78,10 @@ def extender(
             raise fail(f"--metrics-port must be between 1 and 65535 and differ from --port, got {metrics_port}")
         if assume_ttl is not None and assume_ttl <= 0:
             raise fail(f"--assume-ttl must be > 0, got {assume_ttl}")
-        from devshare.engine.scheduler import POLICY_NAMES
+        from devshare.engine.policies import LIVE_NAMES
 
-        if policy is not None and policy not in POLICY_NAMES:
-            raise fail(f"unknown --policy {policy!r}: use one of {', '.join(POLICY_NAMES)}")
+        if policy is not None and policy not in LIVE_NAMES:
+            raise fail(f"unknown --policy {policy!r}: use one of {', '.join(LIVE_NAMES)}")
         if core_weight is not None and not 0.0 <= core_weight <= 1.0:
             raise fail(f"--core-weight must be between 0 and 1, got {core_weight}")
         from devshare.config import load_config, with_overrides

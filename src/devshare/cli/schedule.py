@@ -13,7 +13,9 @@ import typer
 from devshare.cli.common import ConfigOption, emit, fail, load_cluster, load_yaml_documents, user_errors
 from devshare.config import load_config, refuse_disabled, with_overrides
 from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
-from devshare.engine.scheduler import POLICY_NAMES, Scheduler
+from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.policies import LIVE_NAMES
+from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import encode_annotations
@@ -41,13 +43,15 @@ def pods_of(path: Path) -> list[dict[str, Any]]:
 
 
 class Placer:
-    """Places pods one by one on a state, the way the extender would, recording each result."""
+    """Places pods one by one on a state, the way the extender would (through the same
+    :class:`Lifecycle`, so the policy learns of each pod as it does there), recording each result."""
 
     def __init__(self, state: ClusterState, scheduler: Scheduler, disabled: frozenset[str] = frozenset()) -> None:
         self.state = state
         self.disabled = disabled  # device types the configuration switches off
         self.scheduler = scheduler
-        self.planner = GroupPlanner(scheduler)
+        self.lifecycle = Lifecycle(scheduler)
+        self.planner = GroupPlanner(scheduler, lifecycle=self.lifecycle)
         self.results: dict[str, dict[str, Any]] = {}
         self.order: list[str] = []
         self.clock = 0.0
@@ -84,14 +88,14 @@ class Placer:
             self._record(key, None, f"pod {key} already holds devices on {self.state.pods[key].allocation.node}")
             return
         if pod.group is not None:
+            self.lifecycle.arrived(pod)
             self._place_member(pod)
             return
-        placed = self.scheduler.place(pod)
+        # kube-scheduler asks the extender only about pods that ask for a device it manages
+        placed = self.lifecycle.schedule(pod, now=self.clock, arrives=pod.has_devices())
         if placed is None:
             self._record(key, None, self.scheduler.why_unschedulable(pod))
             return
-        self.state.reserve(pod, placed.allocation, now=self.clock, ttl=None)
-        self.state.bind(key)
         self._record(key, placed.node, annotations=self._annotate(pod, placed.allocation))
 
     def _place_member(self, pod: PodRequest) -> None:
@@ -160,8 +164,8 @@ def schedule(
             raise fail(f"unknown output format {output!r}: use json, yaml or table")
         from devshare.kube.snapshot import load_state
 
-        if policy is not None and policy not in POLICY_NAMES:
-            raise fail(f"unknown policy {policy!r}: use one of {', '.join(POLICY_NAMES)}")
+        if policy is not None and policy not in LIVE_NAMES:
+            raise fail(f"unknown policy {policy!r}: use one of {', '.join(LIVE_NAMES)}")
         cfg = with_overrides(load_config(config), policy=policy)
         pod_objs = pods_of(pods)
         state = asyncio.run(load_state(load_cluster(cluster), state=cfg.state()))

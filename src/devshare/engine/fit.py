@@ -115,7 +115,11 @@ _RANGE = np.arange(1024, dtype=np.int64)
 
 
 def card_fits(g: Gather, req: DeviceRequest, max_containers: int) -> Mask:
-    """``[len(rows), width]``: can each device of each row take one share of ``req``?"""
+    """``[len(rows), width]``: can each device of each row take one share of ``req``?
+
+    The hot-path form of :func:`devshare.engine.admit.card_reasons` ``== FITS`` (rules it implies
+    are left out: a card too small in all has too little free); tests/engine/test_admit.py holds the
+    two equal."""
     slots = g.used_slots
     if req.whole:
         # a whole device is exclusive: nothing else may be on it (every grant takes a slot)
@@ -124,10 +128,8 @@ def card_fits(g: Gather, req: DeviceRequest, max_containers: int) -> Mask:
             whole &= g.free_mem >= req.memory
         return whole
     ok = g.usable & (g.free_core >= req.core_milli) & (slots < max_containers)
-    if req.memory_ratio_milli:
-        ok &= g.free_mem >= memory_need(req, g.total_mem)
-    elif req.memory:
-        ok &= g.free_mem >= req.memory
+    # memory is checked even when none is asked: a card over-used by its annotations takes nothing more
+    ok &= g.free_mem >= (memory_need(req, g.total_mem) if req.memory_ratio_milli else req.memory)
     return ok
 
 
@@ -151,6 +153,16 @@ def pick_columns(fits: Mask, scores: npt.NDArray[np.float64], k: int) -> Ints:
     return np.asarray(order[:, :k], dtype=np.int64)
 
 
+def left_fits(usable: Mask, free_core: Ints, free_mem: Ints, slots: Ints, req: DeviceRequest, need_mem: Any,
+              max_containers: int) -> Mask:
+    """Which cards take one share of ``req`` given what is left on them (``greedy``'s running
+    arrays): the hot-path form of :func:`devshare.engine.admit.card_reasons` ``== FITS`` (rules it
+    implies left out), held equal to it by tests/engine/test_admit.py."""
+    fits: Mask = usable & (free_core >= req.core_milli) & (free_mem >= need_mem)
+    fits &= (slots == 0) if req.whole else (slots < max_containers)
+    return fits
+
+
 def greedy(
     g: Gather, needs: Sequence[tuple[int, DeviceRequest]], max_containers: int, core_weight: float, binpack: bool
 ) -> tuple[Mask, npt.NDArray[np.float64]]:
@@ -170,8 +182,7 @@ def greedy(
     ar = np.arange(m)[:, None]
     for _, req in order:
         need_mem = memory_need(req, g.total_mem)
-        fits = usable & (free_core >= req.core_milli) & (free_mem >= need_mem)
-        fits &= (slots == 0) if req.whole else (slots < max_containers)
+        fits = left_fits(usable, free_core, free_mem, slots, req, need_mem, max_containers)
         util = core_weight * (1.0 - (free_core - req.core_milli) / tc)
         util += (1.0 - core_weight) * (1.0 - (free_mem - need_mem) / tm)
         score = util if binpack else -util

@@ -7,7 +7,7 @@ Lifecycle of a group ``<ns>/<name>`` (pods with the same ``GroupRef``; members m
   makes the plan: :func:`devshare.engine.groups.plan_layout` over the nodes it may use. Each planned
   member's devices are reserved in the state at once under a placeholder key
   ``<ns>/<name>#plan#<i>`` (an assumed allocation expiring with the plan), so no other pod can take
-  them. The member is given a slot; the planned node scores 10, every other node 0, and filter
+  them. The member is given a slot; the extender scores the planned node highest and every other node 0; filter
   passes the planned node alone.
 - A member's bind (:meth:`GroupPlanner.claim`) turns its slot's placeholder into the member's own
   reservation. A group binds as soon as ``quorum`` members hold one: 1 for a plain group, the gang's
@@ -37,6 +37,7 @@ from typing import Literal
 import msgspec
 
 from devshare.engine.groups import Layout, gpu_minors, plan_layout
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import FilterOutcome, Scheduler
 from devshare.engine.state import Conflict, PodRecord
 from devshare.model import names
@@ -45,7 +46,6 @@ from devshare.model.request import PodRequest
 
 DEFAULT_PLAN_TTL = 120.0  # seconds a plan holds devices for members that have not come
 PLAN = "#plan#"
-PLANNED_SCORE = 10
 
 SlotPhase = Literal["planned", "claimed", "bound", "lost"]
 
@@ -178,9 +178,11 @@ def _differs(pod: PodRequest, other: PodRequest) -> str | None:
 class GroupPlanner:
     """Group plans over a :class:`Scheduler`'s state (see the module docstring)."""
 
-    def __init__(self, scheduler: Scheduler, *, ttl: float = DEFAULT_PLAN_TTL) -> None:
+    def __init__(self, scheduler: Scheduler, *, ttl: float = DEFAULT_PLAN_TTL,
+                 lifecycle: Lifecycle | None = None) -> None:
         self.scheduler = scheduler
         self.state = scheduler.state
+        self.lifecycle = lifecycle or Lifecycle(scheduler)
         self.ttl = ttl
         self.plans: dict[str, GroupPlan] = {}
 
@@ -189,7 +191,7 @@ class GroupPlanner:
         """Records of the group's pods in the state (placeholders excluded)."""
         return {k: r for k, r in self.state.pods.items()
                 if r.pod.group is not None and r.pod.group.name == name and r.pod.namespace == namespace
-                and PLAN not in k}
+                and r.hold is None}
 
     def bound_members(self, namespace: str, name: str) -> list[str]:
         return sorted(k for k, r in self.members_in_state(namespace, name).items() if r.phase == "bound")
@@ -219,7 +221,9 @@ class GroupPlanner:
         """Reserve ``s.allocation`` for ``pod`` until the plan expires; the reason when it fails."""
         assert s.allocation is not None
         try:
-            self.state.reserve(pod, s.allocation, now=now, ttl=max(plan.expires_at - now, 0.0))
+            placeholder = pod.key == plan.placeholder(s.index)
+            self.lifecycle.assume(pod, s.allocation, now=now, expires_at=max(plan.expires_at, now),
+                                  hold=plan.key if placeholder else None)
         except Conflict as e:
             return str(e)
         return None
@@ -229,7 +233,7 @@ class GroupPlanner:
         if s.phase in ("planned", "claimed"):
             key = plan.holder(s)
             if key is not None:
-                self.state.release(key)
+                self.lifecycle.release(key)
             s.phase = "lost"
             s.node = None
             s.allocation = None
@@ -247,10 +251,9 @@ class GroupPlanner:
     def _set_expiry(self, plan: GroupPlan, expires_at: float) -> None:
         plan.expires_at = expires_at
         for s in plan.slots:
-            if s.phase in ("planned", "claimed"):
-                rec = self.state.pods.get(plan.holder(s) or "")
-                if rec is not None and rec.phase == "assumed":
-                    rec.expires_at = expires_at
+            key = plan.holder(s) if s.phase in ("planned", "claimed") else None
+            if key is not None:
+                self.lifecycle.extend(key, expires_at)
 
     # ------------------------------------------------------------------ planning
     def _lay_out(self, plan: GroupPlan, count: int, nodes: Sequence[str] | None, now: float) -> Layout | str:
@@ -398,12 +401,10 @@ class GroupPlanner:
                 out.failed[n] = f"group {pod.group.name if pod.group else ''}: member planned on node {r.node}"
         return out
 
-    def prioritize(self, pod: PodRequest, nodes: Sequence[str] | None, *, now: float) -> dict[str, int]:
-        """10 for the member's planned node, 0 for the others."""
-        names_ = list(nodes) if nodes is not None else sorted(self.state.row_of)
+    def planned_node(self, pod: PodRequest, nodes: Sequence[str] | None, *, now: float) -> str | None:
+        """The member's planned node (None when it has no place): the extender scores it highest."""
         r = self.assign(pod, nodes, now=now)
-        planned = r.node if isinstance(r, MemberPlacement) else None
-        return {n: PLANNED_SCORE if n == planned else 0 for n in names_}
+        return r.node if isinstance(r, MemberPlacement) else None
 
     def claim(self, pod: PodRequest, node: str | None = None, *, now: float) -> Decision:
         """The member asks to bind (on ``node``, when given). See the module docstring."""
@@ -421,7 +422,7 @@ class GroupPlanner:
         if node is not None and s.node != node:
             return Wait(f"group {plan.key}: member {key} is planned on node {s.node}, not {node}", s.node)
         if s.phase == "planned":
-            self.state.release(plan.placeholder(s.index))
+            self.lifecycle.release(plan.placeholder(s.index))
             self._set_expiry(plan, max(plan.expires_at, now + self.ttl))
             why = self._hold(plan, s, pod, now)
             if why is not None:
@@ -437,7 +438,7 @@ class GroupPlanner:
         out: list[MemberPlacement] = []
         for t in sorted(claimed, key=lambda t: (t.member != key, t.index)):
             assert t.member is not None and t.node is not None and t.allocation is not None
-            self.state.bind(t.member)
+            self.lifecycle.confirm(self.state.pods[t.member].pod, t.allocation)
             t.phase = "bound"
             out.append(self.placement(plan.namespace, plan.name, t.member, t.node, t.allocation))
         return Bind(tuple(out))
@@ -459,7 +460,8 @@ class GroupPlanner:
                 continue
             if plan.quorum > 1:
                 return False
-            rec = self.state.release(key)
+            rec = self.state.pods.get(key)
+            self.lifecycle.release(key)
             if rec is None or s.allocation is None:
                 s.phase = "lost"
                 return True
@@ -469,13 +471,13 @@ class GroupPlanner:
             return True
         rec = self.state.pods.get(key)
         if rec is not None and rec.pod.group is not None and quorum_of(rec.pod) == 1:
-            self.state.release(key)
+            self.lifecycle.release(key)
             return True
         return False
 
     def forget(self, key: str) -> None:
         """The member pod is gone: release what it holds; its slot waits for a replacement."""
-        self.state.release(key)
+        self.lifecycle.release(key)
         for plan in self.plans.values():
             s = plan.slot_of(key)
             if s is not None:

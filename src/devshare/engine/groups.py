@@ -7,7 +7,8 @@
    per node (usable, nothing on them) divided by the GPUs one member takes, capped by node CPU and
    memory where tracked; nodes a single member cannot use at all (cordoned, wrong GPU model or
    policy) are dropped by one batched :meth:`Scheduler.evaluate`. Other requests (fractions of
-   GPUs, other device types) are probed node by node with the scheduler's own per-node fit.
+   GPUs, other device types) are probed node by node with the scheduler's own per-node fit, on a
+   scratch copy of those nodes (:func:`what_if`), never in the live state.
 2. Nodes: the fewest nodes whose capacities add up to the group (one node if one can hold it
    all, then two, ...); among those, the set that leaves the fewest free GPUs behind on the chosen
    nodes (a small knapsack over the few distinct capacities), then the lowest node rank.
@@ -113,9 +114,17 @@ def _probe_pod(template: PodRequest, i: int) -> PodRequest:
     return msgspec.structs.replace(template, name=f"{template.name}{PROBE}{i}", uid="")
 
 
+def what_if(scheduler: Scheduler, nodes: list[str]) -> Scheduler:
+    """A scheduler over a scratch copy of ``nodes`` (:meth:`ClusterState.scratch`), with the same
+    policy and settings: members are tried there, never reserved in the live state. A node's answer
+    depends only on that node, so what is chosen there is what the live state would choose."""
+    return Scheduler(scheduler.state.scratch(nodes), policy=scheduler.policy, settings=scheduler.settings)
+
+
 def sequential_fit(scheduler: Scheduler, template: PodRequest, node: str, n: int) -> list[PodAllocation]:
     """Up to ``n`` members placed one after another on ``node`` with the scheduler's own per-node
-    fit (each sees the ones before it); the state is left as it was."""
+    fit (each sees the ones before it). ``scheduler`` is a :func:`what_if` one: the probes it
+    reserves are released again, so it can be asked about the next node."""
     state = scheduler.state
     placed: list[PodAllocation] = []
     keys: list[str] = []
@@ -156,8 +165,11 @@ def capacities(scheduler: Scheduler, template: PodRequest, rows: Ints, limit: in
         ev = quick.evaluate(template, rows[live])
         cap[live[ev.codes != SUCCESS]] = 0
     if g is None:
-        for i in np.flatnonzero(cap > 0).tolist():
-            cap[i] = len(sequential_fit(scheduler, template, state.name_of[int(rows[i])], limit))
+        probe_on = np.flatnonzero(cap > 0).tolist()
+        if probe_on:
+            scratch = what_if(scheduler, [state.name_of[int(rows[i])] for i in probe_on])
+            for i in probe_on:
+                cap[i] = len(sequential_fit(scratch, template, state.name_of[int(rows[i])], limit))
     return cap
 
 
@@ -282,6 +294,7 @@ def plan_layout(scheduler: Scheduler, template: PodRequest, count: int, rows: In
     picks = choose_nodes(cap, cost, state.rank[rows], count)
     allocs: list[PodAllocation] = []
     leftover = 0.0
+    scratch = what_if(scheduler, [state.name_of[int(rows[i])] for i, _ in picks]) if g is None and picks else None
     for i, n in picks:
         row = int(rows[i])
         if g is not None:
@@ -289,7 +302,8 @@ def plan_layout(scheduler: Scheduler, template: PodRequest, count: int, rows: In
                 allocs.append(whole_allocation(state, row, template, cols))
             leftover += float(cost[i]) - n * g
         else:
-            got = sequential_fit(scheduler, template, state.name_of[row], n)
+            assert scratch is not None
+            got = sequential_fit(scratch, template, state.name_of[row], n)
             allocs.extend(got)
             used = sum(gr.core_milli for a in got for _, gr in a.grants() if gr.type == names.GPU)
             leftover += float(cost[i]) - used / 1000.0

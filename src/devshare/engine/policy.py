@@ -11,6 +11,7 @@ it is scored, and :meth:`Policy.placed` after it is placed. It never sees pods t
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -69,6 +70,10 @@ class Policy(Protocol):
       the policy's model (not on which other nodes are candidates). The engine then reuses a node's
       answer for the next pod of the same shape until that node changes (one node changes per bind).
     - ``model_version: int`` — bumped whenever what the policy learned changes its answers.
+    - ``cache_key(pod, request) -> Hashable | None`` — what of the pod and of its own model a
+      row-local policy's answer on one node reads; pods with equal keys share answers. Without it a
+      row-local policy's answers are keyed by the whole pod shape and ``model_version`` (safe, fewer
+      hits); see :mod:`devshare.engine.caches`.
     """
 
     name: str
@@ -134,6 +139,10 @@ class BinpackPolicy(StatelessPolicy):
         node = util if self.node_binpack else 1.0 - util
         scores = self.card_weight * card + (1.0 - self.card_weight) * node
         return Choice(np.asarray(scores, np.float64), cols)
+
+    def cache_key(self, pod: PodRequest, request: DeviceRequest) -> Hashable:
+        """:meth:`choose` reads the per-device ask and the node's arrays, nothing else of the pod."""
+        return request
 
 
 _BINPACK: dict[tuple[bool, bool, float], BinpackPolicy] = {}

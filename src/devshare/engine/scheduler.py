@@ -9,10 +9,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.caches import pod_shape
 from devshare.engine.handlers import handler_for
 from devshare.engine.handlers.base import ERROR, SUCCESS, UNRESOLVABLE, UNSCHEDULABLE, Context, Evaluation, Settings
 from devshare.engine.policy import BinpackPolicy, Policy
@@ -22,15 +22,14 @@ from devshare.model.request import PodRequest
 
 log = logging.getLogger(__name__)
 Ints = npt.NDArray[np.int64]
-MAX_SCORE = 10  # kube-scheduler's extender priority range is 0..10
 ERROR, SUCCESS, UNRESOLVABLE = int(ERROR), int(SUCCESS), int(UNRESOLVABLE)
-REASON_SHAPES = 64  # pod shapes whose per-node reasons are kept
 UNKNOWN_NODE = "node is not known to devshare (no such Node, or no Device object yet)"
 
 
 @dataclass
 class FilterOutcome:
-    """Per node: passed, failed (preemption might help) or unresolvable, with reasons."""
+    """Per node: passed, failed (preemption might help) or unresolvable, with reasons (the group
+    planner's answer; a single pod's is :class:`Verdicts`, over node indexes)."""
 
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
@@ -84,15 +83,11 @@ class PodEvaluation:
         version): thousands of failing nodes cost one array lookup, not a text each."""
         if idx.size == 0:
             return []
-        shape = msgspec.structs.replace(self.pod, namespace="", name="", uid="", priority=0)
-        key = (shape, settings, state.layout_version)
         n = max(state.n_rows, 1)
-        entry = state.reason_cache.get(key)
-        if entry is None or entry[0].shape[0] < n:
-            if len(state.reason_cache) >= REASON_SHAPES:
-                state.reason_cache.clear()
-            entry = state.reason_cache[key] = (np.empty(n, dtype=object), np.full(n, -1, np.int64))
-        texts, versions = entry
+        texts, versions = state.caches.per_node(
+            "reasons", (pod_shape(self.pod), settings),
+            lambda size: (np.empty(size, dtype=object), np.full(size, -1, np.int64)),
+            fits=lambda e: e[0].shape[0] >= n)
         rows = self.rows[idx]
         now = state.row_version[rows]
         for k in np.flatnonzero(versions[rows] != now).tolist():
@@ -195,30 +190,6 @@ class Scheduler:
         return Verdicts(ev, np.flatnonzero(codes == SUCCESS), soft, ev.reasons(self.state, self.settings, soft),
                         hard, ev.reasons(self.state, self.settings, hard))
 
-    def filter(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> FilterOutcome:
-        rows, unknown = self._rows(nodes)
-        v = self.verdicts(pod, rows)
-        name_of = self.state.name_of
-
-        def names(idx: Ints) -> list[str]:
-            return [name_of[r] for r in rows[idx].tolist()]
-
-        unresolvable = dict.fromkeys(unknown, UNKNOWN_NODE)
-        unresolvable.update(zip(names(v.unresolvable), v.unresolvable_reasons, strict=True))
-        return FilterOutcome(names(v.passed), dict(zip(names(v.failed), v.failed_reasons, strict=True)),
-                             unresolvable)
-
-    def prioritize(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> dict[str, int]:
-        """Scores 0..10 (min-max over the nodes that fit; all equal -> all 10; unfit -> 0)."""
-        rows, unknown = self._rows(nodes)
-        ev = self.evaluate(pod, rows)
-        out = {n: 0 for n in unknown}
-        ok = ev.codes == SUCCESS
-        norm = normalize(ev.scores, ok)
-        for i, row in enumerate(rows.tolist()):
-            out[self.state.name_of[row]] = int(norm[i])
-        return out
-
     def place(self, pod: PodRequest, nodes: Sequence[str] | None = None) -> Placement | None:
         """The best node and allocation for ``pod`` (ties: lowest ``state.rank``), or None."""
         rows, _ = self._rows(nodes)
@@ -235,15 +206,19 @@ class Scheduler:
 
     def why_unschedulable(self, pod: PodRequest, nodes: Sequence[str] | None = None, limit: int = 3) -> str:
         """A short summary of why no node fits (the most common reasons first)."""
-        out = self.filter(pod, nodes)
-        reasons = list(out.unresolvable.values()) + list(out.failed.values())
+        rows, unknown = self._rows(nodes)
+        v = self.verdicts(pod, rows)
+        reasons = [UNKNOWN_NODE] * len(unknown) + v.unresolvable_reasons + v.failed_reasons
         if not reasons:
-            return "no nodes" if not out.passed else ""
+            return "no nodes" if not v.passed.size else ""
+        name_of = self.state.name_of
         by_reason: dict[str, list[str]] = {}
-        for node, r in [*out.unresolvable.items(), *out.failed.items()]:
+        for node, r in [*zip(unknown, [UNKNOWN_NODE] * len(unknown), strict=True),
+                        *zip((name_of[int(x)] for x in rows[v.unresolvable]), v.unresolvable_reasons, strict=True),
+                        *zip((name_of[int(x)] for x in rows[v.failed]), v.failed_reasons, strict=True)]:
             by_reason.setdefault(r, []).append(node)
         top = sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:limit]
-        return f"0/{len(reasons) + len(out.passed)} nodes fit: " + "; ".join(
+        return f"0/{len(reasons) + len(v.passed)} nodes fit: " + "; ".join(
             f"{_nodes(names)}: {r}" for r, names in top)
 
     def allocate_on(self, pod: PodRequest, node: str, *,
@@ -273,39 +248,6 @@ def _nodes(names: list[str], shown: int = 3) -> str:
         return names[0]
     listed = ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
     return f"{len(names)} nodes ({listed})"
-
-
-POLICY_NAMES = ("devshare", "binpack", "spread")
-
-
-def scheduler_policy(name: str = "devshare", settings: Settings | None = None) -> Policy:
-    """The node policy a live scheduler (extender, ``devshare schedule``) uses, by name:
-    ``devshare`` (default: fragmentation-aware, learns the task mix online), or seed 000's card and
-    node ``binpack`` / ``spread``."""
-    s = settings or Settings()
-    if name == "binpack":
-        return BinpackPolicy(card_binpack=True, node_binpack=True, core_weight=s.core_weight)
-    if name == "spread":
-        return BinpackPolicy(card_binpack=False, node_binpack=False, core_weight=s.core_weight)
-    if name == "devshare":
-        from devshare.engine.policies.devshare import DevsharePolicy
-
-        return DevsharePolicy()
-    raise ValueError(f"unknown policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
-
-
-def normalize(scores: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
-    """Raw scores -> 0..10 over the fitting nodes (min-max; equal scores all get 10)."""
-    out = np.zeros(scores.shape, np.int64)
-    if not ok.any():
-        return out
-    s = scores[ok]
-    lo, hi = float(s.min()), float(s.max())
-    if hi - lo < 1e-12:
-        out[ok] = MAX_SCORE
-    else:
-        out[ok] = np.rint((s - lo) / (hi - lo) * MAX_SCORE).astype(np.int64)
-    return out
 
 
 def _error(rows: Ints, reason: str) -> Evaluation:

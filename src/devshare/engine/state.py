@@ -3,7 +3,8 @@
 Usage is kept in the cluster-wide arrays of :mod:`devshare.engine.table`. A pod's allocation is
 either *assumed* (reserved by the scheduler, waiting for its bind, expiring if the bind never
 completes) or *bound*. After a restart the state is rebuilt from bound pods' annotations alone
-(:meth:`ClusterState.add_bound`).
+(:meth:`ClusterState.add_bound`). When an assumed allocation is confirmed, forgotten or expired is
+decided by :class:`devshare.engine.lifecycle.Lifecycle`; this module only counts.
 
 Every change that could oversubscribe a device goes through :meth:`ClusterState.reserve`, which
 checks the allocation against the arrays first and refuses it whole (nothing half-applied).
@@ -16,14 +17,14 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 
+from devshare.engine.admit import Ask, Card, Reason, card_reason, describe, is_whole
+from devshare.engine.caches import EngineCaches
 from devshare.engine.table import DeviceTable
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
 from devshare.model.device import NodeDevices
 from devshare.model.node import NodeInfo
-from devshare.model.quantity import human_bytes
 from devshare.model.request import PodRequest
 
 DEFAULT_MAX_CONTAINERS = 16  # seed 000: MGPUMaxContainersPerCard
@@ -42,6 +43,7 @@ class PodRecord(msgspec.Struct, kw_only=True):
     allocation: PodAllocation
     phase: Phase
     expires_at: float | None = None
+    hold: str | None = None  # a group plan's hold (the group key): devices kept for a member to come, no pod
 
 
 class ClusterState:
@@ -66,25 +68,14 @@ class ClusterState:
         self.bandwidth: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
         self.version = 0  # bumped on every change; caches key on it
         self.layout_version = 0  # bumped when nodes or devices change (not on usage changes)
-        self.score_cache: dict[Any, Any] = {}  # policies' per-node answers, see handlers/share.py
-        # per pod shape: each node's "why not" text and the row version it was written at
-        self.reason_cache: dict[Any, tuple[npt.NDArray[np.object_], npt.NDArray[np.int64]]] = {}
+        self.caches = EngineCaches(self)  # every cache of the engine, one invalidation rule
         self._all_rows: np.ndarray[Any, np.dtype[np.int64]] | None = None
         self._all_rows_key = -1
-        self._layout_values: dict[Any, Any] = {}
-        self._layout_values_at = -1
 
     def per_layout(self, key: Any, make: Callable[[], T]) -> T:
         """A value derived from the nodes and devices only (not from usage: totals, health, labels,
-        bandwidth), made once and kept until a node or a device changes (``layout_version``)."""
-        if self._layout_values_at != self.layout_version:
-            self._layout_values.clear()
-            self._layout_values_at = self.layout_version
-        try:
-            return self._layout_values[key]  # type: ignore[no-any-return]
-        except KeyError:
-            value = self._layout_values[key] = make()
-            return value
+        bandwidth), made once and kept until a node or a device changes (:mod:`devshare.engine.caches`)."""
+        return self.caches.per_layout(key, make)
 
     def gpu_model(self, row: int) -> str:
         """The node's GPU model: its label if set, else its first GPU's model ("" when unknown)."""
@@ -228,22 +219,22 @@ class ClusterState:
             return f"node {alloc.node}: not enough CPU"
         if self.mem_total[row] and self.mem_used[row] + pod.memory_bytes > self.mem_total[row]:
             return f"node {alloc.node}: not enough memory"
+        # per card: what the allocation adds (compute, memory, containers, whole), judged by the
+        # filter's own predicate (devshare.engine.admit)
         extra: dict[tuple[str, int], list[int]] = {}
         for _, g in alloc.grants():
-            acc = extra.setdefault((g.type, g.minor), [0, 0, 0])
+            acc = extra.setdefault((g.type, g.minor), [0, 0, 0, 0])
             acc[0] += g.core_milli
             acc[1] += g.memory
             acc[2] += 1
+            acc[3] |= is_whole(g.core_milli, g.memory_ratio_milli, g.memory)
         back = self.pods.get(ignore) if ignore else None
-        for (dtype, minor), (core, mem, slots) in extra.items():
+        for (dtype, minor), (core, mem, slots, whole) in extra.items():
             t = self.tables.get(dtype)
             col = t.column_of(row, minor) if t is not None else -1
             if t is None or col < 0:
-                return f"{dtype} {minor} does not exist on node {alloc.node}"
-            if not t.healthy[row, col]:
-                return f"{dtype} {minor} on node {alloc.node} is unhealthy"
-            if t.blocked[row, col]:
-                return f"{dtype} {minor} on node {alloc.node} is held by another device plugin"
+                return describe(Reason.ABSENT, f"{dtype} {minor}", total_core=0, total_mem=0, free_core=0,
+                                free_mem=0, slots=0, core=core, memory=mem, max_containers=self.max_containers)
             used_core = int(t.used_core[row, col])
             used_mem = int(t.used_mem[row, col])
             used_slots = int(t.used_slots[row, col])
@@ -253,20 +244,22 @@ class ClusterState:
                         used_core -= bg.core_milli
                         used_mem -= bg.memory
                         used_slots -= 1
-            if used_core + core > t.total_core[row, col]:
-                free = int(t.total_core[row, col]) - used_core
-                return f"{dtype} {minor}: {free / 10:g}% compute free, {core / 10:g}% asked"
-            if used_mem + mem > t.total_mem[row, col]:
-                free = int(t.total_mem[row, col]) - used_mem
-                return f"{dtype} {minor}: {human_bytes(free)} free, {human_bytes(mem)} asked"
-            if used_slots + slots > self.max_containers:
-                return f"{dtype} {minor}: already {used_slots} containers, at most {self.max_containers}"
+            total_core, total_mem = int(t.total_core[row, col]), int(t.total_mem[row, col])
+            card = Card(True, bool(t.healthy[row, col]), bool(t.blocked[row, col]), total_core, total_mem,
+                        total_core - used_core, total_mem - used_mem, used_slots)
+            code = card_reason(card, Ask(core, mem, bool(whole), slots, self.max_containers))
+            if code:
+                return describe(code, f"{dtype} {minor}", total_core=total_core, total_mem=total_mem,
+                                free_core=card.free_core, free_mem=card.free_mem, slots=used_slots, core=core,
+                                memory=mem, max_containers=self.max_containers)
         return None
 
-    # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ accounting
+    # (the assume/bind lifecycle over these is :class:`devshare.engine.lifecycle.Lifecycle`)
     def reserve(self, pod: PodRequest, alloc: PodAllocation, *, now: float,
-                ttl: float | None = DEFAULT_ASSUME_TTL) -> None:
-        """Assume ``alloc`` for ``pod`` until it is bound or ``now + ttl`` passes. All or nothing."""
+                ttl: float | None = DEFAULT_ASSUME_TTL, hold: str | None = None) -> None:
+        """Assume ``alloc`` for ``pod`` until it is bound or ``now + ttl`` passes. All or nothing.
+        ``hold``: the record is a group plan's hold (``pod`` is the plan's placeholder), not a pod."""
         key = pod.key
         if key in self.pods:
             raise Conflict(f"pod {key} already holds an allocation on {self.pods[key].allocation.node}")
@@ -274,18 +267,10 @@ class ClusterState:
         if reason is not None:
             raise Conflict(reason)
         rec = PodRecord(pod=pod, allocation=alloc, phase="assumed",
-                        expires_at=None if ttl is None else now + ttl)
+                        expires_at=None if ttl is None else now + ttl, hold=hold)
         self.pods[key] = rec
         self._apply(rec, +1)
         self.version += 1
-
-    def unreserve(self, key: str) -> bool:
-        """Undo an assumed allocation (bind failed). Bound pods are left alone."""
-        rec = self.pods.get(key)
-        if rec is None or rec.phase != "assumed":
-            return False
-        self.release(key)
-        return True
 
     def bind(self, key: str) -> None:
         rec = self.pods.get(key)
@@ -303,14 +288,6 @@ class ClusterState:
             self.version += 1
         return rec
 
-    def expire(self, now: float) -> list[str]:
-        """Drop assumed allocations whose bind never completed. Returns their pod keys."""
-        gone = [k for k, r in self.pods.items()
-                if r.phase == "assumed" and r.expires_at is not None and r.expires_at <= now]
-        for k in gone:
-            self.release(k)
-        return gone
-
     def add_bound(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
         """Record a bound pod's allocation (from its annotation). Returns a conflict message if the
         devices were already over-used, but records it anyway: the annotation is the truth."""
@@ -327,6 +304,46 @@ class ClusterState:
         self._apply(rec, +1)
         self.version += 1
         return reason
+
+    # ------------------------------------------------------------------ what-if
+    def scratch(self, nodes: Iterable[str]) -> ClusterState:
+        """A separate state holding copies of ``nodes``, their devices and the allocations placed on
+        them (all counted, as bound): what-if questions (which victims make room) are asked there,
+        never by releasing and restoring live records."""
+        out = ClusterState(max_containers_per_device=self.max_containers)
+        keep = [n for n in nodes if n in self.nodes]
+        for name in keep:
+            out.upsert_node(self.nodes[name])
+            if name in self.devices:
+                out.set_devices(self.devices[name])
+        wanted = set(keep)
+        for rec in self.pods.values():
+            if rec.allocation.node in wanted:
+                out.add_bound(rec.pod, rec.allocation)
+        return out
+
+    # ------------------------------------------------------------------ node indexes
+    # The engine answers per node *index* (evaluations, scores, verdicts); code outside the engine
+    # maps names to indexes and back through these, never through the dicts behind them. An index
+    # keeps its meaning while ``layout`` is unchanged (a removed node's index may be reused).
+    @property
+    def layout(self) -> int:
+        """Changes whenever nodes or devices change (not on usage): index-keyed caches key on it."""
+        return self.layout_version
+
+    def indexes_of(self, names: list[str]) -> tuple[np.ndarray[Any, np.dtype[np.int64]], list[str], list[str]]:
+        """The indexes of the known ``names`` (in order), those names, and the unknown ones."""
+        row_of = self.row_of
+        try:
+            return np.fromiter(map(row_of.__getitem__, names), np.int64, len(names)), names, []
+        except KeyError:
+            known = [n for n in names if n in row_of]
+            unknown = [n for n in names if n not in row_of]
+            return np.fromiter(map(row_of.__getitem__, known), np.int64, len(known)), known, unknown
+
+    def name_at(self, index: int) -> str | None:
+        """The node at ``index`` (None: no node there now)."""
+        return self.name_of.get(index)
 
     # ------------------------------------------------------------------ views
     def node_rows(self, names_: Iterable[str] | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:

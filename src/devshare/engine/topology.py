@@ -47,6 +47,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.caches import LRU
 from devshare.model.errors import InvalidInput
 
 F64 = npt.NDArray[np.float64]
@@ -55,6 +56,8 @@ IDX = npt.NDArray[np.intp]
 ENUMERATE_LIMIT = 25_000
 SEARCH_NODE_LIMIT = 5_000
 Method = Literal["auto", "enumerate", "search"]
+
+_MISSING = object()
 
 
 class TopologyResult(NamedTuple):
@@ -415,23 +418,20 @@ class TopologySolver:
     def __init__(self, matrix: npt.ArrayLike) -> None:
         self.matrix = _as_matrix(matrix)
         self.n = int(self.matrix.shape[0])
-        self._memo: dict[tuple[int, int], TopologyResult | None] = {}
+        self._memo: LRU[tuple[int, int], TopologyResult | None] = LRU(self.MAX_ENTRIES)
 
     def best(self, mask: int, k: int) -> TopologyResult | None:
         """Bit i of ``mask`` set = GPU i available."""
         key = (mask, k)
-        try:
-            return self._memo[key]
-        except KeyError:
-            pass
+        hit = self._memo.get(key, _MISSING)
+        if hit is not _MISSING:
+            return hit  # type: ignore[no-any-return]
         if mask < 0 or mask >> self.n:
             raise InvalidInput(f"availability mask {mask:#x} names GPUs beyond the {self.n} of this node",
                                field="available")
         avail = np.array([i for i in range(self.n) if mask >> i & 1], dtype=np.intp)
         result = _solve(self.matrix, avail, k, None, "auto")
-        if len(self._memo) >= self.MAX_ENTRIES:
-            self._memo.clear()
-        self._memo[key] = result
+        self._memo.put(key, result)
         return result
 
     def cache_size(self) -> int:

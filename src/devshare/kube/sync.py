@@ -196,7 +196,7 @@ class StateSync:
         present = {object_key(o) for o in items}
         if not initial:
             if kind == "nodes":
-                for name in [n for n in self.state.row_of if n not in present]:
+                for name in [n for n in self.state.nodes if n not in present]:
                     self.state.remove_node(name)
             elif kind == "devices":
                 for name in [n for n in self.state.devices if n not in present]:

@@ -219,33 +219,28 @@ def _group(labels: dict[str, str], annotations: dict[str, str], problems: Proble
     return None
 
 
-def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
-    """Read ``pod``; never raises. The request is None only when the pod is not a mapping."""
-    problems = Problems()
-    if not isinstance(pod, dict):
-        problems.add("Pod", "a Pod must be a mapping with metadata and spec")
-        return None, problems
-    meta = pod.get("metadata")
-    if not isinstance(meta, dict):
-        if meta is not None:
-            problems.add("metadata", "must be a mapping")
-        meta = {}
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        if spec is not None:
-            problems.add("spec", "must be a mapping")
-        spec = {}
-    labels = _str_map(meta.get("labels"), "metadata.labels", problems)
-    annotations = _str_map(meta.get("annotations"), "metadata.annotations", problems)
+Row = tuple[str, dict[str, Any], list[str]]  # a container's name, resources and dialects
+
+
+def _section(pod: dict[str, Any], key: str, problems: Problems) -> dict[str, Any]:
+    """``pod[key]`` when it is a mapping (else a problem, unless absent, and an empty one)."""
+    value = pod.get(key)
+    if isinstance(value, dict):
+        return value
+    if value is not None:
+        problems.add(key, "must be a mapping")
+    return {}
+
+
+def _container_rows(spec: dict[str, Any], problems: Problems) -> list[Row]:
+    """Each app container's name, resources and the dialect(s) it asks in."""
     raw_containers = spec.get("containers")
     if raw_containers is None:
         raw_containers = []
     if not isinstance(raw_containers, list):
         problems.add("spec.containers", "must be a list of containers")
         raw_containers = []
-
-    # the containers' resources and dialects first: the mGPU card counts depend on them
-    rows: list[tuple[str, dict[str, Any], list[str]]] = []
+    rows: list[Row] = []
     for i, c in enumerate(raw_containers):
         if not isinstance(c, dict):
             problems.add(f"spec.containers[{i}]", "must be a mapping with name and resources")
@@ -263,7 +258,13 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
             problems.add(where, msg)
             dialects = []
         rows.append((name, resources, dialects))
+    return rows
 
+
+def _app_containers(rows: list[Row], annotations: dict[str, str],
+                    problems: Problems) -> tuple[list[ContainerRequest], int, int]:
+    """The containers' requests (mGPU card counts from the pod's annotation) and their summed CPU and
+    memory."""
     counts: list[int] | None = None
     counts_bad = False
     multiple = annotations.get(names.MGPU_MULTIPLE)
@@ -271,7 +272,6 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
         counts, msgs = validation.mgpu_count_list(multiple, len(rows))
         problems.extend(f"annotation {names.MGPU_MULTIPLE}", msgs)
         counts_bad = counts is None
-
     containers: list[ContainerRequest] = []
     cpu = memory = 0
     for i, (name, resources, dialects) in enumerate(rows):
@@ -283,7 +283,11 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
         containers.append(ContainerRequest(name=name, devices=tuple(devices)))
         c_cpu, c_mem = _node_resources(resources, where, problems)
         cpu, memory = cpu + c_cpu, memory + c_mem
+    return containers, cpu, memory
 
+
+def _init_containers(spec: dict[str, Any], problems: Problems, cpu: int, memory: int) -> tuple[int, int]:
+    """Init containers ask no devices; the pod's CPU and memory are at least the largest one's."""
     init = spec.get("initContainers")
     for i, c in enumerate(init if isinstance(init, list) else []):
         if not isinstance(c, dict):
@@ -296,31 +300,56 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
             problems.add(where, msg)
         i_cpu, i_mem = _node_resources(resources, where, problems)
         cpu, memory = max(cpu, i_cpu), max(memory, i_mem)
+    return cpu, memory
 
+
+def _pod_dialect(rows: list[Row], problems: Problems) -> str:
+    """The one dialect of the pod (nvidia.com/gpu beside Koordinator's rdma/fpga counts as Koordinator)."""
     pod_dialects = [d for _, _, ds in rows for d in ds]
     if set(pod_dialects) == {KOORDINATOR, NVIDIA}:
         pod_dialects = [KOORDINATOR]
     msg = validation.one_dialect(pod_dialects, "pod")
     if msg:
         problems.add("Pod", msg)
-    dialect = pod_dialects[0] if pod_dialects and not msg else KOORDINATOR
+    return pod_dialects[0] if pod_dialects and not msg else KOORDINATOR
 
-    policy = annotations.get(names.COMPUTE_POLICY)
-    msg = validation.compute_policy(policy)
-    if msg:
-        problems.add(f"annotation {names.COMPUTE_POLICY}", msg)
-        policy = None
 
+def _priority(spec: dict[str, Any], problems: Problems) -> tuple[int, bool]:
+    """``spec.priority`` and whether the pod may preempt (``spec.preemptionPolicy``)."""
     priority = spec.get("priority")
     if priority is None:
         priority = 0
     elif isinstance(priority, bool) or not isinstance(priority, int):
         problems.add("spec.priority", f"must be a whole number, got {priority!r}")
         priority = 0
-
     preemption = spec.get("preemptionPolicy")
     if preemption not in (None, "PreemptLowerPriority", "Never"):
         problems.add("spec.preemptionPolicy", f"must be PreemptLowerPriority or Never, got {preemption!r}")
+    return priority, preemption != "Never"
+
+
+def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
+    """Read ``pod``; never raises. The request is None only when the pod is not a mapping."""
+    problems = Problems()
+    if not isinstance(pod, dict):
+        problems.add("Pod", "a Pod must be a mapping with metadata and spec")
+        return None, problems
+    meta = _section(pod, "metadata", problems)
+    spec = _section(pod, "spec", problems)
+    labels = _str_map(meta.get("labels"), "metadata.labels", problems)
+    annotations = _str_map(meta.get("annotations"), "metadata.annotations", problems)
+    # the containers' resources and dialects first: the mGPU card counts depend on them
+    rows = _container_rows(spec, problems)
+    containers, cpu, memory = _app_containers(rows, annotations, problems)
+    cpu, memory = _init_containers(spec, problems, cpu, memory)
+    dialect = _pod_dialect(rows, problems)
+
+    policy = annotations.get(names.COMPUTE_POLICY)
+    msg = validation.compute_policy(policy)
+    if msg:
+        problems.add(f"annotation {names.COMPUTE_POLICY}", msg)
+        policy = None
+    priority, preempts = _priority(spec, problems)
 
     ns = meta.get("namespace")
     pod_name = meta.get("name") or meta.get("generateName") or ""
@@ -335,7 +364,7 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
         cpu_milli=cpu,
         memory_bytes=memory,
         priority=priority,
-        preempts=preemption != "Never",
+        preempts=preempts,
         group=_group(labels, annotations, problems),
     )
     msg = validation.multi_share_policy(policy, request.multi_card_share())
@@ -351,3 +380,25 @@ def parse_pod(pod: Any) -> PodRequest:
     problems.raise_if_any()
     assert request is not None  # read_pod records a problem whenever it returns None
     return request
+
+
+def validate_pod(pod: Any) -> list[str]:
+    """Every problem of ``pod`` (a v1 Pod dict), each a sentence naming where and how to fix it;
+    empty when the pod can be scheduled. Never raises.
+
+    Besides the parse rules, admission refuses a pod created with ``spec.nodeName`` that asks for
+    devices (unless it already carries a devshare allocation, i.e. it is being restored)."""
+    try:
+        request, problems = read_pod(pod)
+        if request is not None and isinstance(pod, dict):
+            spec = pod.get("spec")
+            meta = pod.get("metadata")
+            ann = meta.get("annotations") if isinstance(meta, dict) else None
+            allocated = isinstance(ann, dict) and names.ALLOCATION in ann
+            node_name = spec.get("nodeName") if isinstance(spec, dict) else None
+            msg = validation.node_name_bypass(node_name, request.has_devices(), allocated)
+            if msg:
+                problems.add("spec.nodeName", msg)
+        return problems.messages()
+    except Exception as e:  # a bug in a rule must not turn into a 500 at admission
+        return [f"the pod could not be read ({type(e).__name__}: {e}); check its spec"]

@@ -1,10 +1,10 @@
 """Every rule a pod's device request must follow, one small function each.
 
 The dialect readers (:mod:`devshare.model.dialects`) and the pod reader (:mod:`devshare.model.pod`)
-call these rules while they parse, so there is one implementation: :func:`parse_pod` raises the
-problems found, :func:`validate_pod` returns them all. Each rule returns the message(s) for a
-person (what is wrong and how to fix it), or nothing when the value is fine; the caller adds
-where (which container).
+call these rules while they parse, so there is one implementation: ``parse_pod`` raises the
+problems found, ``validate_pod`` returns them all (both in :mod:`devshare.model.pod`, which imports
+this module, never the other way round). Each rule returns the message(s) for a person (what is
+wrong and how to fix it), or nothing when the value is fine; the caller adds where (which container).
 
 Sources: seed 000's webhook section (normal and multiple mGPU pods), seed 001's resource
 dimensions (Koordinator), seed 002 (Aliyun), seed 003 (groups and gang), DESIGN.md.
@@ -19,7 +19,7 @@ from devshare.model.quantity import MIB
 from devshare.model.request import MAX_DEVICES
 
 MIN_MIB = names.MIN_GPU_MEMORY // MIB  # seed 000's MinGPUMemory in MiB (256)
-CARD = 100  # percent of one whole device
+CARD_PCT = 100  # percent of one whole device
 
 # ----------------------------------------------------------------------------------------------
 # Koordinator (seed 001): gpu, gpu-core, gpu-memory, gpu-memory-ratio, rdma, fpga
@@ -29,21 +29,21 @@ def percent_value(name: str, value: int) -> str | None:
     """A percent dimension: above 0, and above 100 only as whole devices (a multiple of 100)."""
     if value < 0:
         return f"{name} is {value}; it must be above 0 (percent of one device, 100 = a whole device)"
-    if value > MAX_DEVICES * CARD:
+    if value > MAX_DEVICES * CARD_PCT:
         return (f"{name} is {value}: that is more than {MAX_DEVICES} whole devices, more than any node has; give "
                 "a percent of one device (at most 100), or 100 per whole device")
-    if value > CARD and value % CARD:
+    if value > CARD_PCT and value % CARD_PCT:
         return (
             f"{name} is {value}; above 100 it asks for several whole devices and must be a multiple "
-            f"of 100: write {value // CARD * CARD} or {(value // CARD + 1) * CARD}, or at most 100 for a share "
-            "of one device"
+            f"of 100: write {value // CARD_PCT * CARD_PCT} or {(value // CARD_PCT + 1) * CARD_PCT}, "
+            "or at most 100 for a share of one device"
         )
     return None
 
 
 def devices_for(percent: int) -> int:
     """How many devices a percent value asks for (1 up to 100, else percent / 100)."""
-    return percent // CARD if percent > CARD else 1
+    return percent // CARD_PCT if percent > CARD_PCT else 1
 
 
 def koord_gpu_alone(gpu_name: str, others: list[str]) -> str | None:
@@ -89,8 +89,8 @@ def koord_same_count(core_name: str, core: int, ratio_name: str, ratio: int) -> 
         return None
     return (
         f"{core_name}={core} asks for {a} GPU(s) but {ratio_name}={ratio} for {b}: above 100 both mean "
-        f"whole GPUs, so write the same multiple of 100 in both (e.g. {max(a, b) * CARD} and "
-        f"{max(a, b) * CARD}), or keep both at most 100 for a share of one GPU"
+        f"whole GPUs, so write the same multiple of 100 in both (e.g. {max(a, b) * CARD_PCT} and "
+        f"{max(a, b) * CARD_PCT}), or keep both at most 100 for a share of one GPU"
     )
 
 
@@ -149,10 +149,10 @@ def mgpu_min_memory(core: int, memory: int | None) -> str | None:
     Seed 000 states the rule for core in (0, 100) but illustrates it with core 120; a core above
     100 that is not a multiple of 100 is refused by rule 3 anyway, so the memory check is applied
     to every share given a memory, and both problems are reported."""
-    if core <= 0 or core % CARD == 0:
+    if core <= 0 or core % CARD_PCT == 0:
         return None
     if memory is None:
-        if core > CARD:
+        if core > CARD_PCT:
             return None  # rule 3 says what to do (whole cards, or the multiple-gpu annotation)
         return (
             f"{names.MGPU_CORE}={core} asks for a share of a card but {names.MGPU_MEMORY} is not set: "
@@ -168,10 +168,10 @@ def mgpu_min_memory(core: int, memory: int | None) -> str | None:
 
 def mgpu_full_cards(core: int) -> str | None:
     """Rule 3: above 100, mgpu-core asks for whole cards and must be a multiple of 100."""
-    if core > CARD and core % CARD:
+    if core > CARD_PCT and core % CARD_PCT:
         return (
             f"{names.MGPU_CORE}={core}: above 100 it asks for whole cards and must be a multiple of 100 "
-            f"(write {core // CARD * CARD} or {(core // CARD + 1) * CARD}), or set "
+            f"(write {core // CARD_PCT * CARD_PCT} or {(core // CARD_PCT + 1) * CARD_PCT}), or set "
             f"{names.MGPU_MULTIPLE} to spread a share over several cards"
         )
     return None
@@ -179,9 +179,9 @@ def mgpu_full_cards(core: int) -> str | None:
 
 def mgpu_redundant_memory(core: int, memory: int | None) -> str | None:
     """Rule 4: whole cards (core a multiple of 100) take all their memory: mgpu-memory must not be set."""
-    if core > 0 and core % CARD == 0 and memory is not None:
+    if core > 0 and core % CARD_PCT == 0 and memory is not None:
         return (
-            f"{names.MGPU_CORE}={core} asks for {core // CARD} whole card(s), which come with all their "
+            f"{names.MGPU_CORE}={core} asks for {core // CARD_PCT} whole card(s), which come with all their "
             f"memory: remove {names.MGPU_MEMORY}"
         )
     return None
@@ -232,10 +232,10 @@ def mgpu_count_for_container(count: int) -> str | None:
 
 def mgpu_multi_core_per_card(core: int, count: int) -> str | None:
     """Rule m4.3: mgpu-core / card count cannot exceed 100 (one card's compute)."""
-    if core > CARD * count:
+    if core > CARD_PCT * count:
         return (
             f"{names.MGPU_CORE}={core} over {count} card(s) is {core / count:g}% of each card, more than "
-            f"100: lower {names.MGPU_CORE} to at most {CARD * count} or raise the card count in "
+            f"100: lower {names.MGPU_CORE} to at most {CARD_PCT * count} or raise the card count in "
             f"{names.MGPU_MULTIPLE}"
         )
     return None
@@ -262,7 +262,7 @@ def mgpu_multi_divisible(core: int, memory: int | None, count: int) -> list[str]
 
 def mgpu_multi_redundant_memory(core: int, memory: int | None, count: int) -> str | None:
     """Rule m3: mgpu-core / count == 100 means whole cards: mgpu-memory must not be set."""
-    if memory is not None and core == CARD * count:
+    if memory is not None and core == CARD_PCT * count:
         return (
             f"{names.MGPU_CORE}={core} over {count} card(s) is 100% of each card, i.e. whole cards that "
             f"come with all their memory: remove {names.MGPU_MEMORY}"
@@ -272,7 +272,7 @@ def mgpu_multi_redundant_memory(core: int, memory: int | None, count: int) -> st
 
 def mgpu_multi_min_memory(core: int, memory: int | None, count: int) -> str | None:
     """Rule m4.1: a share of each card needs mgpu-memory / count >= MinGPUMemory."""
-    if core >= CARD * count:
+    if core >= CARD_PCT * count:
         return None
     if memory is None:
         return (
@@ -395,30 +395,3 @@ def group_complete(name: str | None, count: str | None, name_key: str, count_key
         return None
     missing, given = (count_key, name_key) if count is None else (name_key, count_key)
     return f"{given} is set but {missing} is not: set both (the job's name and its number of pods)"
-
-
-# ----------------------------------------------------------------------------------------------
-
-
-def validate_pod(pod: Any) -> list[str]:
-    """Every problem of ``pod`` (a v1 Pod dict), each a sentence naming where and how to fix it;
-    empty when the pod can be scheduled. Never raises.
-
-    Besides the parse rules, admission refuses a pod created with ``spec.nodeName`` that asks for
-    devices (unless it already carries a devshare allocation, i.e. it is being restored)."""
-    from devshare.model.pod import read_pod  # the reader calls the rules above
-
-    try:
-        request, problems = read_pod(pod)
-        if request is not None and isinstance(pod, dict):
-            spec = pod.get("spec")
-            meta = pod.get("metadata")
-            ann = meta.get("annotations") if isinstance(meta, dict) else None
-            allocated = isinstance(ann, dict) and names.ALLOCATION in ann
-            node_name = spec.get("nodeName") if isinstance(spec, dict) else None
-            msg = node_name_bypass(node_name, request.has_devices(), allocated)
-            if msg:
-                problems.add("spec.nodeName", msg)
-        return problems.messages()
-    except Exception as e:  # a bug in a rule must not turn into a 500 at admission
-        return [f"the pod could not be read ({type(e).__name__}: {e}); check its spec"]

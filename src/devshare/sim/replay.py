@@ -2,8 +2,9 @@
 
 Pods are sorted by name, shuffled with the seed, then random clones (uniform, with replacement, from
 the original trace) are appended until the requested GPU reaches 130% of the cluster's. Pods are
-placed one at a time with :meth:`Scheduler.place` (the code the extender runs); one that fits nowhere
-is skipped. The allocation % is recorded at every integer arrived % from 0 to 130.
+placed one at a time with :meth:`Lifecycle.schedule` (the code path the extender runs: the policy
+learns of the pod, the best node is chosen, assumed and confirmed); one that fits nowhere is skipped.
+The allocation % is recorded at every integer arrived % from 0 to 130.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from devshare.engine.handlers.base import Settings
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.policy import Policy
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
@@ -111,6 +113,7 @@ def replay(trace: Trace, policy: Policy, seed: int, *, progress: Progress | None
     state = build_state(trace)
     node_rank(state, seed)
     sched = Scheduler(state, policy=policy, settings=settings or Settings(topology=False))
+    lifecycle = Lifecycle(sched)
     cap = trace.gpu_capacity
     curve = [0.0] * (MAX_ARRIVED + 1)
     recorded = -1
@@ -118,12 +121,8 @@ def replay(trace: Trace, policy: Policy, seed: int, *, progress: Progress | None
     for name, tp in arrival_order(trace, seed):
         pod = pod_request(tp, name)
         n += 1
-        policy.observe(pod)
-        where = sched.place(pod)
+        where = lifecycle.schedule(pod, now=0.0)
         if where is not None:
-            state.reserve(pod, where.allocation, now=0.0, ttl=None)
-            state.bind(pod.key)
-            policy.placed(pod, state.row_of[where.node])
             allocated += tp.gpu_total
             placed += 1
         arrived += tp.gpu_total

@@ -5,7 +5,7 @@ Adding a device type is one new module with a :class:`DeviceHandler` subclass an
 
 from __future__ import annotations
 
-from devshare.engine.handlers.base import Code, DeviceHandler, Evaluation, Outcome
+from devshare.engine.handlers.base import Code, DeviceHandler, Evaluation
 from devshare.engine.handlers.generic import GenericHandler
 from devshare.engine.handlers.gpu import GpuHandler
 
@@ -30,4 +30,4 @@ def handler_for(device_type: str) -> DeviceHandler:
     return h
 
 
-__all__ = ["HANDLERS", "Code", "DeviceHandler", "Evaluation", "Outcome", "handler_for", "register"]
+__all__ = ["HANDLERS", "Code", "DeviceHandler", "Evaluation", "handler_for", "register"]

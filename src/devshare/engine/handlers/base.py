@@ -46,16 +46,6 @@ UNSCHEDULABLE, UNRESOLVABLE = int(Code.UNSCHEDULABLE), int(Code.UNRESOLVABLE)
 
 
 @dataclass(frozen=True)
-class Outcome:
-    code: Code
-    reason: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.code == Code.SUCCESS
-
-
-@dataclass(frozen=True)
 class Settings:
     """Engine policy knobs (seed 000's predicate.MGPU* arguments and friends)."""
 
@@ -100,47 +90,9 @@ def needs_of(pod: PodRequest, device_type: str) -> list[tuple[int, DeviceRequest
 class DeviceHandler(ABC):
     type: str
 
-    def has_request(self, pod: PodRequest) -> bool:
-        return bool(needs_of(pod, self.type))
-
     @abstractmethod
     def evaluate(self, ctx: Context, rows: Ints) -> Evaluation:
         """Filter and score ``rows`` for ``ctx.pod`` in one pass."""
-
-    def filter(self, ctx: Context, node: str) -> Outcome:
-        row = ctx.state.row_of.get(node)
-        if row is None:
-            return Outcome(Code.UNRESOLVABLE, f"node {node} is not known to devshare")
-        ev = self.evaluate(ctx, np.array([row], np.int64))
-        code = Code(int(ev.codes[0]))
-        return Outcome(code, "" if code == Code.SUCCESS else ev.reason(0))
-
-    def score(self, ctx: Context, rows: Ints) -> Floats:
-        ev = self.evaluate(ctx, rows)
-        return np.where(ev.codes == Code.SUCCESS, ev.scores, -np.inf)
-
-    def allocate(self, ctx: Context, node: str) -> Grants | Outcome:
-        row = ctx.state.row_of.get(node)
-        if row is None:
-            return Outcome(Code.UNRESOLVABLE, f"node {node} is not known to devshare")
-        ev = self.evaluate(ctx, np.array([row], np.int64))
-        if int(ev.codes[0]) != Code.SUCCESS:
-            return Outcome(Code(int(ev.codes[0])), ev.reason(0))
-        return ev.grant(0)
-
-    def status(self, state: ClusterState, node: str) -> list[dict[str, Any]]:
-        """Per device of this type on ``node``: capacity and use (for debugging and monitoring)."""
-        row = state.row_of.get(node)
-        t = state.tables.get(self.type)
-        if row is None or t is None:
-            return []
-        return [
-            {"minor": int(t.minor[row, j]), "id": t.ids[row][j], "health": bool(t.healthy[row, j]),
-             "core": [int(t.used_core[row, j]), int(t.total_core[row, j])],
-             "memory": [int(t.used_mem[row, j]), int(t.total_mem[row, j])],
-             "containers": int(t.used_slots[row, j])}
-            for j in range(t.count(row))
-        ]
 
 
 def grant_for(table: DeviceTable, row: int, col: int, req: DeviceRequest) -> DeviceGrant:

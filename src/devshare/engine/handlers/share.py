@@ -9,6 +9,8 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.admit import Ask, Card, Reason, card_reasons, describe
+from devshare.engine.caches import LRU, Identity, policy_key
 from devshare.engine.fit import Gather, Need, SearchResult, card_fits, greedy, memory_need, search
 from devshare.engine.handlers.base import (
     SUCCESS,
@@ -60,39 +62,28 @@ def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_contain
         table.free_core[row, :n].tolist(), table.free_mem[row, :n].tolist(), table.used_slots[row, :n].tolist(),
     )
     key = (table.type, req, max_containers, tuple(tuple(x) for x in state))
-    hit = _REASONS.get(key)
+    hit: str | None = _REASONS.get(key)
     if hit is None:
-        if len(_REASONS) > 4096:
-            _REASONS.clear()
-        hit = _REASONS[key] = _describe(table.type, req, max_containers, *state)
+        hit = _REASONS.put(key, _describe(table.type, req, max_containers, *state))
     return hit
 
 
-_REASONS: dict[object, str] = {}
+_REASONS: LRU[object, str] = LRU(4096)  # keyed by the cards' whole state: never stale, only bounded
 PERMANENT = (": unhealthy", ": held by another device plugin", "compute in all, too small")
 
 
 def _describe(dtype: str, req: DeviceRequest, max_containers: int, minors: list[int], healthy: list[bool],
               blocked: list[bool], total_core: list[int], total_mem: list[int], free_core: list[int],
               free_mem: list[int], slots: list[int]) -> str:
-    out = []
-    for j, minor in enumerate(minors):
-        name = f"{dtype} {minor}"
-        need_mem = req.memory_on(total_mem[j])
-        if not healthy[j]:
-            out.append(f"{name}: unhealthy")
-        elif blocked[j]:
-            out.append(f"{name}: held by another device plugin")
-        elif total_core[j] < req.core_milli or total_mem[j] < need_mem:
-            out.append(f"{name}: {human_bytes(total_mem[j])} and {_pct(total_core[j])} compute in all, too small")
-        elif req.whole and slots[j]:
-            out.append(f"{name}: in use, a whole device asked")
-        elif free_core[j] < req.core_milli:
-            out.append(f"{name}: {_pct(free_core[j])} compute free, {_pct(req.core_milli)} asked")
-        elif free_mem[j] < need_mem:
-            out.append(f"{name}: {human_bytes(free_mem[j])} free, {human_bytes(need_mem)} asked")
-        elif slots[j] >= max_containers:
-            out.append(f"{name}: {slots[j]} containers already, at most {max_containers}")
+    """The messages of :func:`devshare.engine.admit.card_reasons` for one share of ``req`` on each card."""
+    need = [req.memory_on(t) for t in total_mem]
+    codes = card_reasons(Card(True, np.asarray(healthy), np.asarray(blocked), np.asarray(total_core),
+                              np.asarray(total_mem), np.asarray(free_core), np.asarray(free_mem), np.asarray(slots)),
+                         Ask(req.core_milli, np.asarray(need, np.int64), req.whole, 1, max_containers)).tolist()
+    out = [describe(code, f"{dtype} {minor}", total_core=total_core[j], total_mem=total_mem[j],
+                    free_core=free_core[j], free_mem=free_mem[j], slots=slots[j], core=req.core_milli,
+                    memory=need[j], max_containers=max_containers)
+           for j, (minor, code) in enumerate(zip(minors, codes, strict=True)) if code != Reason.FITS]
     return "; ".join(out) if out else "no usable device"
 
 
@@ -139,9 +130,20 @@ class ShareHandler(DeviceHandler):
             none_reason = f"node has no {self.type} devices (no Device object lists any)"
             codes[:] = UNRESOLVABLE if needs else SUCCESS
             return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {})
-        n_dev = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))[rows]
         c_codes, c_reason = self.constraints(ctx, rows)
         codes = c_codes.copy()
+        reasons = self._never_fits(ctx, table, rows, needs, codes)
+        g = Gather(table, rows)
+        if len(needs) == 1:
+            return self._one_container(ctx, table, rows, needs[0], g, codes, reasons, c_reason)
+        return self._several_containers(ctx, table, rows, needs, g, codes, reasons, c_reason)
+
+    def _never_fits(self, ctx: Context, table: DeviceTable, rows: Ints, needs: list[tuple[int, DeviceRequest]],
+                    codes: npt.NDArray[np.int8]) -> dict[int, str]:
+        """Mark UNRESOLVABLE (in ``codes``) the rows no amount of freed capacity can satisfy: too few
+        devices, or too few big enough (preemption would not help). Returns their reasons."""
+        state = ctx.state
+        n_dev = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))[rows]
         reasons: dict[int, str] = {}
         biggest = max(r.count for _, r in needs)
         too_few = (codes == SUCCESS) & (n_dev < biggest)
@@ -149,8 +151,6 @@ class ShareHandler(DeviceHandler):
         for i in np.flatnonzero(too_few).tolist():
             reasons[i] = (f"node has {int(n_dev[i])} {self.type} device(s), a container asks for {biggest}"
                           if n_dev[i] else f"node has no {self.type} devices")
-        # asks no amount of freed capacity can satisfy: too few devices big enough (preemption won't help)
-        g = Gather(table, rows)
         for _, req in needs:
             n_big = state.per_layout((self.type, "large enough", req), partial(large_enough, table, req))[rows]
             never = (codes == SUCCESS) & (n_big < req.count)
@@ -163,32 +163,46 @@ class ShareHandler(DeviceHandler):
                 reasons[i] = (f"needs {describe_ask(self.type, req)}; only {int(n_big[i])} of its "
                               f"{int(n_dev[i])} {self.type} device(s) are healthy and that large"
                               + (f" ({'; '.join(lasting)})" if lasting else ""))
+        return reasons
+
+    def _one_container(self, ctx: Context, table: DeviceTable, rows: Ints, need: tuple[int, DeviceRequest],
+                       g: Gather, codes: npt.NDArray[np.int8], reasons: dict[int, str],
+                       c_reason: Reasons) -> Evaluation:
+        """One container asks for this type: every node at once (the card mask, the policy)."""
+        mc = ctx.state.max_containers
+        m = len(rows)
+        scores = np.zeros(m, np.float64)
+        ci, req = need
+        fits = card_fits(g, req, mc)
+        nfit = sum_per_row(fits) if req.count > 1 else any_per_row(fits)
+        short = (codes == SUCCESS) & (nfit < req.count)
+        codes[short] = UNSCHEDULABLE
+        ok = np.flatnonzero(codes == SUCCESS)
+        cols = np.zeros((m, req.count), np.int64)
+        if ok.size:
+            self._choose(ctx, table, rows, ok, fits, g, req, scores, cols)
+
+        def explain(i: int) -> str:
+            if i in reasons:
+                return reasons[i]
+            if codes[i] == UNRESOLVABLE:
+                return c_reason(i)
+            return f"needs {describe_ask(self.type, req)}; {describe_cards(table, int(rows[i]), req, mc)}"
+
+        def grant(i: int) -> Grants:
+            row = int(rows[i])
+            return {ci: tuple(grant_for(table, row, int(c), req) for c in cols[i])}
+
+        return Evaluation(rows, codes, scores, explain, grant)
+
+    def _several_containers(self, ctx: Context, table: DeviceTable, rows: Ints,
+                            needs: list[tuple[int, DeviceRequest]], g: Gather, codes: npt.NDArray[np.int8],
+                            reasons: dict[int, str], c_reason: Reasons) -> Evaluation:
+        """Several containers ask for this type: greedy where it decides, seed 000's DFS elsewhere."""
+        state, pod = ctx.state, ctx.pod
         mc = state.max_containers
-
-        if len(needs) == 1:
-            ci, req = needs[0]
-            fits = card_fits(g, req, mc)
-            nfit = sum_per_row(fits) if req.count > 1 else any_per_row(fits)
-            short = (codes == SUCCESS) & (nfit < req.count)
-            codes[short] = UNSCHEDULABLE
-            ok = np.flatnonzero(codes == SUCCESS)
-            cols = np.zeros((m, req.count), np.int64)
-            if ok.size:
-                self._choose(ctx, table, rows, ok, fits, g, req, scores, cols)
-
-            def explain(i: int) -> str:
-                if i in reasons:
-                    return reasons[i]
-                if codes[i] == UNRESOLVABLE:
-                    return c_reason(i)
-                return f"needs {describe_ask(self.type, req)}; {describe_cards(table, int(rows[i]), req, mc)}"
-
-            def grant(i: int) -> Grants:
-                row = int(rows[i])
-                return {ci: tuple(grant_for(table, row, int(c), req) for c in cols[i])}
-
-            return Evaluation(rows, codes, scores, explain, grant)
-
+        m = len(rows)
+        scores = np.zeros(m, np.float64)
         # several containers ask for this type. A vectorized greedy placement decides most nodes;
         # seed 000's exact DFS runs where it cannot (greedy failed) and, for the devices, on the node
         # finally chosen (grant_multi), so the allocation is the best-scoring combination there.
@@ -260,21 +274,17 @@ class ShareHandler(DeviceHandler):
                 view = FitView(state, pod, rows[idx], table, req, fits[idx], g.subset(idx))
             return self.refine(ctx, view, policy.choose(view))
 
-        if not getattr(policy, "row_local", False):
+        declared = policy_key(policy, pod, req)  # what of the pod and of its model the policy reads
+        if declared is None:
             choice = compute(ok)
             scores[ok] = choice.scores
             cols[ok] = choice.columns
             return
-        key = (self.type, id(policy), getattr(policy, "model_version", 0), req, pod.cpu_milli,
-               pod.memory_bytes, pod.gpu_models, pod.compute_policy, ctx.settings, state.layout_version)
-        entry = state.score_cache.get(key)
-        if entry is None or entry[0].shape[0] < state.n_rows:
-            if len(state.score_cache) >= 64:
-                state.score_cache.clear()
-            n = max(state.n_rows, 1)
-            entry = (np.zeros(n), np.zeros((n, req.count), np.int64), np.full(n, -1, np.int64))
-            state.score_cache[key] = entry
-        e_scores, e_cols, e_version = entry
+        n_rows = state.n_rows
+        e_scores, e_cols, e_version = state.caches.per_node(
+            "policy answers", (self.type, Identity(policy), declared, ctx.settings),
+            lambda n: (np.zeros(n), np.zeros((n, req.count), np.int64), np.full(n, -1, np.int64)),
+            fits=lambda e: e[0].shape[0] >= n_rows)
         okrows = rows[ok]
         version = state.row_version[okrows]
         miss = e_version[okrows] != version

@@ -22,7 +22,7 @@ from devshare.model.quantity import MIB
 from devshare.model.request import WHOLE, DeviceRequest
 
 NAMES = frozenset({names.MGPU_CORE, names.MGPU_MEMORY})
-CARD = validation.CARD
+CARD_PCT = validation.CARD_PCT  # mGPU asks compute in percent of a card
 
 
 def _whole_cards(n: int) -> DeviceRequest:
@@ -38,8 +38,8 @@ def _normal(core: int, memory: int | None, where: str, problems: Problems) -> De
     if any(msgs):
         problems.extend(where, [m for m in msgs if m])
         return None
-    if core % CARD == 0:
-        return _whole_cards(core // CARD)
+    if core % CARD_PCT == 0:
+        return _whole_cards(core // CARD_PCT)
     assert memory is not None  # mgpu_min_memory refused a share without memory
     return DeviceRequest(type=names.GPU, count=1, core_milli=core * 10, memory=memory * MIB)
 
@@ -58,7 +58,7 @@ def _multiple(core: int, memory: int | None, count: int, where: str, problems: P
     if any(msgs):
         problems.extend(where, [m for m in msgs if m])
         return None
-    if core == CARD * count:
+    if core == CARD_PCT * count:
         return _whole_cards(count)
     assert memory is not None  # mgpu_multi_min_memory refused a share without memory
     return DeviceRequest(type=names.GPU, count=count, core_milli=core * 10 // count, memory=memory * MIB // count)

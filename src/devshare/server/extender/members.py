@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.state import ClusterState
 from devshare.kube.backend import Backend
 from devshare.kube.errors import BackendError
@@ -24,12 +25,12 @@ log = logging.getLogger(__name__)
 
 class MemberBinds:
     def __init__(self, state: ClusterState, backend: Backend, planner: GroupPlanner, writes: PodWrites,
-                 binding: set[str], clock: Callable[[], float]) -> None:
+                 lifecycle: Lifecycle, clock: Callable[[], float]) -> None:
         self.state = state
         self.backend = backend
         self.planner = planner
         self.writes = writes
-        self.binding = binding  # pods with a bind in flight (shared with the extender)
+        self.lifecycle = lifecycle  # knows which pods have a bind in flight
         self.clock = clock
         self.unbound: dict[str, MemberPlacement] = {}  # gang members bound in the state, API binding failed
 
@@ -47,15 +48,13 @@ class MemberBinds:
         answer = ""
         for m in decision.members:
             mine = m.pod == pod.key
-            if not mine:
-                if m.pod in self.binding:
-                    continue  # that member's own /bind is in flight: it binds it
-                self.binding.add(m.pod)
-            try:
-                error = await self.bind_placed(m, obj if mine else None)
-            finally:
-                if not mine:
-                    self.binding.discard(m.pod)
+            if mine:
+                error = await self.bind_placed(m, obj)
+            elif self.lifecycle.binding(m.pod):
+                continue  # that member's own /bind is in flight: it binds it
+            else:
+                with self.lifecycle.bind_in_flight(m.pod):
+                    error = await self.bind_placed(m)
             if mine:
                 answer = error
             elif error:
@@ -106,13 +105,10 @@ class MemberBinds:
     async def retry_unbound(self) -> None:
         """Bind the gang members whose API binding failed after their gang reached its quorum."""
         for key, m in list(self.unbound.items()):
-            if key in self.binding:
+            if self.lifecycle.binding(key):
                 continue
-            self.binding.add(key)
-            try:
+            with self.lifecycle.bind_in_flight(key):
                 error = await self.bind_placed(m)
-            finally:
-                self.binding.discard(key)
             if error:
                 log.info("gang member %s: binding retried, still failing: %s", key, error)
 

@@ -46,7 +46,7 @@ _CLASSES: tuple[tuple[str, str], ...] = (
     ("compute free", "compute"),
     ("in use, a whole device", "device-in-use"),
     (" free, ", "device-memory"),
-    ("containers, at most", "container-limit"),
+    ("containers already, at most", "container-limit"),
     ("unhealthy", "unhealthy"),
     ("held by another", "held-outside"),
     ("node has no", "no-devices"),

@@ -7,7 +7,7 @@ evaluation itself, so:
 
 - :class:`NodeSets` keeps the last few lists, keyed by their raw JSON bytes, as a :class:`NodeSet`
   (names, rows, an object array of the names for masking); dropped whenever the state's nodes or
-  devices change (``ClusterState.layout_version``: rows may then be reused by other nodes);
+  devices change (``ClusterState.layout``: node indexes may then be reused by other nodes);
 - :class:`PriorityEncoder` keeps, per state row and score 0..10, the JSON fragment
   ``{"Host":"<node>","Score":<s>}``; an answer is one fancy index and one ``bytes.join``.
 """
@@ -20,9 +20,9 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.scheduler import MAX_SCORE
 from devshare.engine.state import ClusterState
 from devshare.server.extender.cache import ByteLRU
+from devshare.server.extender.scores import MAX_SCORE
 from devshare.server.extender.wire import decode_names
 
 Ints = npt.NDArray[np.int64]
@@ -49,15 +49,8 @@ class NodeSet:
 
 
 def resolve(state: ClusterState, names: list[str]) -> NodeSet:
-    row_of = state.row_of
-    try:
-        rows = np.fromiter(map(row_of.__getitem__, names), np.int64, len(names))
-        return NodeSet(names, rows, _objects(names), [])
-    except KeyError:
-        known = [n for n in names if n in row_of]
-        unknown = [n for n in names if n not in row_of]
-        rows = np.fromiter(map(row_of.__getitem__, known), np.int64, len(known))
-        return NodeSet(names, rows, _objects(known), unknown)
+    rows, known, unknown = state.indexes_of(names)
+    return NodeSet(names, rows, _objects(known), unknown)
 
 
 def _objects(names: list[str]) -> Names:
@@ -88,9 +81,9 @@ class NodeSets:
         return self._cache.bytes
 
     def get(self, raw: bytes) -> NodeSet:
-        if self.state.layout_version != self._layout:
+        if self.state.layout != self._layout:
             self._cache.clear()
-            self._layout = self.state.layout_version
+            self._layout = self.state.layout
         hit = self._cache.get(raw)
         if hit is not None:
             self.hits += 1
@@ -153,7 +146,7 @@ class PriorityEncoder:
 
     def _sync(self) -> None:
         state = self.state
-        if state.layout_version == self._layout:
+        if state.layout == self._layout:
             return
         n = state.n_rows
         if n > self._frags.shape[0]:
@@ -164,7 +157,7 @@ class PriorityEncoder:
             self._names += [None] * (grown.shape[0] - len(self._names))
         changed = False
         for row in range(n):
-            name = state.name_of.get(row)
+            name = state.name_at(row)
             if name is not None and name != self._names[row]:
                 head = b',{"Host":' + msgspec.json.encode(name) + b',"Score":'
                 self._frags[row] = [head + tail for tail in _SCORE_TAILS]
@@ -172,7 +165,7 @@ class PriorityEncoder:
                 changed = True
         if changed or self._all is None:
             self._all = Fragments(self._frags.reshape(-1).tolist())
-        self._layout = state.layout_version
+        self._layout = state.layout
 
     def encode(self, rows: Ints, scores: Ints) -> bytes:
         """``[{"Host": name of row, "Score": score}, ...]`` in the order of ``rows``."""

@@ -1,14 +1,14 @@
 """Preempt: of the victims kube-scheduler proposes on each node, the fewest the pod really needs.
 
 kube-scheduler picks victims by its own view (CPU, memory, counts of extended resources) and asks
-the extender which of them to keep. For each node, in one synchronous call on the live state:
+the extender which of them to keep. For each node, on a scratch copy of that node
+(:meth:`ClusterState.scratch`; the live state is never released into and restored):
 
 1. take the victims devshare holds devices for, lowest priority first, and release them one by
    one until :meth:`Scheduler.allocate_on` finds room for the pod; if even all of them do not make
    room, the node is left out of the answer;
 2. then try giving each released victim its devices back (highest priority first): one the pod
-   still fits without is spared;
-3. restore every released victim exactly as it was (bound or assumed, same expiry).
+   still fits without is spared.
 
 Victims devshare holds nothing for (no devices) are kept as kube-scheduler proposed them: they
 were chosen for kube-scheduler's own reasons, which devshare cannot judge. ``NumPDBViolations`` is
@@ -76,60 +76,41 @@ def _victims_of(state: ClusterState, args: ExtenderPreemptionArgs) -> dict[str, 
     return out
 
 
-def _restore(state: ClusterState, key: str, rec: PodRecord, now: float) -> None:
-    """Put a released record back exactly as it was."""
-    if rec.phase == "bound":
-        state.add_bound(rec.pod, rec.allocation)
-        return
-    ttl = None if rec.expires_at is None else rec.expires_at - now
-    state.reserve(rec.pod, rec.allocation, now=now, ttl=ttl)
-    state.pods[key].expires_at = rec.expires_at
-
-
-def needed_victims(scheduler: Scheduler, pod: PodRequest, node: str, keys: list[str],
-                   now: float) -> list[str] | None:
+def needed_victims(scheduler: Scheduler, pod: PodRequest, node: str, keys: list[str]) -> list[str] | None:
     """The fewest of ``keys`` (ordered lowest priority first) to release so that ``pod`` fits on
-    ``node``, or None when releasing all of them is not enough. The state is left as it was."""
-    state = scheduler.state
+    ``node``, or None when releasing all of them is not enough. Asked on a scratch copy of the node
+    (:meth:`ClusterState.scratch`): the live state is never touched."""
+    what_if = scheduler.state.scratch([node])
+    # whether the pod fits does not depend on the policy (it only ranks what fits): the default one
+    probe = Scheduler(what_if, settings=scheduler.settings)
 
     def fits() -> bool:
-        return isinstance(scheduler.allocate_on(pod, node), PodAllocation)
+        return isinstance(probe.allocate_on(pod, node), PodAllocation)
 
     if fits():
         return []
-    released: list[tuple[str, PodRecord]] = []
-    try:
-        ok = False
-        for key in keys:
-            rec = state.release(key)
-            if rec is None:
-                continue
-            released.append((key, rec))
-            if fits():
-                ok = True
-                break
-        if not ok:
-            return None
-        needed: list[str] = []
-        spared: list[tuple[str, PodRecord]] = []
-        for key, rec in reversed(released):  # highest priority first: the ones most worth sparing
-            _restore(state, key, rec, now)
-            if fits():
-                spared.append((key, rec))
-            else:
-                state.release(key)
-                needed.append(key)
-        for item in spared:
-            released.remove(item)
-        needed.reverse()
-        return needed
-    finally:
-        for key, rec in released:
-            _restore(state, key, rec, now)
+    released: list[PodRecord] = []
+    for key in keys:
+        rec = what_if.release(key)
+        if rec is None:
+            continue
+        released.append(rec)
+        if fits():
+            break
+    else:
+        return None
+    needed: list[str] = []
+    for rec in reversed(released):  # highest priority first: the ones most worth sparing
+        what_if.add_bound(rec.pod, rec.allocation)
+        if not fits():
+            what_if.release(rec.pod.key)
+            needed.append(rec.pod.key)
+    needed.reverse()
+    return needed
 
 
-def preempt(scheduler: Scheduler, args: ExtenderPreemptionArgs, *, parse: Callable[[dict[str, Any]], PodRequest],
-            clock: Callable[[], float]) -> ExtenderPreemptionResult:
+def preempt(scheduler: Scheduler, args: ExtenderPreemptionArgs, *,
+            parse: Callable[[dict[str, Any]], PodRequest]) -> ExtenderPreemptionResult:
     state = scheduler.state
     proposed = _victims_of(state, args)
     try:
@@ -142,7 +123,7 @@ def preempt(scheduler: Scheduler, args: ExtenderPreemptionArgs, *, parse: Callab
             kept = victims
         else:
             holders = sorted((v for v in victims if v.key is not None), key=lambda v: (v.priority, v.index))
-            needed = needed_victims(scheduler, pod, node, [v.key for v in holders if v.key], clock())
+            needed = needed_victims(scheduler, pod, node, [v.key for v in holders if v.key])
             if needed is None:
                 continue
             chosen = set(needed)

@@ -97,7 +97,6 @@ class Preemptor:
             if rec.pod.priority < pod.priority and rec.phase == "bound":
                 by_node.setdefault(rec.allocation.node, []).append((rec.pod.priority, key))
         best: tuple[tuple[int, int, int], str, list[str]] | None = None
-        now = self.clock()
         tried = 0
         for node in nodes:
             lower = by_node.get(node)
@@ -107,7 +106,7 @@ class Preemptor:
             if tried > self.max_candidates:
                 break
             keys = [k for _, k in sorted(lower)]
-            needed = needed_victims(self.scheduler, pod, node, keys, now)
+            needed = needed_victims(self.scheduler, pod, node, keys)
             if not needed:
                 continue
             prios = [state.pods[k].pod.priority for k in needed]

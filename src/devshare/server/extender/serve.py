@@ -25,7 +25,8 @@ from prometheus_client.registry import Collector
 
 from devshare.config import Configuration
 from devshare.engine.handlers.base import Settings
-from devshare.engine.scheduler import Scheduler, scheduler_policy
+from devshare.engine.policies import make_policy
+from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
 from devshare.kube.backend import Backend
 from devshare.kube.leader import LeaderElector
@@ -84,7 +85,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     else:
         state = ClusterState()
         settings = Settings(core_weight=opts.core_weight)
-        scheduler = Scheduler(state, policy=scheduler_policy(opts.policy, settings), settings=settings)
+        scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
     sync = StateSync(backend, state)
     timing = dict(zip(("lease_duration", "renew_deadline", "retry_period"), opts.lease_timing or (), strict=False))
     elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name, **timing)

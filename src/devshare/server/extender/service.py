@@ -6,7 +6,8 @@ devices and *reserves* them in one synchronous step, so a concurrent bind of ano
 sees them taken; then it writes the annotations and creates the Binding, and undoes the
 reservation if either fails. A reservation whose bind never completes (the process stalled, the
 API server hung) expires after ``assume_ttl`` seconds (:meth:`Extender.expire`, called
-periodically).
+periodically). Assuming, confirming, forgetting and expiring are the engine's
+:class:`~devshare.engine.lifecycle.Lifecycle`, which ``devshare schedule`` uses too.
 
 Answers follow kube-scheduler's rules: a node that could fit once other pods leave (devices in
 use) is a ``FailedNodes`` entry (preemption may help); one that can never fit as things are
@@ -15,7 +16,7 @@ use) is a ``FailedNodes`` entry (preemption may help); one that can never fit as
 how kube-scheduler reads them); only a body that is not the protocol's type gets a 400.
 
 Pods of a group or gang go through the engine's :class:`GroupPlanner` (one per extender, on the
-same state): filter passes the member's planned node, prioritize scores it 10, bind claims the
+same state): filter passes the member's planned node, prioritize scores it 10 (``PLANNED_SCORE``), bind claims the
 planned devices; at a gang's quorum the extender binds every waiting member itself (:mod:`members`,
 docs/extender.md). The API writes of a bind are in :mod:`writes`.
 """
@@ -23,7 +24,6 @@ docs/extender.md). The API writes of a bind are in :mod:`writes`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -37,11 +37,11 @@ import numpy.typing as npt
 
 from devshare.config import refuse_disabled
 from devshare.engine.gang import GroupPlanner
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
 from devshare.kube.backend import Backend, meta, object_key
 from devshare.kube.errors import BackendError
-from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import encode_annotations
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod
@@ -58,7 +58,8 @@ from devshare.server.extender.nodeset import (
     resolve,
 )
 from devshare.server.extender.preemption import Preemptor
-from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes, scores_from
+from devshare.server.extender.scores import PLANNED_SCORE, scores_from
+from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -77,7 +78,6 @@ log = logging.getLogger(__name__)
 
 NOT_READY = "not ready: state not synced"
 NOT_LEADER = "not the leader"
-SEEN_LIMIT = 65536  # pods remembered as observed by the policy
 SCORE_REUSE_SECONDS = 2.0  # prioritize reuses the scores of a filter this recent for the same pod
 FILTERS_KEPT = 8  # filter results kept for prioritize and bind (each holds arrays over its candidates)
 PARSED_BYTES = 32 * 2**20  # budget of the pod requests cached by their JSON (bodies included)
@@ -132,7 +132,7 @@ class Remembered:
     rows: npt.NDArray[np.int64]  # their rows
     raw: npt.NDArray[np.float64]  # and raw scores
     evaluation: PodEvaluation | None  # for the bind: its answer on a node that has not changed since
-    layout: int  # the state's layout_version then (rows mean the same nodes while it stays)
+    layout: int  # the state's layout then (node indexes mean the same nodes while it stays)
     position: npt.NDArray[np.int64] | None = None  # state row -> index in ``rows`` (-1: did not pass)
 
 
@@ -181,7 +181,7 @@ class Extender:
         self.metrics = metrics or ExtenderMetrics()
         self.assume_ttl = assume_ttl
         self.clock = clock
-        self._binding: set[str] = set()  # pods with a bind in flight
+        self.lifecycle = Lifecycle(self.scheduler, ttl=assume_ttl)  # assume, confirm, forget, expire
         # (key, uid, resourceVersion) -> request; Pod JSON -> request: both bounded by bytes
         self._parsed: ByteLRU[tuple[str, str, str], PodRequest] = ByteLRU(PARSED_BYTES)
         self._parsed_raw: ByteLRU[bytes, tuple[PodRequest | InvalidInput, PodId]] = ByteLRU(PARSED_BYTES)
@@ -190,10 +190,10 @@ class Extender:
         self._filtered: OrderedDict[str, Remembered] = OrderedDict()
         self.nodesets = NodeSets(state)
         self.priorities = PriorityEncoder(state)
-        self._seen: dict[bytes, None] = {}  # pods the policy was told of (observe), oldest first
-        self.planner = GroupPlanner(self.scheduler)  # groups and gangs (seed 003), on the same state
+        # groups and gangs (seed 003), on the same state and lifecycle
+        self.planner = GroupPlanner(self.scheduler, lifecycle=self.lifecycle)
         self.writes = PodWrites(backend, after_bind)
-        self.members = MemberBinds(state, backend, self.planner, self.writes, self._binding, lambda: self.clock())
+        self.members = MemberBinds(state, backend, self.planner, self.writes, self.lifecycle, lambda: self.clock())
         self.preemptor = Preemptor(self.scheduler, backend, lambda: self.clock(), is_leader=lambda: self.is_leader())
 
     # ------------------------------------------------------------------ helpers
@@ -257,7 +257,7 @@ class Extender:
         r = self._filtered.get(pod_id[0])
         if r is None or r.pod_id != pod_id or not pod_id[1] or self.clock() - r.at > SCORE_REUSE_SECONDS:
             return None
-        if is_null(args.node_names) or r.layout != self.state.layout_version:
+        if is_null(args.node_names) or r.layout != self.state.layout:
             return None
         raw = bytes(args.node_names)
         if raw.translate(None, JSON_WHITESPACE) == r.encoded:  # names hold no whitespace
@@ -286,7 +286,7 @@ class Extender:
             return self._answer(cands, [], {}, dict.fromkeys(cands.names, reason))
         if not pod.has_devices():
             return self._answer(cands, cands.names, {}, {})
-        self._observe(pod)
+        self.lifecycle.arrived(pod)  # the policy learns of each pod once, at its first filter
         if pod.group is not None:
             self._filtered.pop(pod_id[0], None)
             nodes = cands.nodes
@@ -305,7 +305,7 @@ class Extender:
         names_json = out.passed_json()
         # node names hold no whitespace: without it, the bytes any client sends back to prioritize
         self._remember(Remembered(pod_id, self.clock(), names_json.translate(None, JSON_WHITESPACE), out.passed_rows,
-                                  out.raw_scores, out.evaluation, self.state.layout_version))
+                                  out.raw_scores, out.evaluation, self.state.layout))
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
         if cands.node_list is None:
@@ -330,18 +330,6 @@ class Extender:
         node_list = {**cands.node_list, "items": items}
         return ExtenderFilterResult(nodes=node_list, failed_nodes=failed, failed_and_unresolvable_nodes=unresolvable)
 
-    def _observe(self, pod: PodRequest) -> None:
-        """Tell the policy of each pod once, at its first filter (a learning policy, e.g. devshare's,
-        learns the task mix from the pods that arrive)."""
-        # a fixed-size digest: names and uids come from the request and may be of any length
-        seen = hashlib.blake2b(f"{pod.key}\0{pod.uid}".encode(), digest_size=16).digest()
-        if seen in self._seen:
-            return
-        if len(self._seen) >= SEEN_LIMIT:
-            del self._seen[next(iter(self._seen))]
-        self._seen[seen] = None
-        self.scheduler.policy.observe(pod)
-
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, args: ExtenderArgs) -> bytes:
         """The HostPriorityList, encoded (JSON bytes)."""
@@ -361,8 +349,8 @@ class Extender:
         if not pod.has_devices():
             return encode_priorities(names, [0] * len(names))
         if pod.group is not None:
-            planned = self.planner.prioritize(pod, cands.nodes.known.tolist(), now=self.clock())
-            return encode_priorities(names, [planned.get(n, 0) for n in names])
+            planned = self.planner.planned_node(pod, cands.nodes.known.tolist(), now=self.clock())
+            return encode_priorities(names, [PLANNED_SCORE if n == planned else 0 for n in names])
         scores = score_nodes(self.scheduler, pod, cands.nodes)
         if not cands.nodes.unknown:
             return self.priorities.encode(cands.nodes.rows, scores)
@@ -384,15 +372,12 @@ class Extender:
             return NOT_READY
         if not self.is_leader():
             return NOT_LEADER
-        if key in self._binding:
+        if self.lifecycle.binding(key):
             return f"pod {key}: a bind is already in progress"
-        self._binding.add(key)
-        try:
+        with self.lifecycle.bind_in_flight(key):
             if self.members.unbound:
                 await self.members.retry_unbound()
             return await self._bind_one(ns, name, node, args.pod_uid)
-        finally:
-            self._binding.discard(key)
 
     async def _bind_one(self, ns: str, name: str, node: str, uid: str) -> str:
         key = f"{ns}/{name}"
@@ -411,11 +396,16 @@ class Extender:
                 return ""  # a group member the extender bound itself when its gang reached its quorum
             return f"pod {key} is already bound to node {bound_to}"
         try:
-            pod = self.parse(obj)  # usually parsed at filter already (same resourceVersion)
+            # the pod as the API server has it, parsed afresh: never a request cached from a /filter
+            # body, which anyone can send with a real pod's name, uid and resourceVersion
+            pod = parse_pod(obj)
         except InvalidInput as e:
             return invalid_request(e)
         if not pod.has_devices():
-            return await self.writes.bind(ns, name, node, uid)
+            return (f"pod {key} asks for no device devshare manages: devshare binds only the pods it "
+                    "places (kube-scheduler sends it those alone); its own scheduler binds this one")
+        if node not in self.state.row_of:
+            return f"node {node} is not known to devshare (no such Node, or no Device object lists its devices)"
         if pod.group is not None:
             return await self.members.bind(pod, node, obj)
 
@@ -424,13 +414,15 @@ class Extender:
         if stale is not None:
             if stale.phase == "bound":
                 return f"pod {key} already holds devices on node {stale.allocation.node}"
-            self.state.unreserve(key)  # a leftover reservation of an earlier attempt
+            self.lifecycle.forget(key)  # a leftover reservation of an earlier attempt
         r = self._filtered.get(key)
-        alloc = self.scheduler.allocate_on(pod, node, evaluated=r.evaluation if r is not None else None)
+        # the filter's devices are reused only when it judged this very request
+        evaluated = r.evaluation if r is not None and r.evaluation is not None and r.evaluation.pod == pod else None
+        alloc = self.scheduler.allocate_on(pod, node, evaluated=evaluated)
         if isinstance(alloc, str):
             return f"pod {key} does not fit on node {node}: {alloc}"
         try:
-            self.state.reserve(pod, alloc, now=self.clock(), ttl=self.assume_ttl)
+            self.lifecycle.assume(pod, alloc, now=self.clock())
         except Conflict as e:
             return f"pod {key}: {e}"
         annotations = encode_annotations(pod, alloc, now_ns=time.time_ns(),
@@ -445,8 +437,12 @@ class Extender:
             done = True
         finally:
             if not done:
-                self._undo(key, alloc)
-        self._confirm(pod, alloc)
+                self.lifecycle.forget(key, alloc)
+        reason = self.lifecycle.confirm(pod, alloc)
+        if reason is not None:
+            log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
+                        pod.key, reason)
+        self.preemptor.done(pod.key)
         return ""
 
     def pod_changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
@@ -455,33 +451,11 @@ class Extender:
             self.members.deleted(object_key(obj))
             self.preemptor.done(object_key(obj))
 
-    def _undo(self, key: str, alloc: PodAllocation) -> None:
-        rec = self.state.pods.get(key)
-        if rec is not None and rec.phase == "assumed" and rec.allocation == alloc:
-            self.state.unreserve(key)
-
-    def _confirm(self, pod: PodRequest, alloc: PodAllocation) -> None:
-        """The Binding exists: the allocation is bound (even if its reservation expired meanwhile)."""
-        rec = self.state.pods.get(pod.key)
-        if rec is not None and rec.phase == "bound":
-            pass  # the watch saw the bound pod first and recorded its annotation
-        elif rec is not None and rec.allocation == alloc:
-            self.state.bind(pod.key)
-        else:
-            reason = self.state.add_bound(pod, alloc)  # the annotation is the truth
-            if reason is not None:
-                log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
-                            pod.key, reason)
-        self.preemptor.done(pod.key)
-        row = self.state.row_of.get(alloc.node)
-        if row is not None:
-            self.scheduler.policy.placed(pod, row)
-
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
         if not self.is_synced():
             raise NotReady(NOT_READY)
-        return _preempt.preempt(self.scheduler, args, parse=self.parse, clock=self.clock)
+        return _preempt.preempt(self.scheduler, args, parse=self.parse)
 
     # ------------------------------------------------------------------ expiry
     def expire(self) -> list[str]:
@@ -490,11 +464,7 @@ class Extender:
         plans = self.planner.expire(now)
         if plans:
             log.warning("group plans expired before their members bound (devices released): %s", ", ".join(plans))
-        gone = [k for k, r in self.state.pods.items()
-                if r.phase == "assumed" and r.expires_at is not None and r.expires_at <= now
-                and k not in self._binding]
-        for k in gone:
-            self.state.release(k)
+        gone = self.lifecycle.expire(now)
         if gone:
             log.warning("reservations expired without a bind: %s", ", ".join(gone))
         return gone

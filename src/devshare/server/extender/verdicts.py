@@ -11,9 +11,10 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.handlers.base import SUCCESS
-from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler, normalize
+from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler
 from devshare.model.request import PodRequest
 from devshare.server.extender.nodeset import NodeSet
+from devshare.server.extender.scores import normalize
 
 Ints = npt.NDArray[np.int64]
 log = logging.getLogger(__name__)
@@ -106,11 +107,6 @@ def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> Named
     out.unresolvable.update(zip(names[v.unresolvable].tolist(),
                                 _briefs(v.unresolvable_reasons, resolvable=False), strict=True))
     return out
-
-
-def scores_from(raw: npt.NDArray[np.float64]) -> Ints:
-    """Scores 0..10 from the raw scores of nodes that all fit."""
-    return normalize(raw, np.ones(raw.shape, np.bool_))
 
 
 def score_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> Ints:

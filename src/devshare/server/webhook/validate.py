@@ -1,7 +1,7 @@
 """What the validating webhook refuses, and why.
 
 The rules on the request itself (seed 000's mGPU rules, seed 001's combinations, Aliyun, mixed
-dialects) are the model's: :func:`devshare.model.validation.validate_pod`, the same function the
+dialects) are the model's: :func:`devshare.model.pod.validate_pod`, the same function the
 scheduler relies on. This module only adds what needs more than the pod: a device type no node
 in the cluster has (only with a :class:`DeviceTypes` source).
 
@@ -16,8 +16,7 @@ from typing import Any
 
 from devshare.config import refuse_disabled
 from devshare.model.errors import InvalidInput
-from devshare.model.pod import parse_pod
-from devshare.model.validation import validate_pod
+from devshare.model.pod import parse_pod, validate_pod
 from devshare.server.webhook.cluster import DeviceTypes
 
 # reason classes (the metrics label)

@@ -1,0 +1,152 @@
+"""Every cache of the engine, one owner and one invalidation rule.
+
+The rule: an answer is kept with the versions of what it was computed from, and used only while
+they still hold:
+
+- derived from nodes and devices alone (device counts, GPU model codes, topology solvers):
+  valid while ``ClusterState.layout`` holds (:meth:`EngineCaches.per_layout`);
+- one node's answer for one pod shape (a policy's score and devices there, the node's "why not"
+  text): kept per node with that node's ``row_version`` and valid while it holds, in arrays over
+  node indexes, under a key that says everything else the answer read
+  (:meth:`EngineCaches.per_node`). For a policy's answers the policy declares that key
+  (:func:`policy_key`): what of the pod and of its own model it reads.
+
+Bounded caches drop their least recently used entry, never everything at once.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, Protocol, TypeVar
+
+import msgspec
+
+from devshare.model.request import DeviceRequest, PodRequest
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+T = TypeVar("T")
+
+NODE_ANSWER_KEYS = 64  # pod shapes (and policies) whose per-node answers are kept, per kind
+
+
+class LRU(Generic[K, V]):
+    """A mapping of at most ``size`` entries; the least recently used goes first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K, default: Any = None) -> Any:
+        """The value under ``key`` (now the most recently used), else ``default``."""
+        try:
+            v = self._d[key]
+        except KeyError:
+            return default
+        self._d.move_to_end(key)
+        return v
+
+    def put(self, key: K, value: V) -> V:
+        self._d[key] = value
+        self._d.move_to_end(key)
+        if len(self._d) > self.size:
+            self._d.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+def pod_shape(pod: PodRequest) -> PodRequest:
+    """The pod without who it is (name, uid, priority): what an answer may depend on."""
+    return msgspec.structs.replace(pod, namespace="", name="", uid="", priority=0)
+
+
+def policy_key(policy: Any, pod: PodRequest, request: DeviceRequest) -> Hashable | None:
+    """The key of a policy's answer on one node, or None when its answers are not kept.
+
+    A policy declares it with ``cache_key(pod, request)``: what of the pod and of its own learned
+    model its choice on one node reads (the node's own arrays are covered by its row version). A
+    policy that only says ``row_local = True`` gets the safe key: the whole pod shape and its
+    ``model_version``. Anything else is never cached."""
+    declared = getattr(policy, "cache_key", None)
+    if declared is not None:
+        key: Hashable | None = declared(pod, request)
+        return key
+    if getattr(policy, "row_local", False):
+        anonymous = msgspec.structs.replace(pod, namespace="", name="", uid="")  # priority kept: it may read it
+        return (anonymous, request, getattr(policy, "model_version", 0))
+    return None
+
+
+class Identity:
+    """A key part that is one object (a policy) by identity; holding it keeps its id from reuse."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Identity) and other.obj is self.obj
+
+
+class Versioned(Protocol):
+    """What the caches read of the state that owns them (:class:`~devshare.engine.state.ClusterState`)."""
+
+    @property
+    def layout(self) -> int: ...
+
+    @property
+    def n_rows(self) -> int: ...
+
+
+class EngineCaches:
+    """The caches of one :class:`~devshare.engine.state.ClusterState`."""
+
+    def __init__(self, state: Versioned) -> None:
+        self.state = state
+        self._layout_values: dict[Any, Any] = {}
+        self._layout_at = -1
+        self._per_node: dict[str, LRU[Any, Any]] = {}
+
+    def per_layout(self, key: Hashable, make: Callable[[], T]) -> T:
+        """A value derived from the nodes and devices only, made once per ``state.layout``."""
+        if self._layout_at != self.state.layout:
+            self._layout_values.clear()
+            self._layout_at = self.state.layout
+        try:
+            return self._layout_values[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._layout_values[key] = make()
+            return value
+
+    def per_node(self, kind: str, key: Hashable, make: Callable[[int], T], *, fits: Callable[[T], bool]) -> T:
+        """The per-node arrays of answers of ``kind`` under ``key`` (made by ``make(n)`` for ``n``
+        node indexes; made afresh when ``fits`` says the kept one is too small). The caller stores
+        each node's answer with the node's ``row_version`` and trusts it only while that holds. The
+        key is joined with ``state.layout``: indexes may name other nodes after a layout change."""
+        lru = self._per_node.get(kind)
+        if lru is None:
+            lru = self._per_node[kind] = LRU(NODE_ANSWER_KEYS)
+        full = (key, self.state.layout)
+        entry: T | None = lru.get(full)
+        if entry is None or not fits(entry):
+            entry = lru.put(full, make(max(self.state.n_rows, 1)))
+        return entry
+
+    def clear(self, kind: str | None = None) -> None:
+        """Forget the per-node answers of ``kind``, or every answer (benchmarks' cold runs)."""
+        if kind is None:
+            self._layout_values.clear()
+            self._layout_at = -1
+        for k, lru in self._per_node.items():
+            if kind is None or k == kind:
+                lru.clear()
