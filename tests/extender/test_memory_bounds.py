@@ -90,3 +90,18 @@ async def test_many_distinct_long_node_name_lists_keep_memory_bounded() -> None:
     kept = retained_after(filter_one, 16)
     assert kept < 12 * MiB, f"{kept / MiB:.0f} MiB retained"
     assert ext.nodesets.bytes <= 8 * MiB
+
+
+async def test_many_distinct_pods_with_huge_names_keep_memory_bounded() -> None:
+    """The pods the policy was told of are remembered by a fixed-size digest, not by their names."""
+    ext = await synced_extender()
+    names = msgspec.json.encode(["node-0", "node-1"])
+    long = "n" * MiB
+
+    def filter_one(i: int) -> None:
+        p = pod(f"{long}-{i}", core=50, resource_version="1")
+        args = ExtenderArgs(pod=msgspec.Raw(msgspec.json.encode(p)), node_names=msgspec.Raw(names))
+        ext.filter(args)
+
+    kept = retained_after(filter_one, 60)
+    assert kept < 40 * MiB, f"{kept / MiB:.0f} MiB retained"

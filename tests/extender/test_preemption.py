@@ -63,3 +63,27 @@ async def test_follower_does_not_preempt() -> None:
         out = await post(client, "/filter", names_body(pod("vip", gpus=1, priority=1000), ["node-0"]))
         assert out["NodeNames"] == []
         assert runtime.extender.preemptor.nominations == {}
+
+
+async def test_a_leader_deposed_while_evicting_deletes_nothing_more() -> None:
+    """Fencing (issue 12): each victim's deletion is a write, checked against the lease just before."""
+    backend = cluster(1, gpus=1, pods=full_node_pods("node-0", 1, priority=10, prefix="low"))
+    async with running(backend) as (client, runtime):
+        preemptor = runtime.extender.preemptor
+        leading = [True]
+        preemptor.is_leader = lambda: leading[0]
+
+        class LeaseLostWhileWriting:  # the lease ages past its deadline during the event's write
+            def __getattr__(self, name: str) -> Any:
+                return getattr(backend, name)
+
+            async def record_event(self, namespace: str, event: dict[str, Any]) -> None:
+                leading[0] = False
+                await backend.record_event(namespace, event)
+
+        preemptor.backend = LeaseLostWhileWriting()  # type: ignore[assignment]
+        out = await post(client, "/filter", names_body(pod("vip", gpus=1, priority=1000), ["node-0"]))
+        assert out["NodeNames"] == [] and "default/vip" in preemptor.nominations
+        await asyncio.gather(*preemptor.tasks)
+        assert backend.store.get("pods", "default/low-node-0-0") is not None  # not deleted
+        assert preemptor.evicted == 0

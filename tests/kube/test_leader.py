@@ -142,3 +142,30 @@ async def test_release_hands_over_without_waiting() -> None:
 def test_durations_must_be_ordered() -> None:
     with pytest.raises(ValueError):
         LeaderElector(MemoryBackend(), identity="a", lease_duration=1, renew_deadline=2, retry_period=0.1)
+
+
+async def test_fence_closes_before_the_lease_can_expire() -> None:
+    """Between a leader's last renewal and its next, its own clock says when others may take over:
+    from ``renew_deadline`` after the renewal was sent, it may not write, though it still believes
+    it leads (its loop has not run again: the SIGSTOP of issue 12)."""
+    from devshare.server.extender.writes import PodWrites
+
+    now = [100.0]
+    backend = MemoryBackend()
+    timing = {"lease_duration": 15.0, "renew_deadline": 10.0, "retry_period": 5.0}  # no renewal during the test
+    a = LeaderElector(backend, identity="a", clock=lambda: now[0], **timing)
+    async with running(a):
+        await asyncio.wait_for(a.leading.wait(), 2)
+        assert a.may_write() and a.fence() is None
+        now[0] += 9.9
+        assert a.may_write()
+        now[0] += 0.1  # the renew deadline since the renewal was sent: another replica may lead soon
+        assert a.is_leader and not a.may_write()
+        reason = a.fence()
+        assert reason is not None and reason.startswith("not the leader") and "renew deadline" in reason
+
+        writes = PodWrites(backend)
+        writes.fence = a.fence
+        error = await writes.bind("default", "p", "node-0", "uid", annotations={"a": "b"})
+        assert error.startswith("not the leader") and "nothing was written" in error
+        assert backend.store.get("pods", "default/p") is None  # no Binding attempted (it would 404)

@@ -19,6 +19,7 @@ extender. The accounting itself (all-or-nothing reserve, release) stays in
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,7 +41,7 @@ class Lifecycle:
         self.state: ClusterState = scheduler.state
         self.ttl = ttl
         self._binding: set[str] = set()  # pods whose bind is in flight: never expired meanwhile
-        self._seen: dict[tuple[str, str], None] = {}  # pods told to the policy, oldest first
+        self._seen: dict[bytes, None] = {}  # pods told to the policy (a digest of key and uid), oldest first
 
     @property
     def policy(self) -> Policy:
@@ -50,7 +51,8 @@ class Lifecycle:
     def arrived(self, pod: PodRequest) -> None:
         """Tell the policy of the pod once (by key and uid), before it is scored: a learning policy
         (devshare's) learns the task mix from the pods that arrive."""
-        seen = (pod.key, pod.uid)
+        # a fixed-size digest: names and uids come from requests and may be of any length
+        seen = hashlib.blake2b(f"{pod.key}\0{pod.uid}".encode(), digest_size=16).digest()
         if seen in self._seen:
             return
         if len(self._seen) >= SEEN_LIMIT:

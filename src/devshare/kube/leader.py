@@ -5,6 +5,13 @@ changed for ``lease_duration`` seconds *as observed locally* (no trust in other 
 renews every ``retry_period``; it steps down at once when a renew hits a 409 (someone else wrote
 the Lease), and when renewals keep failing for ``renew_deadline`` (shorter than the lease duration,
 so it stops before anyone else may start). Only the leader binds pods.
+
+Fencing: ``is_leader`` turns false only when the elector's own loop runs again. A leader that was
+stopped (SIGSTOP, a long pause) past its lease still believes it leads when it resumes, and may
+serve a bind already queued in its socket while another replica leads. So every write checks
+:meth:`LeaderElector.fence` just before it is sent: the last successful renewal (the moment its
+request was *sent*) must be less than ``renew_deadline`` ago, a margin below ``lease_duration``,
+the time any other candidate waits, from when it saw the last renewal, before taking over.
 """
 
 from __future__ import annotations
@@ -65,6 +72,24 @@ class LeaderElector:
     def is_leader(self) -> bool:
         return self.leading.is_set()
 
+    def lease_age(self) -> float:
+        """Seconds since the last successful renewal was sent."""
+        return self.clock() - self._last_renew
+
+    def may_write(self) -> bool:
+        """True while this elector leads and its lease surely has not expired for anyone else."""
+        return self.is_leader and self.lease_age() < self.renew_deadline
+
+    def fence(self) -> str | None:
+        """None when a write may go out now; otherwise why not (for the refused request's answer)."""
+        if not self.is_leader:
+            return "not the leader"
+        age = self.lease_age()
+        if age >= self.renew_deadline:
+            return (f"not the leader: its lease was last renewed {age:.1f} s ago, beyond the renew deadline of "
+                    f"{self.renew_deadline:g} s, so another replica may lead now; nothing was written")
+        return None
+
     def _set_leader(self, value: bool) -> None:
         if value == self.is_leader:
             return
@@ -119,6 +144,7 @@ class LeaderElector:
         """Campaign forever: acquire, then renew; step down on 409 or after ``renew_deadline``."""
         try:
             while True:
+                started = self.clock()  # a renewal holds from when it was sent, not when it came back
                 try:
                     ok = await self.try_acquire_or_renew()
                 except Conflict as e:
@@ -131,7 +157,7 @@ class LeaderElector:
                     log.info("lease %s/%s: request failed: %s", self.namespace, self.name, e)
                 now = self.clock()
                 if ok:
-                    self._last_renew = now
+                    self._last_renew = started
                     self._set_leader(True)
                 elif self.is_leader and (now - self._last_renew >= self.renew_deadline
                                          or not self._holds_observed()):

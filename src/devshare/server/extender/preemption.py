@@ -146,6 +146,10 @@ class Preemptor:
                 await self.backend.record_event(ns, _event(ns, name, uid, nom))
             except BackendError as e:
                 log.info("could not record the Preempted event of %s: %s", key, e)
+            if not self.is_leader():  # fenced: the lease may have expired since the nomination
+                log.warning("not deleting pod %s to preempt it for %s: no longer the leader (or its lease "
+                            "may have expired)", key, nom.pod)
+                return
             try:
                 await self.backend.delete_pod(ns, name, uid=uid or None)
                 self.evicted += 1

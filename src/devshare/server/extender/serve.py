@@ -46,6 +46,7 @@ class ExtenderOptions:
     leader_election: bool = False  # campaign for the Lease; without it this extender always binds
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     lease_name: str = "devshare-extender"
+    lease_timing: tuple[float, float, float] | None = None  # (duration, renew deadline, retry period); tests
     assume_ttl: float = DEFAULT_ASSUME_TTL
     expire_interval: float = 5.0
     save: SnapshotWriter | None = None  # asked to write after each bind, flushed on shutdown (--save)
@@ -86,20 +87,23 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         settings = Settings(core_weight=opts.core_weight)
         scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
     sync = StateSync(backend, state)
-    elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name)
+    timing = dict(zip(("lease_duration", "renew_deadline", "retry_period"), opts.lease_timing or (), strict=False))
+    elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name, **timing)
                if opts.leader_election else None)
     metrics = ExtenderMetrics()
     extender = Extender(
         state, backend,
         scheduler=scheduler,
         is_synced=lambda: sync.is_synced,
-        is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+        is_leader=elector.may_write if elector is not None else (lambda: True),
         metrics=metrics,
         assume_ttl=opts.assume_ttl,
         after_bind=opts.save.request if opts.save is not None else None,
         disabled_types=cfg.device_types.disabled() if cfg is not None else frozenset(),
     )
     sync.on_change = extender.pod_changed
+    if elector is not None:
+        extender.writes.fence = elector.fence  # checked just before each bind's write
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
     if opts.save is not None:
         metrics.registry.register(_SaveCollector(opts.save))

@@ -18,12 +18,18 @@ class PodWrites:
     def __init__(self, backend: Backend, after_bind: Callable[[], None] | None = None) -> None:
         self.backend = backend
         self.after_bind = after_bind  # e.g. save the --cluster file
+        # leader fencing (LeaderElector.fence): why this replica may not write now, checked just
+        # before the write goes out (after every await of the bind), or None
+        self.fence: Callable[[], str | None] | None = None
 
     async def bind(self, ns: str, name: str, node: str, uid: str, *, annotations: dict[str, str] | None = None,
                    resource_version: str | None = None) -> str:
         """The Binding, carrying the allocation ``annotations`` (the API server writes both at once)
         and the pod's ``resource_version`` as a precondition: a pod that changed since it was read
         (e.g. a user wrote an allocation of their own) is not bound."""
+        fenced = self.fence() if self.fence is not None else None
+        if fenced:
+            return fenced
         try:
             await self.backend.bind_pod(ns, name, node, uid=uid or None, annotations=annotations,
                                         resource_version=resource_version)
