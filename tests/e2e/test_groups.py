@@ -6,22 +6,15 @@ from __future__ import annotations
 import json
 import time
 
+from e2e.cluster import REPO
 from e2e.conftest import Cluster, allocation
 
 GROUP = "gputopology.scheduling.koordinator.sh/name"
 REPLICA = "gputopology.scheduling.koordinator.sh/replica"
 GANG = "gang.scheduling.koordinator.sh/name"
 MIN = "gang.scheduling.koordinator.sh/min-available"
-SEED_MATRIX = [  # seed 003's 8-GPU bandwidth matrix (GB/s), shared/topologies/seed-8gpu-bandwidth.json
-    [750.48, 48.39, 48.33, 96.41, 15.77, 15.52, 96.4, 15.74],
-    [48.39, 753.38, 96.46, 48.38, 4.64, 16.93, 16.98, 96.39],
-    [48.38, 96.25, 751.92, 96.48, 48.39, 17.57, 17.59, 16.72],
-    [96.25, 48.39, 96.43, 750.48, 15.45, 48.39, 15.88, 14.62],
-    [5.0, 16.81, 48.38, 15.98, 755.56, 96.39, 48.38, 96.44],
-    [15.8, 16.93, 17.5, 48.39, 96.25, 751.92, 96.23, 48.38],
-    [96.42, 16.75, 17.47, 15.89, 48.35, 96.28, 754.1, 48.33],
-    [15.65, 96.2, 16.77, 15.71, 96.25, 48.38, 48.33, 754.83],
-]
+# seed 003's 8-GPU bandwidth matrix (GB/s), shipped in examples/topologies
+SEED_MATRIX = json.loads((REPO / "examples" / "topologies" / "seed-8gpu-bandwidth.json").read_text())["bandwidth_gbps"]
 
 
 def test_group_is_planned_on_one_node_with_connected_gpus(cluster: Cluster) -> None:
