@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -148,6 +149,12 @@ def latencies(port: int) -> dict[str, float]:
     return {v: round(1000 * sums[v] / counts[v], 2) for v in sums if counts.get(v)}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def plain_config(cp: ControlPlane) -> Path:
     path = cp.root / "alone-config.yaml"
     import yaml
@@ -184,8 +191,13 @@ def main() -> None:
         cp.start_extender("--log-level", "warning")
         make_pods(cp, "devshare", {"nvidia.com/gpu": "1"}, args.pods, SCHEDULER_NAME)
         print("devshare: scheduling", file=sys.stderr, flush=True)
+        ext = cp.processes["extender"].popen
+        assert ext is not None
+        cpu0 = cpu_seconds(ext.pid)
         cp.start_scheduler()
         with_devshare = clock.rate("devshare", args.pods, args.timeout)
+        ext_ms = 1000 * (cpu_seconds(ext.pid) - cpu0) / args.pods
+        print(f"extender CPU per pod: {ext_ms:.1f} ms", file=sys.stderr)
         print(f"devshare: {with_devshare:.1f} pods/s", file=sys.stderr)
         refused = refused_binds(cp.extender_port)
         print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
