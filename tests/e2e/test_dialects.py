@@ -88,3 +88,13 @@ def test_eight_halves_fill_exactly_four_cards_and_the_ninth_stays_pending(cluste
     assert not cluster.get_pod("half-8")["spec"].get("nodeName")
     used = [d["used"] for n in cluster.inspect()["nodes"] for d in n["devices"] if d["type"] == "gpu"]
     assert len(used) == 4
+
+
+def test_aliyun_gpu_count_two_on_an_ordinary_node(cluster: Cluster) -> None:
+    """Seed 002's gpu-count: N cards with gpu-mem each, on a node without mGPU's labels (issue 13)."""
+    cluster.node("aliyun-2", gpus=2)
+    cluster.pod("pair", {"aliyun.com/gpu-mem": "4096", "aliyun.com/gpu-count": "2"})
+    pod = cluster.wait_bound("pair")
+    devs = allocation(pod)["containers"][0]["devices"]
+    assert sorted(d["minor"] for d in devs) == [0, 1] and all(d["memory"] == 4096 * 2**20 for d in devs)
+    assert sorted(pod["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"].split(",")) == ["0", "1"]

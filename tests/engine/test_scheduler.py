@@ -231,3 +231,18 @@ def test_a_failing_handler_gives_seed_004_error_not_an_exception(monkeypatch: py
     assert ev.codes.tolist() == [Code.ERROR]
     assert outcome(sch, p).failed == {"n1": "internal error in the gpu handler: RuntimeError: boom"}
     assert sch.place(p) is None
+
+
+def test_aliyun_gpu_count_two_is_placed_on_an_ordinary_node() -> None:
+    """Seed 002: gpu-mem with gpu-count N is that much memory on each of N cards; seed 000's node label
+    for one container over several shared cards is mGPU's rule, not Aliyun's (issue 13)."""
+    st = ClusterState()
+    add_node(st, "plain", 4)
+    p = pod("a", gpu(0, 8 * GiB, count=2), dialect="aliyun")
+    placed = Scheduler(st).place(p)
+    assert placed is not None
+    (c0,) = placed.allocation.containers
+    assert len({g.minor for g in c0.devices}) == 2 and all(g.memory == 8 * GiB for g in c0.devices)
+    # the same shape asked in mGPU still needs the label
+    assert names.MULTI_GPU_SHARE in outcome(Scheduler(st), pod("m", gpu(50, GiB, count=2), dialect="mgpu"),
+                                            ["plain"]).unresolvable["plain"]
