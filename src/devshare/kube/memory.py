@@ -132,18 +132,8 @@ class MemoryBackend:
         return backend
 
     def objects(self) -> list[dict[str, Any]]:
-        """Every Node, Device and Pod, in the order first seen (without resourceVersions)."""
-        out: list[dict[str, Any]] = []
-        for resource in _SAVED:
-            for key in self.store.objects.get(resource, {}):
-                self._order.setdefault((resource, key), None)
-        for resource, key in self._order:
-            obj = self.store.get(resource, key)
-            if obj is not None:
-                obj = copy.deepcopy(obj)
-                obj["metadata"].pop("resourceVersion", None)
-                out.append(obj)
-        return out
+        """Every Node, Device and Pod, in the order first seen (without resourceVersions): deep copies."""
+        return copy.deepcopy(self.snapshot())
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Like :meth:`objects` without copying: each object is a new shallow dict over the stored
@@ -201,12 +191,16 @@ class MemoryBackend:
     ) -> dict[str, Any]:
         return self.store.patch("pods", f"{namespace}/{name}", {"metadata": {"annotations": dict(annotations)}})
 
-    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
-                       annotations: Mapping[str, str] | None = None, resource_version: str | None = None) -> None:
+    def _pod(self, namespace: str, name: str) -> tuple[str, dict[str, Any]]:
         key = f"{namespace}/{name}"
         pod = self.store.get("pods", key)
         if pod is None:
             raise NotFound(f"pods {name!r} not found in namespace {namespace}", code=404)
+        return key, pod
+
+    async def bind_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
+                       annotations: Mapping[str, str] | None = None, resource_version: str | None = None) -> None:
+        key, pod = self._pod(namespace, name)
         if uid and meta(pod).get("uid") not in (None, "", uid):
             raise Conflict(f"pod {key} has uid {meta(pod).get('uid')}, not {uid}", code=409)
         bound = (pod.get("spec") or {}).get("nodeName")
@@ -220,10 +214,7 @@ class MemoryBackend:
         self.store.patch("pods", key, patch)
 
     async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:
-        key = f"{namespace}/{name}"
-        pod = self.store.get("pods", key)
-        if pod is None:
-            raise NotFound(f"pods {name!r} not found in namespace {namespace}", code=404)
+        key, pod = self._pod(namespace, name)
         if uid and meta(pod).get("uid") not in (None, "", uid):
             return
         self.store.delete("pods", key)

@@ -69,6 +69,7 @@ class Preemptor:
     nominations: dict[str, Nomination] = field(default_factory=dict)  # preemptor key -> nomination
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     evicted: int = 0
+    _lowest: tuple[int, int | None] = (-1, None)  # (state version, lowest priority of any pod record)
 
     # ------------------------------------------------------------------ nominated nodes
     def held_nodes(self, pod: PodRequest) -> dict[str, str]:
@@ -89,6 +90,15 @@ class Preemptor:
         self.nominations.pop(key, None)
 
     # ------------------------------------------------------------------ choosing
+    def lowest_priority(self) -> int | None:
+        """The lowest priority any pod holding devices has (None: none holds any), recomputed only
+        when the state changed: a backlog of pending pods retried while nothing changes, or a cluster
+        where every pod has the same priority, costs no scan per filter."""
+        state = self.scheduler.state
+        if self._lowest[0] != state.version:
+            self._lowest = (state.version, min((r.pod.priority for r in state.pods.values()), default=None))
+        return self._lowest[1]
+
     def choose(self, pod: PodRequest, nodes: list[str]) -> tuple[str, list[str]] | None:
         """The node and victims kube-scheduler would pick, or None when no node can be freed."""
         state = self.scheduler.state
@@ -119,6 +129,9 @@ class Preemptor:
         """Called when no node passed ``pod``'s filter: nominate a node and evict its victims."""
         if not pod.preempts or not failed_nodes or not self.is_leader():
             return None
+        lowest = self.lowest_priority()
+        if lowest is None or lowest >= pod.priority:
+            return None  # nobody it may evict
         now = self.clock()
         current = self.nominations.get(pod.key)
         if current is not None and current.uid == pod.uid and current.expires_at > now:
@@ -142,13 +155,13 @@ class Preemptor:
             rec = self.scheduler.state.pods.get(key)
             uid = rec.pod.uid if rec is not None else ""
             ns, _, name = key.partition("/")
+            if self._fenced(key, nom):
+                return
             try:
                 await self.backend.record_event(ns, _event(ns, name, uid, nom))
             except BackendError as e:
                 log.info("could not record the Preempted event of %s: %s", key, e)
-            if not self.is_leader():  # fenced: the lease may have expired since the nomination
-                log.warning("not deleting pod %s to preempt it for %s: no longer the leader (or its lease "
-                            "may have expired)", key, nom.pod)
+            if self._fenced(key, nom):  # the lease may have lapsed while the event was written
                 return
             try:
                 await self.backend.delete_pod(ns, name, uid=uid or None)
@@ -157,6 +170,14 @@ class Preemptor:
                 pass
             except BackendError as e:
                 log.warning("could not delete pod %s to preempt it for %s: %s", key, nom.pod, e)
+
+
+    def _fenced(self, key: str, nom: Nomination) -> bool:
+        """Every write of an eviction is checked against the lease just before it is sent."""
+        if self.is_leader():
+            return False
+        log.warning("not preempting pod %s for %s: no longer the leader (or its lease may have expired)", key, nom.pod)
+        return True
 
 
 def _event(ns: str, name: str, uid: str, nom: Nomination) -> dict[str, Any]:

@@ -5,7 +5,9 @@ candidate list's object array by index: no Python step per node."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -59,15 +61,21 @@ def event_safe(text: str) -> str:
     return text.replace("%", " percent") if "%" in text else text
 
 
-def event_safe_map(reasons: dict[str, str]) -> dict[str, str]:
+def _each(rewrite: Callable[[str], str], reasons: Iterable[str]) -> list[str]:
+    """``rewrite`` of every reason, worked out once per distinct text (thousands of failing nodes
+    share a handful of reasons)."""
     memo: dict[str, str] = {}
-    out = {}
-    for node, r in reasons.items():
+    out = []
+    for r in reasons:
         s = memo.get(r)
         if s is None:
-            s = memo[r] = event_safe(r)
-        out[node] = s
+            s = memo[r] = rewrite(r)
+        out.append(s)
     return out
+
+
+def event_safe_map(reasons: dict[str, str]) -> dict[str, str]:
+    return dict(zip(reasons, _each(event_safe, reasons.values()), strict=True))
 
 
 def brief(reason: str, *, resolvable: bool) -> str:
@@ -85,14 +93,7 @@ def brief(reason: str, *, resolvable: bool) -> str:
 
 
 def _briefs(reasons: list[str], *, resolvable: bool) -> list[str]:
-    memo: dict[str, str] = {}
-    out = []
-    for r in reasons:
-        b = memo.get(r)
-        if b is None:
-            b = memo[r] = brief(r, resolvable=resolvable)
-        out.append(b)
-    return out
+    return _each(partial(brief, resolvable=resolvable), reasons)
 
 
 def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> NamedVerdicts:
