@@ -9,6 +9,7 @@ fails the suite. There is no kubelet: Nodes are objects whose status the tests w
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -295,7 +296,7 @@ class ControlPlane:
         proc = self.spawn(name, [*DEVSHARE, "extender", "--kubeconfig", str(cfg), "--namespace", SYSTEM_NS,
                                  "--port", str(port), "--host", "127.0.0.1", *extra],
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/readyz") or _dead(proc), timeout=60,
+        wait_until(lambda: _ok(f"http://127.0.0.1:{port}/readyz") or _dead(proc), timeout=60,
                    what=f"{name} /readyz")
         if not proc.alive:
             raise ControlPlaneError(f"{name} exited:\n{proc.tail()}")
@@ -342,18 +343,24 @@ class ControlPlane:
                                       "--host", "127.0.0.1", "--kubeconfig", str(cfg),
                                       "--scheduler-name", SCHEDULER_NAME],
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        ca = __import__("base64").b64encode((self.pki / "ca.crt").read_bytes()).decode()
-        docs = [d for d in yaml.safe_load_all((DEPLOY / "webhook" / "webhooks.yaml").read_text()) if d]
-        for doc in docs:
-            for hook in doc["webhooks"]:
-                path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
-        wait_until(lambda: _https_ok(f"https://127.0.0.1:{port}/readyz", self.pki / "ca.crt") or _dead(proc),
+        docs = self.webhook_configurations(f"https://127.0.0.1:{port}")
+        wait_until(lambda: _ok(f"https://127.0.0.1:{port}/readyz", self.pki / "ca.crt") or _dead(proc),
                    timeout=60, what="webhook /readyz")
         if not proc.alive:
             raise ControlPlaneError(f"webhook exited:\n{proc.tail()}")
         self.apply(docs)
         return proc
+
+    def webhook_configurations(self, base_url: str) -> list[dict[str, Any]]:
+        """deploy/webhook/webhooks.yaml with this control plane's CA as caBundle and each webhook's
+        Service reference turned into ``base_url`` + its path (no Service routes to 127.0.0.1 here)."""
+        ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
+        docs = [d for d in yaml.safe_load_all((DEPLOY / "webhook" / "webhooks.yaml").read_text()) if d]
+        for doc in docs:
+            for hook in doc["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"{base_url}{path}", "caBundle": ca}
+        return docs
 
     def namespace(self, name: str) -> str:
         """A namespace for test pods, with the ``default`` ServiceAccount the ServiceAccount admission
@@ -368,21 +375,12 @@ def _dead(proc: Process) -> bool:
     return not proc.alive
 
 
-def _http_ok(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
-def _https_ok(url: str, ca: Path) -> bool:
+def _ok(url: str, ca: Path | None = None) -> bool:
+    """True when ``url`` answers 200 (over TLS verified by ``ca`` when given)."""
     import ssl
     import urllib.request
 
-    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
     try:
         with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
             return bool(r.status == 200)

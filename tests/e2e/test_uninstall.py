@@ -4,13 +4,10 @@ left behind, with its webhook gone, would refuse every pod in every selected nam
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import shlex
 from pathlib import Path
-
-import yaml
 
 from e2e.cluster import DEPLOY, REPO, ControlPlane, control_plane
 
@@ -26,12 +23,7 @@ def documented_uninstall() -> list[list[str]]:
 
 def _register_webhooks(cp: ControlPlane) -> None:
     cp.kubectl("apply", "-f", str(DEPLOY / "webhook" / "deployment.yaml"))
-    ca = base64.b64encode((cp.pki / "ca.crt").read_bytes()).decode()
-    docs = [d for d in yaml.safe_load_all((DEPLOY / "webhook" / "webhooks.yaml").read_text()) if d]
-    for doc in docs:
-        for hook in doc["webhooks"]:
-            hook["clientConfig"] = {"url": "https://127.0.0.1:1/unreachable", "caBundle": ca}
-    cp.apply(docs)
+    cp.apply(cp.webhook_configurations("https://127.0.0.1:1"))  # no webhook listens there
 
 
 def test_documented_uninstall_leaves_pod_creation_working(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ spellings are rewritten so the pod reaches devshare, and pods asking for no devi
 
 from __future__ import annotations
 
+import json
+
 from e2e.cluster import SCHEDULER_NAME
 from e2e.conftest import Cluster, allocation
 
@@ -14,8 +16,6 @@ def test_invalid_mgpu_pod_is_refused_at_create_with_the_reason(cluster: Cluster)
     obj = cluster.pod("bad", [{"vke.volcengine.com/mgpu-core": "100"}], create=False,
                       annotations={"vke.volcengine.com/container-multiple-gpu": "3",
                                    "devshare.io/gpu-compute-policy": "native-burst-share"})
-    import json
-
     out = cluster.cp.kubectl("create", "-f", "-", input=json.dumps(obj), check=False)
     assert out.returncode != 0
     assert 'admission webhook "validate.webhook.devshare.io" denied the request' in out.stderr
@@ -35,7 +35,7 @@ def test_kubernetes_io_spellings_are_rewritten_and_scheduled(cluster: Cluster) -
 
 def test_pods_without_devices_are_untouched(cluster: Cluster) -> None:
     obj = cluster.pod("plain", {"cpu": "100m"}, scheduler=None, node_selector=False, create=False)
-    cluster.cp.kubectl("create", "-f", "-", input=__import__("json").dumps(obj))
+    cluster.cp.kubectl("create", "-f", "-", input=json.dumps(obj))
     pod = cluster.get_pod("plain")
     assert pod["spec"]["schedulerName"] == "default-scheduler"
     assert not (pod["metadata"].get("annotations") or {})
