@@ -33,6 +33,13 @@ TRACE_ORDER = ["default", "cpu050", "cpu100", "cpu200", "gpushare40", "gpushare6
                "gpuspec10", "gpuspec20", "gpuspec25", "multigpu20", "multigpu30", "multigpu40"]
 
 
+def _mean_unallocated(runs: list[dict[str, object]]) -> float | None:
+    """Mean unallocated GPU % at 100% over a trace's runs of one policy (None: no run)."""
+    if not runs:
+        return None
+    return statistics.fmean(float(r["unallocated"]) for r in runs)  # type: ignore[arg-type]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared")
@@ -117,10 +124,10 @@ def markdown(done: list[dict[str, object]], ref: dict[tuple[str, str], tuple[flo
         cells = []
         for p in policies:
             runs = by.get((t, p), [])
-            if not runs:
+            mean = _mean_unallocated(runs)
+            if mean is None:
                 cells.append("")
                 continue
-            mean = statistics.fmean(float(r["unallocated"]) for r in runs)  # type: ignore[arg-type]
             r0 = reference_for(ref, t, p)
             n = "" if len(runs) == n_seeds else f" (n={len(runs)})"
             cells.append(f"{mean:.2f}" + (f" / {r0:.2f}" if r0 is not None else "") + n)
@@ -156,10 +163,10 @@ def offline_table(by: dict[tuple[str, str], list[dict[str, object]]], offline: l
         cells = []
         for p in policies:
             runs = by.get((t, p), [])
-            if not runs:
+            mean = _mean_unallocated(runs)
+            if mean is None:
                 cells.append("")
                 continue
-            mean = statistics.fmean(float(r["unallocated"]) for r in runs)  # type: ignore[arg-type]
             n95 = sum(1 for r in runs if float(r.get("first_skip_pct") or 0.0) >= 95.0)  # type: ignore[arg-type]
             cells.append(f"{mean - opt:+.2f} / " + ("-" if low is None else f"{mean - low:+.2f}") +
                          f" ({n95}/{len(runs)})")
