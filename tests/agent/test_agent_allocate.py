@@ -16,16 +16,18 @@ from devshare.agent.matching import ASSIGNED, AllocateError
 from devshare.agent.resources import PluginResource, resource_named
 from devshare.model import names
 from devshare.model.codecs import encode_topology
+from devshare.model.dialects import aliyun, nvidia
+from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA
 
 from .factory import GIB, gpu, pod, write_fake
 
-CORE = resource_named(names.KOORD_GPU_CORE)
-RATIO = resource_named(names.KOORD_GPU_MEMORY_RATIO)
-NVIDIA = resource_named(names.NVIDIA_GPU)
-ALIYUN = resource_named(names.ALIYUN_GPU_MEM)
+CORE = resource_named(KOORD_GPU_CORE)
+RATIO = resource_named(KOORD_GPU_MEMORY_RATIO)
+NVIDIA = resource_named(nvidia.NVIDIA_GPU)
+ALIYUN = resource_named(aliyun.ALIYUN_GPU_MEM)
 assert CORE and RATIO and NVIDIA and ALIYUN
-SERVED = [names.KOORD_GPU_CORE, names.KOORD_GPU_MEMORY_RATIO, names.NVIDIA_GPU, names.ALIYUN_GPU_MEM,
-          names.KOORD_RDMA]
+SERVED = [KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO, nvidia.NVIDIA_GPU, aliyun.ALIYUN_GPU_MEM,
+          KOORD_RDMA]
 
 
 @pytest.fixture
@@ -46,8 +48,8 @@ def ids(n: int) -> list[list[str]]:
 def test_multi_container_pod_same_amounts_each_gets_its_own(backend: FakeBackend) -> None:
     u = [g.uuid for g in backend.discover().gpus]
     p = pod("p", "n1", [
-        ("a", {names.KOORD_GPU_CORE: 50, names.KOORD_GPU_MEMORY_RATIO: 50}, [gpu(0, u[0], 500, 8 * GIB, 500)]),
-        ("b", {names.KOORD_GPU_CORE: 50, names.KOORD_GPU_MEMORY_RATIO: 50}, [gpu(3, u[3], 500, 8 * GIB, 500)]),
+        ("a", {KOORD_GPU_CORE: 50, KOORD_GPU_MEMORY_RATIO: 50}, [gpu(0, u[0], 500, 8 * GIB, 500)]),
+        ("b", {KOORD_GPU_CORE: 50, KOORD_GPU_MEMORY_RATIO: 50}, [gpu(3, u[3], 500, 8 * GIB, 500)]),
     ])
     client = MemoryClient([p])
     a = allocator(client, backend)
@@ -68,8 +70,8 @@ def test_multi_container_pod_same_amounts_each_gets_its_own(backend: FakeBackend
 
 def test_ambiguous_pods_are_refused_and_in_progress_pod_wins(backend: FakeBackend) -> None:
     u = [g.uuid for g in backend.discover().gpus]
-    p1 = pod("p1", "n1", [("c", {names.NVIDIA_GPU: 1}, [gpu(1, u[1])]), ("d", {names.NVIDIA_GPU: 1}, [gpu(2, u[2])])])
-    p2 = pod("p2", "n1", [("c", {names.NVIDIA_GPU: 1}, [gpu(5, u[5])])])
+    p1 = pod("p1", "n1", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(1, u[1])]), ("d", {nvidia.NVIDIA_GPU: 1}, [gpu(2, u[2])])])
+    p2 = pod("p2", "n1", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(5, u[5])])])
     client = MemoryClient([p1, p2])
     a = allocator(client, backend)
     with pytest.raises(AllocateError, match=r"ambiguous.*default/p1/c.*default/p2/c"):
@@ -86,46 +88,46 @@ def test_ambiguous_pods_are_refused_and_in_progress_pod_wins(backend: FakeBacken
 def test_amount_tells_pods_apart(backend: FakeBackend) -> None:
     u = [g.uuid for g in backend.discover().gpus]
     client = MemoryClient([
-        pod("small", "n1", [("c", {names.ALIYUN_GPU_MEM: 4096}, [gpu(0, u[0], 250, 4 * GIB)])],
-            annotations={names.ALIYUN_ASSIGNED: "false", names.ALIYUN_IDX: "0"}),
-        pod("big", "n1", [("c", {names.ALIYUN_GPU_MEM: 8192}, [gpu(0, u[0], 500, 8 * GIB)])]),
+        pod("small", "n1", [("c", {aliyun.ALIYUN_GPU_MEM: 4096}, [gpu(0, u[0], 250, 4 * GIB)])],
+            annotations={aliyun.ALIYUN_ASSIGNED: "false", aliyun.ALIYUN_IDX: "0"}),
+        pod("big", "n1", [("c", {aliyun.ALIYUN_GPU_MEM: 8192}, [gpu(0, u[0], 500, 8 * GIB)])]),
     ])
     a = allocator(client, backend)
     envs = a.allocate(ALIYUN, ids(8192))[0].envs
-    assert envs[names.ALIYUN_POD] == "8192" and envs["ALIYUN_COM_GPU_MEM_CONTAINER"] == "8192"
-    assert envs[names.ALIYUN_DEV] == "16384" and envs[names.ALIYUN_IDX] == "0"
+    assert envs[aliyun.ALIYUN_POD] == "8192" and envs["ALIYUN_COM_GPU_MEM_CONTAINER"] == "8192"
+    assert envs[aliyun.ALIYUN_DEV] == "16384" and envs[aliyun.ALIYUN_IDX] == "0"
     envs = a.allocate(ALIYUN, ids(4096))[0].envs
-    assert envs[names.ALIYUN_POD] == "4096"
+    assert envs[aliyun.ALIYUN_POD] == "4096"
     small = client.pods[("default", "small")]["metadata"]["annotations"]
-    assert small[ASSIGNED] == "true" and small[names.ALIYUN_ASSIGNED] == "true"
+    assert small[ASSIGNED] == "true" and small[aliyun.ALIYUN_ASSIGNED] == "true"
 
 
 def test_no_match_and_foreign_pods_are_refused(backend: FakeBackend) -> None:
     u = [g.uuid for g in backend.discover().gpus]
-    other_node = pod("elsewhere", "n2", [("c", {names.NVIDIA_GPU: 1}, [gpu(0, u[0])])])
-    running = pod("running", "n1", [("c", {names.NVIDIA_GPU: 1}, [gpu(0, u[0])])], phase="Running")
-    no_alloc = pod("plain", "n1", [("c", {names.NVIDIA_GPU: 1}, [])])
+    other_node = pod("elsewhere", "n2", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(0, u[0])])])
+    running = pod("running", "n1", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(0, u[0])])], phase="Running")
+    no_alloc = pod("plain", "n1", [("c", {nvidia.NVIDIA_GPU: 1}, [])])
     del no_alloc["metadata"]["annotations"][names.ALLOCATION]
     client = MemoryClient([other_node, running, no_alloc])
     with pytest.raises(AllocateError, match="no pending pod with a devshare allocation"):
         allocator(client, backend).allocate(NVIDIA, ids(1))
-    client.add(pod("two", "n1", [("c", {names.NVIDIA_GPU: 2}, [gpu(0, u[0]), gpu(1, u[1])])]))
+    client.add(pod("two", "n1", [("c", {nvidia.NVIDIA_GPU: 2}, [gpu(0, u[0]), gpu(1, u[1])])]))
     with pytest.raises(AllocateError, match="default/two/c asks 2"):
         allocator(client, backend).allocate(NVIDIA, ids(1))
 
 
 def test_stale_device_object_is_refused(backend: FakeBackend) -> None:
-    client = MemoryClient([pod("p", "n1", [("c", {names.NVIDIA_GPU: 1}, [gpu(0, "GPU-not-this-card")])])])
+    client = MemoryClient([pod("p", "n1", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(0, "GPU-not-this-card")])])])
     with pytest.raises(AllocateError, match="Device object is stale"):
         allocator(client, backend).allocate(NVIDIA, ids(1))
-    client = MemoryClient([pod("p", "n1", [("c", {names.NVIDIA_GPU: 1}, [gpu(42, "")])])])
+    client = MemoryClient([pod("p", "n1", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(42, "")])])])
     with pytest.raises(AllocateError, match="minor 42"):
         allocator(client, backend).allocate(NVIDIA, ids(1))
 
 
 def test_group_pod_visible_and_cuda_devices(backend: FakeBackend) -> None:
     u = [g.uuid for g in backend.discover().gpus]
-    p = pod("w0", "n1", [("main", {names.NVIDIA_GPU: 2}, [gpu(4, u[4]), gpu(5, u[5])])],
+    p = pod("w0", "n1", [("main", {nvidia.NVIDIA_GPU: 2}, [gpu(4, u[4]), gpu(5, u[5])])],
             annotations=encode_topology({0: [4, 5]}, [4, 5, 6, 7]))
     envs = allocator(MemoryClient([p]), backend).allocate(NVIDIA, ids(2))[0].envs
     assert envs["NVIDIA_VISIBLE_DEVICES"] == ",".join(u[4:8])
@@ -136,9 +138,9 @@ def test_group_pod_visible_and_cuda_devices(backend: FakeBackend) -> None:
 def test_rdma_devices_and_files(backend: FakeBackend) -> None:
     from devshare.model.allocation import DeviceGrant
 
-    rdma = resource_named(names.KOORD_RDMA)
+    rdma = resource_named(KOORD_RDMA)
     assert rdma is not None
-    p = pod("r", "n1", [("c", {names.KOORD_RDMA: 100},
+    p = pod("r", "n1", [("c", {KOORD_RDMA: 100},
                          [DeviceGrant(type="rdma", minor=0, id="mlx5_0", core_milli=1000)])])
     got = allocator(MemoryClient([p]), backend).allocate(rdma, ids(100))[0]
     assert got.envs == {"DEVSHARE_RDMA_DEVICES": "mlx5_0"}
@@ -149,11 +151,11 @@ def test_restarted_agent_learns_progress_from_kubelet_checkpoint(backend: FakeBa
     import json
 
     u = [g.uuid for g in backend.discover().gpus]
-    p1 = pod("p1", "n1", [("a", {names.NVIDIA_GPU: 1}, [gpu(0, u[0])]), ("b", {names.NVIDIA_GPU: 1}, [gpu(1, u[1])])])
-    p2 = pod("p2", "n1", [("a", {names.NVIDIA_GPU: 1}, [gpu(2, u[2])])])
+    p1 = pod("p1", "n1", [("a", {nvidia.NVIDIA_GPU: 1}, [gpu(0, u[0])]), ("b", {nvidia.NVIDIA_GPU: 1}, [gpu(1, u[1])])])
+    p2 = pod("p2", "n1", [("a", {nvidia.NVIDIA_GPU: 1}, [gpu(2, u[2])])])
     cp = tmp_path / "cp"
     cp.write_text(json.dumps({"Data": {"PodDeviceEntries": [
-        {"PodUID": "uid-p1", "ContainerName": "a", "ResourceName": names.NVIDIA_GPU, "DeviceIDs": {"0": [u[0]]}}]}}))
+        {"PodUID": "uid-p1", "ContainerName": "a", "ResourceName": nvidia.NVIDIA_GPU, "DeviceIDs": {"0": [u[0]]}}]}}))
     a = allocator(MemoryClient([p1, p2]), backend, checkpoint=cp)
     # p1/a was allocated before the restart: the call is p1/b's (p1 is in progress), not p2/a's
     assert a.allocate(NVIDIA, ids(1))[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[1]
@@ -162,8 +164,8 @@ def test_restarted_agent_learns_progress_from_kubelet_checkpoint(backend: FakeBa
 def test_dead_half_allocated_pod_does_not_attract_the_next_call(backend: FakeBackend) -> None:
     u = [g.uuid for g in backend.discover().gpus]
     now = [0.0]
-    p1 = pod("p1", "n1", [("a", {names.NVIDIA_GPU: 1}, [gpu(0, u[0])]), ("b", {names.NVIDIA_GPU: 1}, [gpu(1, u[1])])])
-    p2 = pod("p2", "n1", [("a", {names.NVIDIA_GPU: 1}, [gpu(2, u[2])])])
+    p1 = pod("p1", "n1", [("a", {nvidia.NVIDIA_GPU: 1}, [gpu(0, u[0])]), ("b", {nvidia.NVIDIA_GPU: 1}, [gpu(1, u[1])])])
+    p2 = pod("p2", "n1", [("a", {nvidia.NVIDIA_GPU: 1}, [gpu(2, u[2])])])
     inv = backend.discover()
     a = Allocator("n1", MemoryClient([p1]), lambda: inv, resources=SERVED, clock=lambda: now[0])
     assert a.allocate(NVIDIA, ids(1))[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
@@ -178,13 +180,13 @@ def test_dead_half_allocated_pod_does_not_attract_the_next_call(backend: FakeBac
 
 def test_refusal_mid_pod_abandons_it(backend: FakeBackend) -> None:
     u = [g.uuid for g in backend.discover().gpus]
-    p1 = pod("p1", "n1", [("a", {names.NVIDIA_GPU: 1}, [gpu(0, u[0])]), ("b", {names.NVIDIA_GPU: 2}, [gpu(1, u[1])])])
+    p1 = pod("p1", "n1", [("a", {nvidia.NVIDIA_GPU: 1}, [gpu(0, u[0])]), ("b", {nvidia.NVIDIA_GPU: 2}, [gpu(1, u[1])])])
     client = MemoryClient([p1])
     a = allocator(client, backend)
     a.allocate(NVIDIA, ids(1))
     with pytest.raises(AllocateError):
         a.allocate(NVIDIA, ids(3))  # not what p1/b asks: kubelet gives up on p1
-    client.add(pod("p2", "n1", [("a", {names.NVIDIA_GPU: 2}, [gpu(5, u[5])])]))
+    client.add(pod("p2", "n1", [("a", {nvidia.NVIDIA_GPU: 2}, [gpu(5, u[5])])]))
     assert a.allocate(NVIDIA, ids(2))[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[5]
 
 

@@ -23,7 +23,7 @@ from devshare.agent.fake import FakeBackend
 from devshare.agent.matching import ASSIGNED
 from devshare.agent.resources import resource_named
 from devshare.agent.run import Agent
-from devshare.model import names
+from devshare.model.dialects import aliyun, koordinator, nvidia
 
 from .factory import GIB, gpu, pod, write_fake
 
@@ -93,45 +93,45 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
     backend = FakeBackend(desc, node="n1")
     u = [g.uuid for g in backend.discover().gpus]
     client = MemoryClient([pod("p", "n1", [
-        ("a", {names.KOORD_GPU_CORE: 50}, [gpu(0, u[0], 500, 8 * GIB, 500)]),
-        ("b", {names.KOORD_GPU_CORE: 50}, [gpu(1, u[1], 500, 8 * GIB, 500)]),
+        ("a", {koordinator.KOORD_GPU_CORE: 50}, [gpu(0, u[0], 500, 8 * GIB, 500)]),
+        ("b", {koordinator.KOORD_GPU_CORE: 50}, [gpu(1, u[1], 500, 8 * GIB, 500)]),
     ])])
     kubelet = FakeKubelet(sockdir)
-    served = [r for r in (resource_named(names.KOORD_GPU_CORE), resource_named(names.NVIDIA_GPU),
-                          resource_named(names.KOORD_RDMA)) if r is not None]
+    served = [r for r in (resource_named(koordinator.KOORD_GPU_CORE), resource_named(nvidia.NVIDIA_GPU),
+                          resource_named(koordinator.KOORD_RDMA)) if r is not None]
     agent = Agent(backend, "n1", client, resources=served, plugin_dir=sockdir, watch_interval=0.1)
     try:
         agent.start()
         # no RDMA device on this node: only the two GPU resources are served
-        assert [r.name for r in agent.served] == [names.KOORD_GPU_CORE, names.NVIDIA_GPU]
-        assert registrations(kubelet, 2) == {names.KOORD_GPU_CORE, names.NVIDIA_GPU}
-        core = kubelet.lists[names.KOORD_GPU_CORE].get(timeout=10)
+        assert [r.name for r in agent.served] == [koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU]
+        assert registrations(kubelet, 2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
+        core = kubelet.lists[koordinator.KOORD_GPU_CORE].get(timeout=10)
         assert len(core) == 200 and all(h == "Healthy" for _, h in core)
-        assert kubelet.lists[names.NVIDIA_GPU].get(timeout=10) == [(u[0], "Healthy"), (u[1], "Healthy")]
+        assert kubelet.lists[nvidia.NVIDIA_GPU].get(timeout=10) == [(u[0], "Healthy"), (u[1], "Healthy")]
 
         # the node status and the Device object were published too
-        assert client.nodes["n1"]["status"]["capacity"][names.KOORD_GPU_MEMORY] == str(32 * GIB)
+        assert client.nodes["n1"]["status"]["capacity"][koordinator.KOORD_GPU_MEMORY] == str(32 * GIB)
         assert "n1" in client.devices
 
         # health change: the stream sends the new list
         write_fake(desc, gpus=2, memory="16Gi", unhealthy=[1])
         agent.reporter.sync()
         agent.plugins.notify()
-        assert kubelet.lists[names.NVIDIA_GPU].get(timeout=10) == [(u[0], "Healthy"), (u[1], "Unhealthy")]
+        assert kubelet.lists[nvidia.NVIDIA_GPU].get(timeout=10) == [(u[0], "Healthy"), (u[1], "Unhealthy")]
         write_fake(desc, gpus=2, memory="16Gi")
         agent.reporter.sync()
         agent.plugins.notify()
-        kubelet.lists[names.NVIDIA_GPU].get(timeout=10)
+        kubelet.lists[nvidia.NVIDIA_GPU].get(timeout=10)
 
         # Allocate: two containers asking the same amount, one call each, in container order
-        first = allocate(sockdir, names.KOORD_GPU_CORE, 50)
+        first = allocate(sockdir, koordinator.KOORD_GPU_CORE, 50)
         assert first.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
-        second = allocate(sockdir, names.KOORD_GPU_CORE, 50)
+        second = allocate(sockdir, koordinator.KOORD_GPU_CORE, 50)
         assert second.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[1]
         assert client.pods[("default", "p")]["metadata"]["annotations"][ASSIGNED] == "true"
         # nothing left: refused with a message kubelet shows in the pod's events
         with pytest.raises(grpc.RpcError) as e:
-            allocate(sockdir, names.KOORD_GPU_CORE, 50)
+            allocate(sockdir, koordinator.KOORD_GPU_CORE, 50)
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "no pod on this node waits for 50 koordinator.sh/gpu-core" in (e.value.details() or "")
 
@@ -141,10 +141,10 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
         for f in list(sockdir.iterdir()):
             f.unlink()
         kubelet = FakeKubelet(sockdir)
-        assert registrations(kubelet, 2) == {names.KOORD_GPU_CORE, names.NVIDIA_GPU}
-        assert len(kubelet.lists[names.KOORD_GPU_CORE].get(timeout=30)) == 200
-        client.add(pod("q", "n1", [("main", {names.NVIDIA_GPU: 2}, [gpu(0, u[0]), gpu(1, u[1])])]))
-        got = allocate(sockdir, names.NVIDIA_GPU, 2)
+        assert registrations(kubelet, 2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
+        assert len(kubelet.lists[koordinator.KOORD_GPU_CORE].get(timeout=30)) == 200
+        client.add(pod("q", "n1", [("main", {nvidia.NVIDIA_GPU: 2}, [gpu(0, u[0]), gpu(1, u[1])])]))
+        got = allocate(sockdir, nvidia.NVIDIA_GPU, 2)
         assert got.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[0]},{u[1]}"
         # the agent counts a registration round once its last Register call has returned, which can
         # be just after kubelet saw the request: wait for it rather than race it
@@ -165,17 +165,17 @@ def test_multi_container_request_in_one_call(sockdir: Path, tmp_path: Path) -> N
     backend = FakeBackend(write_fake(tmp_path / "n.yaml", gpus=4), node="n1")
     u = [g.uuid for g in backend.discover().gpus]
     client = MemoryClient([pod("p", "n1", [
-        ("a", {names.NVIDIA_GPU: 1}, [gpu(2, u[2])]),
-        ("b", {names.NVIDIA_GPU: 1}, [gpu(3, u[3])]),
+        ("a", {nvidia.NVIDIA_GPU: 1}, [gpu(2, u[2])]),
+        ("b", {nvidia.NVIDIA_GPU: 1}, [gpu(3, u[3])]),
     ])])
     kubelet = FakeKubelet(sockdir)
-    res = resource_named(names.NVIDIA_GPU)
+    res = resource_named(nvidia.NVIDIA_GPU)
     assert res is not None
     agent = Agent(backend, "n1", client, resources=[res], plugin_dir=sockdir, watch_interval=0.1)
     try:
         agent.start()
         registrations(kubelet, 1)
-        got = allocate(sockdir, names.NVIDIA_GPU, 1, 1)
+        got = allocate(sockdir, nvidia.NVIDIA_GPU, 1, 1)
         assert [c.envs["NVIDIA_VISIBLE_DEVICES"] for c in got.container_responses] == [u[2], u[3]]
     finally:
         agent.close()
@@ -184,14 +184,14 @@ def test_multi_container_request_in_one_call(sockdir: Path, tmp_path: Path) -> N
 
 def test_too_many_ids_fall_back_to_node_status(sockdir: Path, tmp_path: Path) -> None:
     backend = FakeBackend(write_fake(tmp_path / "n.yaml", gpus=8, memory="80Gi"), node="n1")
-    res = resource_named(names.ALIYUN_GPU_MEM)
+    res = resource_named(aliyun.ALIYUN_GPU_MEM)
     assert res is not None
     client = MemoryClient()
     agent = Agent(backend, "n1", client, resources=[res], plugin_dir=sockdir)
     assert agent.served == []
     agent.reporter.sync()
     status = client.nodes["n1"]["status"]
-    assert status["capacity"][names.ALIYUN_GPU_MEM] == str(8 * 80 * 1024)
+    assert status["capacity"][aliyun.ALIYUN_GPU_MEM] == str(8 * 80 * 1024)
     small = Agent(FakeBackend(write_fake(tmp_path / "s.yaml", gpus=2, memory="16Gi"), node="n1"), "n1",
                   MemoryClient(), resources=[res], plugin_dir=sockdir)
-    assert [r.name for r in small.served] == [names.ALIYUN_GPU_MEM]
+    assert [r.name for r in small.served] == [aliyun.ALIYUN_GPU_MEM]

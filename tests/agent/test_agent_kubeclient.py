@@ -11,6 +11,7 @@ from lightkube.config.kubeconfig import KubeConfig
 
 from devshare.agent.kubeclient import LightkubeClient
 from devshare.model import names
+from devshare.model.dialects import koordinator, nvidia
 from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
 from fakeapi.server import FakeApiServer
 
@@ -19,8 +20,8 @@ from .factory import gpu, pod
 
 async def test_lightkube_client_round_trip(fake_api: FakeApiServer, fake_kubeconfig: Path) -> None:  # noqa: F811
     fake_api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "status": {}})
-    fake_api.put(pod("p", "n1", [("c", {names.NVIDIA_GPU: 1}, [gpu(0, "GPU-a")])]))
-    fake_api.put(pod("other", "n2", [("c", {names.NVIDIA_GPU: 1}, [gpu(0, "GPU-b")])]))
+    fake_api.put(pod("p", "n1", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(0, "GPU-a")])]))
+    fake_api.put(pod("other", "n2", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(0, "GPU-b")])]))
     client = LightkubeClient(Client(KubeConfig.from_file(fake_kubeconfig), field_manager="devshare-agent"))
     obj = {"apiVersion": names.DEVICE_API_VERSION, "kind": "Device", "metadata": {"name": "n1"},
            "spec": {"devices": [{"type": "gpu", "minor": 0, "id": "GPU-a", "health": True}]}}
@@ -35,9 +36,9 @@ async def test_lightkube_client_round_trip(fake_api: FakeApiServer, fake_kubecon
         pods = client.list_node_pods("n1")
         assert [p["metadata"]["name"] for p in pods] == ["p"]
         client.patch_pod_annotations("default", "p", {"devshare.io/assigned": "true"})
-        client.patch_node_status("n1", {names.KOORD_GPU_MEMORY: "1"}, {names.KOORD_GPU_MEMORY: "1"})
+        client.patch_node_status("n1", {koordinator.KOORD_GPU_MEMORY: "1"}, {koordinator.KOORD_GPU_MEMORY: "1"})
 
     await asyncio.to_thread(work)
     assert fake_api.get("pods", "default/p")["metadata"]["annotations"]["devshare.io/assigned"] == "true"
     node = fake_api.get("nodes", "n1")
-    assert node is not None and node["status"]["capacity"][names.KOORD_GPU_MEMORY] == "1"
+    assert node is not None and node["status"]["capacity"][koordinator.KOORD_GPU_MEMORY] == "1"

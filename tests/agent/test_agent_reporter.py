@@ -10,6 +10,8 @@ from devshare.agent.fake import FakeBackend
 from devshare.agent.reporter import Reporter
 from devshare.model import names
 from devshare.model.device import parse_device
+from devshare.model.dialects import mgpu
+from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY
 
 from .factory import GIB, TOPOLOGIES, write_fake
 
@@ -22,8 +24,8 @@ def test_publishes_device_and_node_status(tmp_path: Path) -> None:
     nd = parse_device(client.devices["n1"])
     assert len(nd.of_type("gpu")) == 2
     status = client.nodes["n1"]["status"]
-    assert status["capacity"][names.KOORD_GPU_MEMORY] == str(32 * GIB)
-    assert status["capacity"][names.MGPU_MEMORY] == str(32 * 1024)
+    assert status["capacity"][KOORD_GPU_MEMORY] == str(32 * GIB)
+    assert status["capacity"][mgpu.MGPU_MEMORY] == str(32 * 1024)
     assert status["allocatable"] == status["capacity"]
     # nothing changed: nothing published again
     assert not r.sync()
@@ -40,8 +42,8 @@ def test_health_change_is_published_and_allocatable_shrinks(tmp_path: Path) -> N
     nd = parse_device(client.devices["n1"])
     assert [d.health for d in nd.of_type("gpu")] == [True, False]
     status = client.nodes["n1"]["status"]
-    assert status["allocatable"][names.KOORD_GPU_MEMORY] == str(16 * GIB)
-    assert status["capacity"][names.KOORD_GPU_MEMORY] == str(32 * GIB)
+    assert status["allocatable"][KOORD_GPU_MEMORY] == str(16 * GIB)
+    assert status["capacity"][KOORD_GPU_MEMORY] == str(32 * GIB)
 
 
 def test_vanished_card_stays_unhealthy_also_across_restarts(tmp_path: Path) -> None:
@@ -72,7 +74,7 @@ def test_checkpoint_annotation(tmp_path: Path) -> None:
     cp.write_text(json.dumps({"Data": {"PodDeviceEntries": [
         {"PodUID": "old", "ContainerName": "c", "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"0": [uuids[1]]}},
         {"PodUID": "gone", "ContainerName": "c", "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"0": [uuids[0]]}},
-        {"PodUID": "ours", "ContainerName": "c", "ResourceName": names.KOORD_GPU_CORE, "DeviceIDs": {"0": ["0-1"]}},
+        {"PodUID": "ours", "ContainerName": "c", "ResourceName": KOORD_GPU_CORE, "DeviceIDs": {"0": ["0-1"]}},
         {"PodUID": "placed", "ContainerName": "c", "ResourceName": "nvidia.com/gpu", "DeviceIDs": {"0": [uuids[0]]}},
     ]}, "Checksum": 1}))
     client = MemoryClient([
@@ -82,12 +84,12 @@ def test_checkpoint_annotation(tmp_path: Path) -> None:
         {"kind": "Pod", "metadata": {"name": "placed", "uid": "placed", "annotations": {names.ALLOCATION: "{}"}},
          "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}},
     ])
-    r = Reporter(backend, "n1", client=client, checkpoint=cp, own_resources=[names.KOORD_GPU_CORE])
+    r = Reporter(backend, "n1", client=client, checkpoint=cp, own_resources=[KOORD_GPU_CORE])
     r.sync()
     nd = parse_device(client.devices["n1"])
     assert nd.held_outside == (uuids[1],)
     # without an API (report --once), every entry of a card of this node counts
-    offline = parse_device(Reporter(backend, "n1", checkpoint=cp, own_resources=[names.KOORD_GPU_CORE]).build())
+    offline = parse_device(Reporter(backend, "n1", checkpoint=cp, own_resources=[KOORD_GPU_CORE]).build())
     assert set(offline.held_outside) == set(uuids)
 
 

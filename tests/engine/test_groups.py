@@ -17,7 +17,7 @@ from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.engine.topology import best_set
 from devshare.model import names
-from devshare.model.codecs.annotations import encode_annotations
+from devshare.model.annotations import encode_annotations
 from devshare.model.request import GroupRef, PodRequest
 from support.cluster import GiB, add_node, bound, gpu, pod, whole
 

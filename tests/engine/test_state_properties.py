@@ -32,7 +32,8 @@ from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState, Conflict
 from devshare.model import names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
-from devshare.model.codecs import decode_allocation, encode_annotations
+from devshare.model.annotations import encode_annotations
+from devshare.model.codecs import decode_allocation
 from devshare.model.device import device_object, parse_device
 from devshare.model.node import parse_node
 from devshare.model.request import DeviceRequest, PodRequest

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from devshare.model import names
+from devshare.model import dialects, names
 from devshare.model.device import DeviceInfo, NodeDevices, device_object
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "scheduler"
@@ -51,7 +51,7 @@ def test_extender_manages_exactly_the_managed_resources() -> None:
     assert cfg["kind"] == "KubeSchedulerConfiguration"
     (ext,) = cfg["extenders"]
     managed = [m["name"] for m in ext["managedResources"]]
-    assert managed == list(names.MANAGED_RESOURCES)
+    assert managed == list(dialects.managed_resources())
     assert all(m["ignoredByScheduler"] is True for m in ext["managedResources"])
     assert not [n for n in managed if n.startswith("kubernetes.io/") or "kubernetes.io/" in n]
     assert ext["filterVerb"] == "filter"

@@ -12,21 +12,12 @@ from hypothesis import strategies as st
 
 from devshare.model import names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
-from devshare.model.codecs import (
-    AliyunAllocation,
-    decode_aliyun,
-    decode_allocation,
-    decode_koordinator,
-    decode_mgpu,
-    decode_topology,
-    device_totals,
-    encode_aliyun,
-    encode_allocation,
-    encode_annotations,
-    encode_koordinator,
-    encode_mgpu,
-    encode_topology,
-)
+from devshare.model.annotations import encode_annotations
+from devshare.model.codecs import decode_allocation, decode_topology, encode_allocation, encode_topology
+from devshare.model.dialects import aliyun, koordinator, mgpu, nvidia
+from devshare.model.dialects.aliyun import AliyunAllocation, decode_aliyun, encode_aliyun
+from devshare.model.dialects.koordinator import decode_koordinator, device_totals, encode_koordinator
+from devshare.model.dialects.mgpu import decode_mgpu, encode_mgpu
 from devshare.model.errors import InvalidAnnotation
 from devshare.model.pod import parse_pod
 from devshare.model.quantity import GIB, MIB
@@ -135,7 +126,7 @@ def encode_annotations_canonical(alloc: PodAllocation) -> dict[str, str]:
 
 def test_canonical_absent() -> None:
     assert decode_allocation({}) is None
-    assert decode_allocation({names.KOORD_DEVICE_ALLOCATED: "{}"}) is None
+    assert decode_allocation({koordinator.KOORD_DEVICE_ALLOCATED: "{}"}) is None
 
 
 @pytest.mark.parametrize(
@@ -172,7 +163,7 @@ def test_koordinator_example() -> None:
             ),
         ),
     )
-    doc = json.loads(encode_koordinator(alloc)[names.KOORD_DEVICE_ALLOCATED])
+    doc = json.loads(encode_koordinator(alloc)[koordinator.KOORD_DEVICE_ALLOCATED])
     assert doc == {
         "gpu": [
             {
@@ -205,7 +196,7 @@ def test_koordinator_seed_spellings() -> None:
             ]
         }
     )
-    assert decode_koordinator({names.KOORD_DEVICE_ALLOCATED: text}) == {
+    assert decode_koordinator({koordinator.KOORD_DEVICE_ALLOCATED: text}) == {
         "gpu": [gpu(0, 1000, 16 * GIB, 1000), gpu(1, 333, GIB, 0)]
     }
 
@@ -242,7 +233,7 @@ def test_koordinator_round_trip(alloc: PodAllocation) -> None:
 )
 def test_koordinator_malformed(text: str) -> None:
     with pytest.raises(InvalidAnnotation):
-        decode_koordinator({names.KOORD_DEVICE_ALLOCATED: text})
+        decode_koordinator({koordinator.KOORD_DEVICE_ALLOCATED: text})
     assert decode_koordinator({}) is None
 
 
@@ -273,10 +264,10 @@ def test_mgpu_order_is_kept() -> None:
     # seed 000: container 0 uses GPU cards 0 and 1, written "1,0"
     assert decode_mgpu({"vke.volcengine.com/gpu-index-container-0": "1,0"}) == {"0": [1, 0]}
     assert decode_mgpu({}) is None
-    assert decode_mgpu({names.MGPU_ASSUMED: "true"}) == {}
+    assert decode_mgpu({mgpu.MGPU_ASSUMED: "true"}) == {}
     for bad in ("", "1,,2", "a", "-1"):
         with pytest.raises(InvalidAnnotation):
-            decode_mgpu({names.MGPU_INDEX_PREFIX + "c": bad})
+            decode_mgpu({mgpu.MGPU_INDEX_PREFIX + "c": bad})
 
 
 @given(allocations())
@@ -304,11 +295,11 @@ def test_aliyun_round_trip(a: AliyunAllocation) -> None:
 
 def test_aliyun_malformed() -> None:
     assert decode_aliyun({}) is None
-    for bad in ({names.ALIYUN_IDX: "x"}, {names.ALIYUN_IDX: "0", names.ALIYUN_POD: "-1"}):
+    for bad in ({aliyun.ALIYUN_IDX: "x"}, {aliyun.ALIYUN_IDX: "0", aliyun.ALIYUN_POD: "-1"}):
         with pytest.raises(InvalidAnnotation):
             decode_aliyun(bad)
     with pytest.raises(InvalidAnnotation):
-        decode_aliyun({names.ALIYUN_IDX: "0", names.ALIYUN_ASSIGNED: "maybe"})
+        decode_aliyun({aliyun.ALIYUN_IDX: "0", aliyun.ALIYUN_ASSIGNED: "maybe"})
 
 
 # ------------------------------------------------------------------ topology
@@ -360,35 +351,35 @@ ONE_GPU = PodAllocation(
 
 def test_encode_annotations_per_dialect() -> None:
     base = {names.ALLOCATION}
-    koord = encode_annotations(pod_with({names.KOORD_GPU: "50"}), ONE_GPU, now_ns=1)
-    assert set(koord) == base | {names.KOORD_DEVICE_ALLOCATED}
-    nvidia = encode_annotations(pod_with({names.NVIDIA_GPU: "1"}), ONE_GPU, now_ns=1)
-    assert set(nvidia) == base | {names.KOORD_DEVICE_ALLOCATED}
-    mgpu = encode_annotations(pod_with({names.MGPU_CORE: "50", names.MGPU_MEMORY: "1k"}), ONE_GPU, now_ns=1)
-    assert mgpu == {names.ALLOCATION: encode_allocation(ONE_GPU), **encode_mgpu(ONE_GPU)}
-    assert decode_allocation(mgpu) == ONE_GPU
+    koord = encode_annotations(pod_with({koordinator.KOORD_GPU: "50"}), ONE_GPU, now_ns=1)
+    assert set(koord) == base | {koordinator.KOORD_DEVICE_ALLOCATED}
+    nv = encode_annotations(pod_with({nvidia.NVIDIA_GPU: "1"}), ONE_GPU, now_ns=1)
+    assert set(nv) == base | {koordinator.KOORD_DEVICE_ALLOCATED}
+    mg = encode_annotations(pod_with({mgpu.MGPU_CORE: "50", mgpu.MGPU_MEMORY: "1k"}), ONE_GPU, now_ns=1)
+    assert mg == {names.ALLOCATION: encode_allocation(ONE_GPU), **encode_mgpu(ONE_GPU)}
+    assert decode_allocation(mg) == ONE_GPU
 
 
 def test_encode_annotations_aliyun() -> None:
-    pod = pod_with({names.ALIYUN_GPU_MEM: "4000"})
+    pod = pod_with({aliyun.ALIYUN_GPU_MEM: "4000"})
     out = encode_annotations(pod, ONE_GPU, now_ns=1_700_000_000_000_000_000, device_memory={3: 16276 * MIB})
-    assert out[names.ALIYUN_IDX] == "3"
-    assert out[names.ALIYUN_POD] == "4000"
-    assert out[names.ALIYUN_DEV] == "16276"
-    assert out[names.ALIYUN_ASSUME_TIME] == "1700000000000000000"
-    assert out[names.ALIYUN_ASSIGNED] == "false"
-    assert names.ALIYUN_DEV not in encode_annotations(pod, ONE_GPU, now_ns=1)
+    assert out[aliyun.ALIYUN_IDX] == "3"
+    assert out[aliyun.ALIYUN_POD] == "4000"
+    assert out[aliyun.ALIYUN_DEV] == "16276"
+    assert out[aliyun.ALIYUN_ASSUME_TIME] == "1700000000000000000"
+    assert out[aliyun.ALIYUN_ASSIGNED] == "false"
+    assert aliyun.ALIYUN_DEV not in encode_annotations(pod, ONE_GPU, now_ns=1)
 
 
 def test_encode_annotations_topology() -> None:
-    out = encode_annotations(pod_with({names.NVIDIA_GPU: "1"}), ONE_GPU, now_ns=1, visible_gpus=[2, 3])
+    out = encode_annotations(pod_with({nvidia.NVIDIA_GPU: "1"}), ONE_GPU, now_ns=1, visible_gpus=[2, 3])
     assert decode_topology(out) == ({0: [3]}, [2, 3])
-    assert names.TOPOLOGY_GPU not in encode_annotations(pod_with({names.NVIDIA_GPU: "1"}), ONE_GPU, now_ns=1)
+    assert names.TOPOLOGY_GPU not in encode_annotations(pod_with({nvidia.NVIDIA_GPU: "1"}), ONE_GPU, now_ns=1)
 
 
 def test_no_dialect_annotation_without_grants() -> None:
     empty = PodAllocation(node="n", containers=(ContainerAllocation(name="main"), ContainerAllocation(name="side")))
-    assert set(encode_annotations(pod_with({names.MGPU_CORE: "100"}), empty, now_ns=1)) == {names.ALLOCATION}
+    assert set(encode_annotations(pod_with({mgpu.MGPU_CORE: "100"}), empty, now_ns=1)) == {names.ALLOCATION}
 
 
 json_values = st.recursive(
@@ -398,15 +389,15 @@ json_values = st.recursive(
 )
 ANNOTATION_KEYS = [
     names.ALLOCATION,
-    names.KOORD_DEVICE_ALLOCATED,
+    koordinator.KOORD_DEVICE_ALLOCATED,
     names.TOPOLOGY_GPU,
-    names.MGPU_ASSUMED,
-    names.MGPU_INDEX_PREFIX + "c",
-    names.ALIYUN_IDX,
-    names.ALIYUN_POD,
-    names.ALIYUN_DEV,
-    names.ALIYUN_ASSUME_TIME,
-    names.ALIYUN_ASSIGNED,
+    mgpu.MGPU_ASSUMED,
+    mgpu.MGPU_INDEX_PREFIX + "c",
+    aliyun.ALIYUN_IDX,
+    aliyun.ALIYUN_POD,
+    aliyun.ALIYUN_DEV,
+    aliyun.ALIYUN_ASSUME_TIME,
+    aliyun.ALIYUN_ASSIGNED,
 ]
 
 

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from devshare.model import names
+from devshare.model.dialects import aliyun, mgpu, nvidia
+from devshare.model.dialects.koordinator import KOORD_GPU
 from devshare.model.errors import InvalidRequest
 from devshare.model.pod import parse_pod, requests_devices, validate_pod
 from devshare.model.request import GroupRef
 
-GPU50 = {names.KOORD_GPU: "50"}
+GPU50 = {KOORD_GPU: "50"}
 
 
 def pod(
@@ -157,7 +159,7 @@ def test_cpu_and_memory_sum_with_init_containers() -> None:
 
 def test_init_container_asking_for_devices_is_refused() -> None:
     p = pod(GPU50)
-    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {names.NVIDIA_GPU: "1"}}}]
+    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {nvidia.NVIDIA_GPU: "1"}}}]
     (msg,) = problems_of(p)
     assert "init container 'warmup'" in msg and "spec.containers" in msg
     p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {"cpu": "1"}}}]
@@ -202,7 +204,7 @@ def test_malformed(p: Any, needle: str) -> None:
 
 
 def test_several_problems_in_one_error() -> None:
-    p = pod({names.KOORD_GPU: "150"}, {names.NVIDIA_GPU: "-1"})
+    p = pod({KOORD_GPU: "150"}, {nvidia.NVIDIA_GPU: "-1"})
     assert len(validate_pod(p)) == 2
     with pytest.raises(InvalidRequest, match=r"2 problems: container 'c0': .*; container 'c1': "):
         parse_pod(p)
@@ -214,13 +216,13 @@ def test_several_problems_in_one_error() -> None:
 def test_requests_devices() -> None:
     assert requests_devices(pod(GPU50))
     assert requests_devices(pod({"kubernetes.io/gpu-core": "50"}))
-    assert requests_devices(pod({names.MGPU_CORE: "50"}))
-    assert requests_devices(pod({names.ALIYUN_GPU_MEM: 100}))
+    assert requests_devices(pod({mgpu.MGPU_CORE: "50"}))
+    assert requests_devices(pod({aliyun.ALIYUN_GPU_MEM: 100}))
     assert not requests_devices(pod({"cpu": "1", "memory": "1Gi"}))
-    assert not requests_devices(pod({names.NVIDIA_GPU: "0"}))
-    assert not requests_devices(pod({"cpu": "1"}, annotations={names.MGPU_MULTIPLE: "2"}))
+    assert not requests_devices(pod({nvidia.NVIDIA_GPU: "0"}))
+    assert not requests_devices(pod({"cpu": "1"}, annotations={mgpu.MGPU_MULTIPLE: "2"}))
     p = pod({"cpu": "1"})
-    p["spec"]["initContainers"] = [{"name": "i", "resources": {"limits": {names.NVIDIA_GPU: 1}}}]
+    p["spec"]["initContainers"] = [{"name": "i", "resources": {"limits": {nvidia.NVIDIA_GPU: 1}}}]
     assert requests_devices(p)
     for garbage in (None, [], "pod", {"spec": []}, {"spec": {"containers": [None, {"resources": 3}]}}):
         assert not requests_devices(garbage)

@@ -8,14 +8,16 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devshare.model import names
+from devshare.model import dialects, names
+from devshare.model.dialects import aliyun, mgpu, nvidia
+from devshare.model.dialects.koordinator import KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod, read_pod, requests_devices, validate_pod
 from devshare.model.request import WHOLE
 
-RESOURCE_NAMES = [*names.DEVICE_RESOURCE_NAMES, "cpu", "memory", "example.com/foo"]
+RESOURCE_NAMES = [*dialects.resource_names(), "cpu", "memory", "example.com/foo"]
 ANNOTATION_KEYS = [
-    names.MGPU_MULTIPLE,
+    mgpu.MGPU_MULTIPLE,
     names.COMPUTE_POLICY,
     names.POD_GPU_MODEL,
     names.GANG_NAME,
@@ -102,10 +104,10 @@ def test_random_pods(pod: Any) -> None:
 
 
 DIALECT_NAMES = {
-    "koordinator": [names.KOORD_GPU, names.KOORD_GPU_CORE, names.KOORD_GPU_MEMORY_RATIO, names.KOORD_RDMA],
-    "nvidia": [names.NVIDIA_GPU],
-    "mgpu": [names.MGPU_CORE, names.MGPU_MEMORY],
-    "aliyun": [names.ALIYUN_GPU_MEM, names.ALIYUN_GPU_COUNT],
+    "koordinator": [KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA],
+    "nvidia": [nvidia.NVIDIA_GPU],
+    "mgpu": [mgpu.MGPU_CORE, mgpu.MGPU_MEMORY],
+    "aliyun": [aliyun.ALIYUN_GPU_MEM, aliyun.ALIYUN_GPU_COUNT],
 }
 
 
@@ -124,7 +126,7 @@ def plausible_pods(draw: st.DrawFn) -> dict[str, Any]:
     ]
     annotations = {}
     if dialect == "mgpu" and draw(st.booleans()):
-        annotations[names.MGPU_MULTIPLE] = ",".join(str(draw(st.integers(1, 3))) for _ in range(n))
+        annotations[mgpu.MGPU_MULTIPLE] = ",".join(str(draw(st.integers(1, 3))) for _ in range(n))
     return {"metadata": {"name": "p", "annotations": annotations}, "spec": {"containers": containers}}
 
 

@@ -6,13 +6,14 @@ from typing import Any
 
 import pytest
 
-from devshare.model import names, validation
+from devshare.model import names
+from devshare.model.dialects import mgpu
 from devshare.model.errors import InvalidRequest
 from devshare.model.pod import parse_pod, validate_pod
 from devshare.model.quantity import MIB
 from devshare.model.request import DeviceRequest
 
-CORE, MEM, MULTI = names.MGPU_CORE, names.MGPU_MEMORY, names.MGPU_MULTIPLE
+CORE, MEM, MULTI = mgpu.MGPU_CORE, mgpu.MGPU_MEMORY, mgpu.MGPU_MULTIPLE
 
 
 def pod(*resources: dict[str, Any], annotations: dict[str, str] | None = None, both: bool = False) -> dict[str, Any]:
@@ -162,16 +163,16 @@ def test_multi_card_share_needs_native_burst_share() -> None:
 
 
 def test_rule_functions_directly() -> None:
-    assert validation.mgpu_positive(-20, 6000) and validation.mgpu_positive(None, None) == []
-    assert validation.mgpu_min_memory(50, 128) and validation.mgpu_min_memory(50, 256) is None
-    assert validation.mgpu_min_memory(200, None) is None
-    assert validation.mgpu_full_cards(120) and validation.mgpu_full_cards(300) is None
-    assert validation.mgpu_redundant_memory(200, 6000) and validation.mgpu_redundant_memory(50, 6000) is None
-    assert validation.mgpu_count_list("2,1,3", 3) == ([2, 1, 3], [])
-    assert validation.mgpu_count_list("3,2", 1)[0] is None
-    assert validation.mgpu_multi_core_per_card(130, 1) and validation.mgpu_multi_core_per_card(200, 2) is None
-    assert validation.mgpu_multi_divisible(130, 6000, 3) and validation.mgpu_multi_divisible(150, 6000, 3) == []
-    assert validation.mgpu_multi_redundant_memory(200, 6000, 2) and not validation.mgpu_multi_redundant_memory(
+    assert mgpu.positive(-20, 6000) and mgpu.positive(None, None) == []
+    assert mgpu.min_memory(50, 128) and mgpu.min_memory(50, 256) is None
+    assert mgpu.min_memory(200, None) is None
+    assert mgpu.full_cards(120) and mgpu.full_cards(300) is None
+    assert mgpu.redundant_memory(200, 6000) and mgpu.redundant_memory(50, 6000) is None
+    assert mgpu.count_list("2,1,3", 3) == ([2, 1, 3], [])
+    assert mgpu.count_list("3,2", 1)[0] is None
+    assert mgpu.multi_core_per_card(130, 1) and mgpu.multi_core_per_card(200, 2) is None
+    assert mgpu.multi_divisible(130, 6000, 3) and mgpu.multi_divisible(150, 6000, 3) == []
+    assert mgpu.multi_redundant_memory(200, 6000, 2) and not mgpu.multi_redundant_memory(
         200, None, 2
     )
-    assert validation.mgpu_multi_min_memory(100, 500, 2) and validation.mgpu_multi_min_memory(100, 512, 2) is None
+    assert mgpu.multi_min_memory(100, 500, 2) and mgpu.multi_min_memory(100, 512, 2) is None

@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 from webhook_http import Client, decode_patch
 from webhook_pods import apply_patch
 
-from devshare.model import names
+from devshare.model import dialects, names
+from devshare.model.dialects import mgpu
 from devshare.server.webhook.app import WebhookConfig
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-KEYS = [*names.DEVICE_RESOURCE_NAMES, "cpu", "memory", "example.com/dongle"]
+KEYS = [*dialects.resource_names(), "cpu", "memory", "example.com/dongle"]
 quantities = st.one_of(
     st.sampled_from(["50", "100", "200", "-20", "0", "6k", "128", "1Gi", "4Gi", "0.5", "abc", "1e3", "", " 50",
                      "99999999999999999999999", "1e40", "2,1", "50m"]),
@@ -33,7 +34,7 @@ resource_maps = st.one_of(device_maps, st.dictionaries(st.one_of(st.sampled_from
                                                        quantities, max_size=5))
 junk = st.one_of(st.none(), st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=2))
 annotations = st.dictionaries(
-    st.sampled_from([names.MGPU_MULTIPLE, names.COMPUTE_POLICY, names.ALLOCATION, "x"]),
+    st.sampled_from([mgpu.MGPU_MULTIPLE, names.COMPUTE_POLICY, names.ALLOCATION, "x"]),
     st.one_of(st.from_regex(r"\A-?\d{0,2}(,-?\d{0,2}){0,3}\Z"), st.text(max_size=8), st.integers()),
     max_size=3,
 )

@@ -9,7 +9,8 @@ import pytest
 from webhook_http import Client, decode_patch
 from webhook_pods import SEED000_ALLOWED, SEED001_ALLOWED, apply_patch, pod
 
-from devshare.server.webhook.mutate import mutation, normalise_resources
+from devshare.model.dialects import normalise_resources
+from devshare.server.webhook.mutate import mutation
 
 K, L = "koordinator.sh/", "kubernetes.io/"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from devshare.model import names
+from devshare.model.dialects import aliyun, mgpu, nvidia
 
-CORE, MEM, MULTI = names.MGPU_CORE, names.MGPU_MEMORY, names.MGPU_MULTIPLE
+CORE, MEM, MULTI = mgpu.MGPU_CORE, mgpu.MGPU_MEMORY, mgpu.MGPU_MULTIPLE
 
 
 def pod(
@@ -74,7 +74,7 @@ K = "koordinator.sh/"
 L = "kubernetes.io/"
 NODE = {"cpu": "4", "memory": "8Gi"}
 SEED001_ALLOWED = [
-    ("nvidia.com/gpu: 2", pod({names.NVIDIA_GPU: "2", **NODE})),
+    ("nvidia.com/gpu: 2", pod({nvidia.NVIDIA_GPU: "2", **NODE})),
     ("gpu: 50", pod({K + "gpu": "50", **NODE})),
     ("gpu-core 50 + gpu-memory-ratio 60", pod({K + "gpu-core": "50", K + "gpu-memory-ratio": "60", **NODE})),
     ("gpu-core 60 + gpu-memory 4Gi", pod({K + "gpu-core": "60", K + "gpu-memory": "4Gi", **NODE})),
@@ -96,7 +96,7 @@ SEED001_REFUSED = [
 ]
 
 # --- seed 002 (Aliyun) -------------------------------------------------------------------------
-A_MEM, A_COUNT = names.ALIYUN_GPU_MEM, names.ALIYUN_GPU_COUNT
+A_MEM, A_COUNT = aliyun.ALIYUN_GPU_MEM, aliyun.ALIYUN_GPU_COUNT
 ALIYUN_ALLOWED = [
     ("gpu-mem 8138", pod({A_MEM: "8138"})),
     ("gpu-mem 4096 on 2 GPUs", pod({A_MEM: "4096", A_COUNT: "2"})),
@@ -111,7 +111,7 @@ ALIYUN_REFUSED = [
 # --- pod-level refusals ----------------------------------------------------------------------------
 POD_REFUSED = [
     ("two dialects in one container",
-     pod({names.NVIDIA_GPU: "1", K + "gpu-core": "50", K + "gpu-memory-ratio": "50"}), ["dialect"]),
+     pod({nvidia.NVIDIA_GPU: "1", K + "gpu-core": "50", K + "gpu-memory-ratio": "50"}), ["dialect"]),
     ("mGPU and Aliyun in one container", pod({CORE: "50", MEM: "1024", A_MEM: "1024"}), ["dialect"]),
     ("nodeName with a GPU share", pod({K + "gpu": "50"}, node_name="node-1"), ["nodeName", "node-1"]),
     ("nodeName with mGPU", pod({CORE: "30", MEM: "1024"}, node_name="node-2"), ["nodeName"]),

@@ -28,6 +28,7 @@ from devshare.agent.matching import AllocateError, PendingPod
 from devshare.model import names
 from devshare.model.allocation import DeviceGrant
 from devshare.model.codecs import decode_topology
+from devshare.model.dialects import aliyun
 from devshare.model.errors import InvalidInput
 from devshare.model.quantity import MIB
 from devshare.model.request import WHOLE
@@ -86,12 +87,12 @@ def gpu_devices(pod: PendingPod, container: str, inv: Inventory) -> ContainerDev
             envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{_memory_limit(g, inv) // MIB}m"
         envs["CUDA_DEVICE_SM_LIMIT"] = f"{max(g.core_milli for g in grants) // 10}"
     ask = next((c for c in pod.containers if c.name == container), None)
-    if ask is not None and names.ALIYUN_GPU_MEM in ask.amounts:
-        pod_mib = sum(c.amounts.get(names.ALIYUN_GPU_MEM, 0) for c in pod.containers if not c.init)
-        envs[names.ALIYUN_IDX] = ",".join(str(g.minor) for g in grants)
-        envs[names.ALIYUN_POD] = str(pod_mib)
-        envs[names.ALIYUN_CONTAINER] = str(ask.amounts[names.ALIYUN_GPU_MEM])
-        envs[names.ALIYUN_DEV] = str(_total(grants[0], inv) // MIB)
+    if ask is not None and aliyun.ALIYUN_GPU_MEM in ask.amounts:
+        pod_mib = sum(c.amounts.get(aliyun.ALIYUN_GPU_MEM, 0) for c in pod.containers if not c.init)
+        envs[aliyun.ALIYUN_IDX] = ",".join(str(g.minor) for g in grants)
+        envs[aliyun.ALIYUN_POD] = str(pod_mib)
+        envs[aliyun.ALIYUN_CONTAINER] = str(ask.amounts[aliyun.ALIYUN_GPU_MEM])
+        envs[aliyun.ALIYUN_DEV] = str(_total(grants[0], inv) // MIB)
     return ContainerDevices(envs=envs)
 
 

@@ -18,7 +18,7 @@ from devshare.engine.policies import LIVE_NAMES
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation
-from devshare.model.codecs import encode_annotations
+from devshare.model.annotations import encode_annotations
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest

@@ -3,9 +3,10 @@
 - Container resources come from ``resources.requests``, or ``limits`` for a name not in requests.
 - One :class:`ContainerRequest` per app container, in order, those asking nothing included.
   Init containers are ignored unless they ask for devices, which is refused.
-- Each container asks in one dialect (:mod:`devshare.model.dialects`); ``nvidia.com/gpu`` may sit
-  next to Koordinator's ``rdma``/``fpga``, and the pod's dialect is then ``koordinator`` (the
-  Koordinator annotation carries both). A pod asks in one dialect.
+- Each container asks in one dialect, read by that dialect's module through the registry
+  (:mod:`devshare.model.dialects`); a dialect may carry another's asks (``nvidia.com/gpu`` next to
+  Koordinator's ``rdma``/``fpga`` is of the ``koordinator`` dialect, whose annotation carries
+  both). A pod asks in one dialect.
 - Allowed GPU models: the pod annotation ``devshare.io/gpu-model: "A100|H100"`` (``|`` or ``,``),
   a ``nodeSelector`` on the node label ``devshare.io/gpu-model``, and required node affinity ``In``
   on that label (when every term constrains it; terms are ORed). All given sources must agree:
@@ -25,10 +26,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from devshare.model import names, validation
-from devshare.model.dialects import aliyun, koordinator, mgpu, nvidia
-from devshare.model.dialects.problems import Problems
+from devshare.model import dialects, names, validation
+from devshare.model.dialects import Dialect
 from devshare.model.errors import InvalidInput
+from devshare.model.problems import Problems
 from devshare.model.quantity import parse_quantity, shown
 from devshare.model.request import (
     MAX_CPU_MILLI,
@@ -39,9 +40,6 @@ from devshare.model.request import (
     PodRequest,
 )
 
-KOORDINATOR, NVIDIA, MGPU, ALIYUN = "koordinator", "nvidia", "mgpu", "aliyun"
-_DIALECT_NAMES = ((KOORDINATOR, koordinator.NAMES), (NVIDIA, nvidia.NAMES), (MGPU, mgpu.NAMES), (ALIYUN, aliyun.NAMES))
-_DEVICE_NAMES = frozenset(names.DEVICE_RESOURCE_NAMES)
 _ZERO = ("0", 0)
 
 
@@ -51,6 +49,7 @@ def requests_devices(pod: Any) -> bool:
     spec = pod.get("spec") if isinstance(pod, dict) else None
     if not isinstance(spec, dict):
         return False
+    device_names = dialects.resource_names()
     for key in ("containers", "initContainers"):
         containers = spec.get(key)
         if not isinstance(containers, list):
@@ -63,7 +62,7 @@ def requests_devices(pod: Any) -> bool:
                 d = res.get(part)
                 if isinstance(d, dict):
                     for k, v in d.items():
-                        if k in _DEVICE_NAMES and v not in _ZERO:
+                        if k in device_names and v not in _ZERO:
                             return True
     return False
 
@@ -95,28 +94,6 @@ def container_resources(container: dict[str, Any], where: str, problems: Problem
             continue
         merged.update({str(k): v for k, v in d.items()})
     return merged
-
-
-def _dialects_of(resources: dict[str, Any]) -> list[str]:
-    """The dialects a container's resource names belong to (zero values left out)."""
-    found = [d for d, ns in _DIALECT_NAMES if any(k in ns and v not in _ZERO for k, v in resources.items())]
-    if set(found) == {KOORDINATOR, NVIDIA} and not any(
-        k in koordinator.GPU_NAMES and v not in _ZERO for k, v in resources.items()
-    ):
-        return [KOORDINATOR]  # nvidia.com/gpu with Koordinator rdma/fpga: one annotation holds both
-    return found
-
-
-def _device_requests(
-    resources: dict[str, Any], dialect: str, where: str, problems: Problems, mgpu_count: int | None, counts_bad: bool
-) -> list[DeviceRequest]:
-    if dialect == MGPU:
-        return mgpu.parse(resources, where, problems, mgpu_count, counts_bad)
-    if dialect == ALIYUN:
-        return aliyun.parse(resources, where, problems)
-    if dialect == NVIDIA:
-        return nvidia.parse(resources, where, problems)
-    return nvidia.parse(resources, where, problems) + koordinator.parse(resources, where, problems)
 
 
 def _node_resources(resources: dict[str, Any], where: str, problems: Problems) -> tuple[int, int]:
@@ -219,7 +196,7 @@ def _group(labels: dict[str, str], annotations: dict[str, str], problems: Proble
     return None
 
 
-Row = tuple[str, dict[str, Any], list[str]]  # a container's name, resources and dialects
+Row = tuple[str, dict[str, Any], list[str], list[Dialect]]  # a container's name, resources, dialects, readers
 
 
 def _section(pod: dict[str, Any], key: str, problems: Problems) -> dict[str, Any]:
@@ -244,7 +221,7 @@ def _container_rows(spec: dict[str, Any], problems: Problems) -> list[Row]:
     for i, c in enumerate(raw_containers):
         if not isinstance(c, dict):
             problems.add(f"spec.containers[{i}]", "must be a mapping with name and resources")
-            rows.append((f"#{i}", {}, []))
+            rows.append((f"#{i}", {}, [], []))
             continue
         name = c.get("name")
         if not isinstance(name, str) or not name:
@@ -252,34 +229,31 @@ def _container_rows(spec: dict[str, Any], problems: Problems) -> list[Row]:
             name = f"#{i}"
         where = f"container {name!r}"
         resources = container_resources(c, where, problems)
-        dialects = _dialects_of(resources)
-        msg = validation.one_dialect(dialects, "container")
+        asked, readers = dialects.dialects_in(resources)
+        msg = validation.one_dialect(asked, "container")
         if msg:
             problems.add(where, msg)
-            dialects = []
-        rows.append((name, resources, dialects))
+            asked, readers = [], []
+        rows.append((name, resources, asked, readers))
     return rows
 
 
 def _app_containers(rows: list[Row], annotations: dict[str, str],
                     problems: Problems) -> tuple[list[ContainerRequest], int, int]:
-    """The containers' requests (mGPU card counts from the pod's annotation) and their summed CPU and
-    memory."""
-    counts: list[int] | None = None
-    counts_bad = False
-    multiple = annotations.get(names.MGPU_MULTIPLE)
-    if multiple is not None and any(MGPU in d for _, _, d in rows):
-        counts, msgs = validation.mgpu_count_list(multiple, len(rows))
-        problems.extend(f"annotation {names.MGPU_MULTIPLE}", msgs)
-        counts_bad = counts is None
+    """The containers' requests (with each asked dialect's pod-level input, e.g. mGPU's card counts
+    from the pod's annotation) and their summed CPU and memory."""
+    contexts: dict[str, Any] = {}
+    for _, _, _, readers in rows:
+        for d in readers:
+            if d.name not in contexts:
+                contexts[d.name] = d.pod_context(annotations, len(rows), problems)
     containers: list[ContainerRequest] = []
     cpu = memory = 0
-    for i, (name, resources, dialects) in enumerate(rows):
+    for i, (name, resources, _, readers) in enumerate(rows):
         where = f"container {name!r}"
         devices: list[DeviceRequest] = []
-        for d in dialects:
-            count = counts[i] if counts is not None and d == MGPU else None
-            devices += _device_requests(resources, d, where, problems, count, counts_bad)
+        for d in readers:
+            devices += d.read(resources, where, problems, contexts[d.name], i)
         containers.append(ContainerRequest(name=name, devices=tuple(devices)))
         c_cpu, c_mem = _node_resources(resources, where, problems)
         cpu, memory = cpu + c_cpu, memory + c_mem
@@ -294,7 +268,8 @@ def _init_containers(spec: dict[str, Any], problems: Problems, cpu: int, memory:
             continue
         where = f"init container {c.get('name', i)!r}"
         resources = container_resources(c, where, problems)
-        asked = sorted(k for k, v in resources.items() if k in _DEVICE_NAMES and v not in _ZERO)
+        device_names = dialects.resource_names()
+        asked = sorted(k for k, v in resources.items() if k in device_names and v not in _ZERO)
         msg = validation.init_container_devices(asked)
         if msg:
             problems.add(where, msg)
@@ -304,14 +279,13 @@ def _init_containers(spec: dict[str, Any], problems: Problems, cpu: int, memory:
 
 
 def _pod_dialect(rows: list[Row], problems: Problems) -> str:
-    """The one dialect of the pod (nvidia.com/gpu beside Koordinator's rdma/fpga counts as Koordinator)."""
-    pod_dialects = [d for _, _, ds in rows for d in ds]
-    if set(pod_dialects) == {KOORDINATOR, NVIDIA}:
-        pod_dialects = [KOORDINATOR]
+    """The one dialect of the pod (one carried by another container's dialect, as nvidia.com/gpu
+    beside Koordinator's rdma/fpga, counts as the carrier)."""
+    pod_dialects = dialects.pod_dialects([d for _, _, ds, _ in rows for d in ds])
     msg = validation.one_dialect(pod_dialects, "pod")
     if msg:
         problems.add("Pod", msg)
-    return pod_dialects[0] if pod_dialects and not msg else KOORDINATOR
+    return pod_dialects[0] if pod_dialects and not msg else dialects.DEFAULT
 
 
 def _priority(spec: dict[str, Any], problems: Problems) -> tuple[int, bool]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import msgspec
 
 WHOLE = 1000  # core_milli / memory_ratio_milli of one whole device
+WHOLE_PERCENT = 100  # the same in percent, as the dialects write it (Koordinator's gpu-core: 100, mgpu-core: 100)
 # Sane maximums of what one container may ask: above them a value is a typo or an attack, refused at
 # parse time rather than ending as a MemoryError or an OverflowError in the engine's int64 arrays.
 MAX_DEVICES = 1024  # devices of one type

@@ -15,7 +15,7 @@ from devshare.agent.envs import ContainerDevices, container_devices
 from devshare.agent.inventory import Inventory
 from devshare.agent.matching import ASSIGNED, AllocateError, PendingPod, Served, complete, match, pending_pod
 from devshare.agent.resources import PluginResource
-from devshare.model import names
+from devshare.model.dialects import aliyun
 from devshare.model.errors import InvalidInput
 
 log = logging.getLogger("devshare.agent.allocate")
@@ -111,8 +111,8 @@ class Allocator:
 
     def _mark_assigned(self, pod: PendingPod) -> None:
         marks = {ASSIGNED: "true"}
-        if names.ALIYUN_ASSIGNED in pod.annotations or names.ALIYUN_IDX in pod.annotations:
-            marks[names.ALIYUN_ASSIGNED] = "true"
+        if aliyun.ALIYUN_ASSIGNED in pod.annotations or aliyun.ALIYUN_IDX in pod.annotations:
+            marks[aliyun.ALIYUN_ASSIGNED] = "true"
         try:
             self.client.patch_pod_annotations(pod.namespace, pod.name, marks)
         except Exception:  # the container has its devices: keep serving, keep remembering the pod

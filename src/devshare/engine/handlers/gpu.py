@@ -11,7 +11,7 @@ from devshare.engine.policy import Choice, FitView, Policy, binpack_for
 from devshare.engine.state import ClusterState
 from devshare.engine.topology import TopologySolver, solver_for
 from devshare.model import names
-from devshare.model.pod import ALIYUN
+from devshare.model.dialects import dialect_of
 from devshare.model.request import DeviceRequest
 
 
@@ -23,9 +23,10 @@ class GpuHandler(ShareHandler):
         pod, state = ctx.pod, ctx.state
         codes = np.zeros(len(rows), np.int8)
         why: dict[int, str] = {}
-        # seed 000's rule (a node label and native-burst-share) is mGPU's; an Aliyun gpu-mem ask over
-        # gpu-count cards (seed 002) is a memory share per card that any node takes
-        multi = pod.multi_card_share() and pod.dialect != ALIYUN
+        # seed 000's rule for one container over several shared cards (a node label and
+        # native-burst-share); the dialect says whether it applies (Aliyun's gpu-mem over gpu-count does not)
+        dialect = dialect_of(pod.dialect)
+        multi = pod.multi_card_share() and (dialect is None or dialect.multi_card_share_needs_label)
         if not (pod.gpu_models or pod.compute_policy or multi):
             return codes, lambda i: ""
         for i, row in enumerate(rows.tolist()):

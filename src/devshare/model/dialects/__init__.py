@@ -1,11 +1,95 @@
-"""One module per request dialect: it reads a container's resources and turns them into
-:class:`~devshare.model.request.DeviceRequest` values, recording every problem it finds.
+"""The request dialects, one module each, and the registry every caller asks.
 
 - :mod:`.koordinator`: ``koordinator.sh/gpu*``, ``rdma``, ``fpga`` (and the ``kubernetes.io/`` spellings)
 - :mod:`.nvidia`: ``nvidia.com/gpu``
 - :mod:`.mgpu`: ``vke.volcengine.com/mgpu-*`` and the ``container-multiple-gpu`` annotation
 - :mod:`.aliyun`: ``aliyun.com/gpu-mem`` and ``aliyun.com/gpu-count``
 
-The rules themselves live in :mod:`devshare.model.validation`; the pod-level reader is
-:mod:`devshare.model.pod`.
+Each module holds its dialect's names, reader, rules, annotation codec and webhook renames behind
+the :class:`~devshare.model.dialects.base.Dialect` protocol. Adding a dialect is one new module
+with a ``Dialect`` subclass and one :func:`register` line below; the pod reader, the annotation
+writer, the webhook, the engine and the deploy manifests' tests all go through this registry.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+from devshare.model.dialects.aliyun import AliyunDialect
+from devshare.model.dialects.base import ZERO, Dialect
+from devshare.model.dialects.koordinator import KoordinatorDialect
+from devshare.model.dialects.mgpu import MgpuDialect
+from devshare.model.dialects.nvidia import NvidiaDialect
+
+DIALECTS: dict[str, Dialect] = {}
+_resource_names: frozenset[str] = frozenset()
+
+
+def register(dialect: Dialect) -> None:
+    """Add a dialect (registration order is the order of :func:`managed_resources`)."""
+    global _resource_names
+    DIALECTS[dialect.name] = dialect
+    _resource_names = _resource_names | dialect.resource_names
+
+
+register(KoordinatorDialect())
+register(NvidiaDialect())
+register(MgpuDialect())
+register(AliyunDialect())
+
+DEFAULT = "koordinator"  # the dialect of a pod that asks for no device (PodRequest's default)
+
+
+def dialect_of(name: str) -> Dialect | None:
+    """The registered dialect named ``name`` (a PodRequest's ``dialect``); None when unknown."""
+    return DIALECTS.get(name)
+
+
+def resource_names() -> frozenset[str]:
+    """Every container resource name that asks for a managed device, in any dialect and spelling."""
+    return _resource_names
+
+
+def managed_resources() -> tuple[str, ...]:
+    """The extended resource names nodes advertise and kube-scheduler routes to the extender
+    (never the ``kubernetes.io/`` spellings: DESIGN.md, facts checked against a real kube-scheduler)."""
+    return tuple(n for d in DIALECTS.values() for n in d.managed_resources)
+
+
+def asks_any(resources: dict[str, Any]) -> bool:
+    """Does this resource map ask for a managed device (zero values left out)?"""
+    names = _resource_names
+    return any(k in names and v not in ZERO for k, v in resources.items())
+
+
+def dialects_in(resources: dict[str, Any]) -> tuple[list[str], list[Dialect]]:
+    """The dialects a container's resources ask in, as (the container's dialects, the readers to
+    run in order). A dialect another one carries (:meth:`Dialect.carries`) is read, before its
+    carrier, but is not the container's. More than one dialect is a problem for the caller."""
+    found = [d for d in DIALECTS.values() if d.asks(resources)]
+    carried = [d for d in found if any(h is not d and h.carries(d.name, resources) for h in found)]
+    own = [d for d in found if d not in carried]
+    if len(own) > 1:  # several dialects: the problem names every one asked
+        return [d.name for d in found], found
+    return [d.name for d in own], carried + own
+
+
+def pod_dialects(container_dialects: list[str]) -> list[str]:
+    """The containers' dialects with those another container's dialect carries left out."""
+    present = set(container_dialects)
+    kept = [d for d in container_dialects
+            if not any(h != d and h in DIALECTS and DIALECTS[h].carries(d, None) for h in present)]
+    return kept if len(set(kept)) <= 1 else container_dialects  # several: the problem names every one
+
+
+def normalise_resources(resources: dict[str, Any]) -> dict[str, Any]:
+    """The resource map as the mutating webhook writes it: every dialect's renames, in turn (a
+    new dict; the input is not changed; idempotent)."""
+    out = dict(resources)
+    for d in DIALECTS.values():
+        out = d.renames(out)
+    return out
+
+
+__all__ = ["DEFAULT", "DIALECTS", "Dialect", "asks_any", "dialect_of", "dialects_in", "managed_resources",
+           "normalise_resources", "pod_dialects", "register", "resource_names"]

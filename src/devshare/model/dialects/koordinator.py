@@ -1,4 +1,5 @@
-"""Koordinator's resource names (seed 001), ``koordinator.sh/`` and the older ``kubernetes.io/``.
+"""Koordinator (seed 001): ``koordinator.sh/`` resource names and the older ``kubernetes.io/`` ones,
+and the ``scheduling.koordinator.sh/device-allocated`` annotation.
 
 - ``gpu: P``: P percent of one GPU's compute and memory (``gpu: 50`` -> core 50% + memory ratio
   50%); above 100, P / 100 whole GPUs (P a multiple of 100).
@@ -7,20 +8,156 @@
   ``gpu-memory`` over several GPUs is split evenly (bytes per GPU).
 - ``rdma: P`` / ``fpga: P``: P percent of one device; above 100, P / 100 whole devices.
 
-Zero means "not asked" (Kubernetes' usual ``resource: 0``).
+Zero means "not asked" (Kubernetes' usual ``resource: 0``). ``nvidia.com/gpu`` beside Koordinator's
+``rdma``/``fpga`` (in one container or one pod) is carried in this dialect's annotation
+(:meth:`KoordinatorDialect.carries`).
+
+The annotation (seed 001's DeviceAllocations, per pod)::
+
+    {"gpu": [{"minor": 0, "resources": {"koordinator.sh/gpu-core": "50",
+     "koordinator.sh/gpu-memory": "8Gi", "koordinator.sh/gpu-memory-ratio": "50"}}],
+     "rdma": [{"minor": 0, "resources": {"koordinator.sh/rdma": "100"}}]}
+
+Koordinator allocates per pod, not per container: the grants of all containers on one device are
+added up, one entry per (type, minor), in minor order. Decoding also reads the seed's own
+spellings (``kubernetes.io/``, ``gpu-mem``, ``gpu-mem-ratio``, the ``resouurces`` typo).
+
+The mutating webhook renames the ``kubernetes.io/`` spellings to ``koordinator.sh/`` ones
+(kube-scheduler cannot route ``kubernetes.io/`` names to an extender: DESIGN.md, "Facts checked
+against a real kube-scheduler") and ``gpu: N`` to ``gpu-core: N`` + ``gpu-memory-ratio: N`` (seed 001:
+"the scheduler will convert it"), the names nodes advertise. A map that gives a name in both
+spellings, or ``gpu`` next to another GPU dimension, is left as written, for validation to judge.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from devshare.model import names, validation
-from devshare.model.dialects.problems import Problems, read_whole
-from devshare.model.request import WHOLE, DeviceRequest
+from devshare.model import names
+from devshare.model.allocation import DeviceGrant, PodAllocation
+from devshare.model.codecs.units import json_object, percent_text
+from devshare.model.dialects.base import Dialect, read_whole
+from devshare.model.errors import InvalidAnnotation, InvalidInput
+from devshare.model.problems import Problems
+from devshare.model.quantity import format_bytes, parse_quantity
+from devshare.model.request import MAX_DEVICES, WHOLE, WHOLE_PERCENT, DeviceRequest, PodRequest
+
+# --- names: the current koordinator.sh/ ones and the seed's older kubernetes.io/ ones
+KOORD_PREFIXES = ("koordinator.sh/", "kubernetes.io/")
+KOORD_GPU = "koordinator.sh/gpu"
+KOORD_GPU_CORE = "koordinator.sh/gpu-core"
+KOORD_GPU_MEMORY = "koordinator.sh/gpu-memory"
+KOORD_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
+KOORD_RDMA = "koordinator.sh/rdma"
+KOORD_FPGA = "koordinator.sh/fpga"
+LEGACY_GPU = "kubernetes.io/gpu"
+LEGACY_GPU_CORE = "kubernetes.io/gpu-core"
+LEGACY_GPU_MEMORY = "kubernetes.io/gpu-memory"
+LEGACY_GPU_MEMORY_RATIO = "kubernetes.io/gpu-memory-ratio"
+LEGACY_RDMA = "kubernetes.io/rdma"
+LEGACY_FPGA = "kubernetes.io/fpga"
+KOORD_DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"  # the annotation
 
 DIMENSIONS = ("gpu", "gpu-core", "gpu-memory", "gpu-memory-ratio", names.RDMA, names.FPGA)
-NAMES = frozenset(p + d for p in names.KOORD_PREFIXES for d in DIMENSIONS)
-GPU_NAMES = frozenset(p + d for p in names.KOORD_PREFIXES for d in DIMENSIONS[:4])
+NAMES = frozenset(p + d for p in KOORD_PREFIXES for d in DIMENSIONS)
+GPU_NAMES = frozenset(p + d for p in KOORD_PREFIXES for d in DIMENSIONS[:4])
+MANAGED = (KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA, KOORD_FPGA)
+
+# ----------------------------------------------------------------------------------------------
+# rules
+
+
+def percent_value(name: str, value: int) -> str | None:
+    """A percent dimension: above 0, and above 100 only as whole devices (a multiple of 100)."""
+    if value < 0:
+        return f"{name} is {value}; it must be above 0 (percent of one device, 100 = a whole device)"
+    if value > MAX_DEVICES * WHOLE_PERCENT:
+        return (f"{name} is {value}: that is more than {MAX_DEVICES} whole devices, more than any node has; give "
+                "a percent of one device (at most 100), or 100 per whole device")
+    if value > WHOLE_PERCENT and value % WHOLE_PERCENT:
+        return (
+            f"{name} is {value}; above 100 it asks for several whole devices and must be a multiple "
+            f"of 100: write {value // WHOLE_PERCENT * WHOLE_PERCENT} or "
+            f"{(value // WHOLE_PERCENT + 1) * WHOLE_PERCENT}, "
+            "or at most 100 for a share of one device"
+        )
+    return None
+
+
+def devices_for(percent: int) -> int:
+    """How many devices a percent value asks for (1 up to 100, else percent / 100)."""
+    return percent // WHOLE_PERCENT if percent > WHOLE_PERCENT else 1
+
+
+def gpu_alone(gpu_name: str, others: list[str]) -> str | None:
+    """``gpu`` already means core and memory ratio: it cannot be combined with the other GPU names."""
+    if not others:
+        return None
+    return (
+        f"{gpu_name} already asks for compute and memory ratio together, so it cannot be combined "
+        f"with {', '.join(others)}: ask either {gpu_name} alone, or gpu-core with gpu-memory-ratio "
+        "(or gpu-memory)"
+    )
+
+
+def memory_or_ratio(memory_name: str | None, ratio_name: str | None) -> str | None:
+    """GPU memory is asked either in bytes or as a ratio, not both."""
+    if memory_name and ratio_name:
+        return (
+            f"{memory_name} and {ratio_name} both ask for GPU memory: keep one of them "
+            "(bytes with gpu-memory, or percent of the device's memory with gpu-memory-ratio)"
+        )
+    return None
+
+
+def core_and_memory(core_name: str | None, memory_name: str | None) -> str | None:
+    """gpu-core and a memory dimension go together (Koordinator refuses either one alone)."""
+    if core_name and not memory_name:
+        return (
+            f"{core_name} asks for GPU compute but no GPU memory: add koordinator.sh/gpu-memory-ratio "
+            "(percent) or koordinator.sh/gpu-memory (bytes), or ask koordinator.sh/gpu for both at once"
+        )
+    if memory_name and not core_name:
+        return (
+            f"{memory_name} asks for GPU memory but no GPU compute: add koordinator.sh/gpu-core "
+            "(percent of one GPU), or ask koordinator.sh/gpu for both at once"
+        )
+    return None
+
+
+def same_count(core_name: str, core: int, ratio_name: str, ratio: int) -> str | None:
+    """gpu-core and gpu-memory-ratio must ask for the same number of devices."""
+    a, b = devices_for(core), devices_for(ratio)
+    if a == b:
+        return None
+    return (
+        f"{core_name}={core} asks for {a} GPU(s) but {ratio_name}={ratio} for {b}: above 100 both mean "
+        f"whole GPUs, so write the same multiple of 100 in both (e.g. {max(a, b) * WHOLE_PERCENT} and "
+        f"{max(a, b) * WHOLE_PERCENT}), or keep both at most 100 for a share of one GPU"
+    )
+
+
+def memory_split(memory_name: str, memory: int, count: int) -> str | None:
+    """gpu-memory over several GPUs is split evenly: it must divide into whole bytes."""
+    if count > 1 and memory % count:
+        return (
+            f"{memory_name}={memory} bytes cannot be split evenly over {count} GPUs: "
+            f"use a multiple of {count} bytes (e.g. {memory // count * count})"
+        )
+    return None
+
+
+def spelling(short: str, spellings: list[tuple[str, Any]]) -> str | None:
+    """The koordinator.sh/ and kubernetes.io/ spellings of one name, when both given, must agree."""
+    if len(spellings) > 1 and spellings[0][1] != spellings[1][1]:
+        (a, va), (b, vb) = spellings[0], spellings[1]
+        return f"{a}={va!r} and {b}={vb!r} ask for {short} twice with different values: keep only {a}"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# reader
 
 
 def _read(resources: dict[str, Any], where: str, problems: Problems) -> tuple[dict[str, tuple[str, int]], set[str]]:
@@ -29,10 +166,10 @@ def _read(resources: dict[str, Any], where: str, problems: Problems) -> tuple[di
     out: dict[str, tuple[str, int]] = {}
     bad: set[str] = set()
     for dim in DIMENSIONS:
-        spellings = [(p + dim, resources[p + dim]) for p in names.KOORD_PREFIXES if p + dim in resources]
+        spellings = [(p + dim, resources[p + dim]) for p in KOORD_PREFIXES if p + dim in resources]
         if not spellings:
             continue
-        msg = validation.koord_spelling(dim, spellings)
+        msg = spelling(dim, spellings)
         if msg:
             problems.add(where, msg)
             bad.add(dim)
@@ -46,7 +183,7 @@ def _read(resources: dict[str, Any], where: str, problems: Problems) -> tuple[di
         if dim == "gpu-memory":
             msg = f"{name} is {value}; it must be above 0 (bytes of GPU memory, e.g. 4Gi)" if value < 0 else None
         else:
-            msg = validation.percent_value(name, value)
+            msg = percent_value(name, value)
         if msg:
             problems.add(where, msg)
             bad.add(dim)
@@ -59,11 +196,11 @@ def _gpu(asked: dict[str, tuple[str, int]], where: str, problems: Problems) -> D
     if "gpu" in asked:
         name, p = asked["gpu"]
         others = [asked[d][0] for d in ("gpu-core", "gpu-memory", "gpu-memory-ratio") if d in asked]
-        msg = validation.koord_gpu_alone(name, others)
+        msg = gpu_alone(name, others)
         if msg:
             problems.add(where, msg)
             return None
-        n = validation.devices_for(p)
+        n = devices_for(p)
         share = WHOLE if n > 1 else p * 10
         return DeviceRequest(type=names.GPU, count=n, core_milli=share, memory_ratio_milli=share)
     core = asked.get("gpu-core")
@@ -75,14 +212,14 @@ def _gpu(asked: dict[str, tuple[str, int]], where: str, problems: Problems) -> D
     memory_name = memory[0] if memory else None
     ratio_name = ratio[0] if ratio else None
     bad = [
-        validation.koord_memory_or_ratio(memory_name, ratio_name),
-        validation.koord_core_and_memory(core_name, memory_name or ratio_name),
+        memory_or_ratio(memory_name, ratio_name),
+        core_and_memory(core_name, memory_name or ratio_name),
     ]
     if core is not None and ratio is not None:
-        bad.append(validation.koord_same_count(core[0], core[1], ratio[0], ratio[1]))
-    n = validation.devices_for(core[1]) if core is not None else 1
+        bad.append(same_count(core[0], core[1], ratio[0], ratio[1]))
+    n = devices_for(core[1]) if core is not None else 1
     if memory is not None:
-        bad.append(validation.koord_memory_split(memory[0], memory[1], n))
+        bad.append(memory_split(memory[0], memory[1], n))
     msgs = [m for m in bad if m]
     if msgs:
         problems.extend(where, msgs)
@@ -97,7 +234,7 @@ def _gpu(asked: dict[str, tuple[str, int]], where: str, problems: Problems) -> D
     )
 
 
-def parse(resources: dict[str, Any], where: str, problems: Problems) -> list[DeviceRequest]:
+def read_container(resources: dict[str, Any], where: str, problems: Problems) -> list[DeviceRequest]:
     """The device requests of one container's Koordinator names (problems go to ``problems``)."""
     asked, bad = _read(resources, where, problems)
     out: list[DeviceRequest] = []
@@ -107,6 +244,174 @@ def parse(resources: dict[str, Any], where: str, problems: Problems) -> list[Dev
             out.append(gpu)
     for dtype in (names.RDMA, names.FPGA):
         if dtype in asked:
-            n = validation.devices_for(asked[dtype][1])
+            n = devices_for(asked[dtype][1])
             out.append(DeviceRequest(type=dtype, count=n, core_milli=WHOLE if n > 1 else asked[dtype][1] * 10))
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# annotation codec
+
+FIELD = f"annotation {KOORD_DEVICE_ALLOCATED}"
+_GPU_KEYS = {
+    "gpu-core": "core",
+    "gpu-memory": "memory",
+    "gpu-mem": "memory",
+    "gpu-memory-ratio": "ratio",
+    "gpu-mem-ratio": "ratio",
+}
+
+
+def device_totals(alloc: PodAllocation) -> dict[str, list[DeviceGrant]]:
+    """The pod's grants added up per (type, minor): what Koordinator records."""
+    sums: dict[tuple[str, int], list[int]] = {}
+    for _, g in alloc.grants():
+        acc = sums.setdefault((g.type, g.minor), [0, 0, 0])
+        acc[0] += g.core_milli
+        acc[1] += g.memory
+        acc[2] += g.memory_ratio_milli
+    out: dict[str, list[DeviceGrant]] = {}
+    for (dtype, minor), (core, memory, ratio) in sorted(sums.items()):
+        out.setdefault(dtype, []).append(
+            DeviceGrant(type=dtype, minor=minor, core_milli=core, memory=memory, memory_ratio_milli=ratio)
+        )
+    return out
+
+
+def _resources(g: DeviceGrant) -> dict[str, str]:
+    if g.type == names.GPU:
+        return {
+            KOORD_GPU_CORE: percent_text(g.core_milli),
+            KOORD_GPU_MEMORY: format_bytes(g.memory),
+            KOORD_GPU_MEMORY_RATIO: percent_text(g.memory_ratio_milli),
+        }
+    return {f"koordinator.sh/{g.type}": percent_text(g.core_milli)}
+
+
+def encode_koordinator(alloc: PodAllocation) -> dict[str, str]:
+    doc = {
+        dtype: [{"minor": g.minor, "resources": _resources(g)} for g in grants]
+        for dtype, grants in device_totals(alloc).items()
+    }
+    return {KOORD_DEVICE_ALLOCATED: json.dumps(doc, separators=(",", ":"))}
+
+
+def _milli(value: Any, key: str) -> int:
+    q = parse_quantity(value, field=key) * 10
+    if q < 0:
+        raise InvalidAnnotation(f"{key} must be >= 0, got {value!r}", field=FIELD)
+    return round(q)
+
+
+def _grant(dtype: str, entry: Any) -> DeviceGrant:
+    if not isinstance(entry, dict):
+        raise InvalidAnnotation(f"each {dtype} entry must be an object with minor and resources", field=FIELD)
+    minor = entry.get("minor", 0)
+    if isinstance(minor, bool) or not isinstance(minor, int) or minor < 0:
+        raise InvalidAnnotation(f"{dtype} minor must be an integer >= 0, got {minor!r}", field=FIELD)
+    resources = entry.get("resources", entry.get("resouurces"))
+    if resources is None:
+        resources = {}
+    if not isinstance(resources, dict):
+        raise InvalidAnnotation(f"{dtype} {minor}: resources must be an object", field=FIELD)
+    core = memory = ratio = 0
+    for key, value in resources.items():
+        short = str(key).split("/", 1)[-1]
+        if dtype == names.GPU and short in _GPU_KEYS:
+            what = _GPU_KEYS[short]
+            if what == "memory":
+                q = parse_quantity(value, field=str(key))
+                if q < 0 or q.denominator != 1:
+                    raise InvalidAnnotation(f"{key} must be a whole number of bytes, got {value!r}", field=FIELD)
+                memory = int(q)
+            elif what == "core":
+                core = _milli(value, str(key))
+            else:
+                ratio = _milli(value, str(key))
+        elif short == dtype:
+            core = _milli(value, str(key))
+    return DeviceGrant(type=dtype, minor=minor, core_milli=core, memory=memory, memory_ratio_milli=ratio)
+
+
+def decode_koordinator(annotations: dict[str, str]) -> dict[str, list[DeviceGrant]] | None:
+    """Device type -> grants per device (no ids: Koordinator records minors only); None when absent."""
+    doc = json_object(annotations, KOORD_DEVICE_ALLOCATED, shape='{"gpu": [{"minor": 0, "resources": {...}}]}')
+    if doc is None:
+        return None
+    out: dict[str, list[DeviceGrant]] = {}
+    try:
+        for dtype, entries in doc.items():
+            if not isinstance(entries, list):
+                raise InvalidAnnotation(f"{dtype} must be a list of device entries", field=FIELD)
+            out[str(dtype)] = [_grant(str(dtype), e) for e in entries]
+    except InvalidAnnotation:
+        raise
+    except InvalidInput as e:
+        raise InvalidAnnotation(str(e), field=FIELD) from e
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# webhook renames
+
+_LEGACY_TO_KOORD = (
+    (LEGACY_GPU, KOORD_GPU),
+    (LEGACY_GPU_CORE, KOORD_GPU_CORE),
+    (LEGACY_GPU_MEMORY, KOORD_GPU_MEMORY),
+    (LEGACY_GPU_MEMORY_RATIO, KOORD_GPU_MEMORY_RATIO),
+    (LEGACY_RDMA, KOORD_RDMA),
+    (LEGACY_FPGA, KOORD_FPGA),
+)
+# any of these next to koordinator.sh/gpu makes the split ambiguous: leave it to validation
+_GPU_DIMENSIONS = (
+    KOORD_GPU_CORE,
+    KOORD_GPU_MEMORY,
+    KOORD_GPU_MEMORY_RATIO,
+    LEGACY_GPU_CORE,
+    LEGACY_GPU_MEMORY,
+    LEGACY_GPU_MEMORY_RATIO,
+)
+def normalise(resources: dict[str, Any]) -> dict[str, Any]:
+    """The resource map with the names normalised (a new dict; the input is not changed).
+
+    A map that gives some name in both spellings is returned as it is (which one is meant is for
+    validation to say), so that normalising is idempotent."""
+    out = dict(resources)
+    if any(legacy in out and koord in out for legacy, koord in _LEGACY_TO_KOORD):
+        return out
+    for legacy, koord in _LEGACY_TO_KOORD:
+        if legacy in out:
+            out[koord] = out.pop(legacy)
+    if KOORD_GPU in out and not any(k in out for k in _GPU_DIMENSIONS):
+        value = out.pop(KOORD_GPU)
+        out[KOORD_GPU_CORE] = value
+        out[KOORD_GPU_MEMORY_RATIO] = value
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# the dialect
+
+
+class KoordinatorDialect(Dialect):
+    name = "koordinator"
+    resource_names = NAMES
+    managed_resources = MANAGED
+
+    def carries(self, other: str, resources: dict[str, Any] | None) -> bool:
+        # nvidia.com/gpu (seed 001 translates it into Koordinator resources) beside rdma/fpga: one
+        # annotation holds both; beside a Koordinator GPU name in one container it is ambiguous
+        if other != "nvidia":
+            return False
+        return resources is None or not any(k in GPU_NAMES and v not in ("0", 0) for k, v in resources.items())
+
+    def read(self, resources: dict[str, Any], where: str, problems: Problems, context: Any,
+             index: int) -> list[DeviceRequest]:
+        return read_container(resources, where, problems)
+
+    def encode(self, pod: PodRequest, alloc: PodAllocation, *, now_ns: int,
+               device_memory: dict[int, int] | None) -> dict[str, str]:
+        return encode_koordinator(alloc) if alloc.grants() else {}
+
+    def renames(self, resources: dict[str, Any]) -> dict[str, Any]:
+        return normalise(resources)

@@ -10,19 +10,202 @@ Seed 000 contradicts itself: its "2,1,3" example puts container 2 at 33.33% of t
 100 over 3), while its webhook rule says core and memory must be divisible by the count. The rule
 wins: a core (or memory) that does not divide evenly by the count is refused, with a message
 saying which multiple to use.
+
+The scheduling result it writes: ``vke.volcengine.com/gpu-index-container-<container name>: "1,0"``
+(the GPU indexes of each container that got GPUs) and ``vke.volcengine.com/assumed: "true"``.
+Kubernetes limits an annotation name to 63 characters, so a container name longer than 43
+characters gives a key the API server refuses; mGPU's node agent has the same limit.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from devshare.model import names, validation
-from devshare.model.dialects.problems import Problems, read_whole
+from devshare.model import names
+from devshare.model.allocation import PodAllocation
+from devshare.model.codecs.units import index_list
+from devshare.model.dialects.base import Dialect, read_whole
+from devshare.model.problems import Problems
 from devshare.model.quantity import MIB
-from devshare.model.request import WHOLE, DeviceRequest
+from devshare.model.request import MAX_DEVICES, WHOLE, WHOLE_PERCENT, DeviceRequest, PodRequest
 
-NAMES = frozenset({names.MGPU_CORE, names.MGPU_MEMORY})
-CARD_PCT = validation.CARD_PCT  # mGPU asks compute in percent of a card
+MGPU_CORE = "vke.volcengine.com/mgpu-core"
+MGPU_MEMORY = "vke.volcengine.com/mgpu-memory"
+MGPU_MULTIPLE = "vke.volcengine.com/container-multiple-gpu"  # pod annotation: card count per container
+MGPU_ASSUMED = "vke.volcengine.com/assumed"
+MGPU_INDEX_PREFIX = "vke.volcengine.com/gpu-index-container-"
+NAMES = frozenset({MGPU_CORE, MGPU_MEMORY})
+
+MIN_GPU_MEMORY = 256 * 2**20  # seed 000: MinGPUMemory, too little for a container to run below it
+MIN_MIB = MIN_GPU_MEMORY // MIB
+CARD_PCT = WHOLE_PERCENT  # mGPU asks compute in percent of a card
+
+# ----------------------------------------------------------------------------------------------
+# rules, normal pods (no container-multiple-gpu annotation): seed 000's webhook rules 1-4
+
+
+def positive(core: int | None, memory: int | None) -> list[str]:
+    """Rule 1: mgpu-core <= 0 or mgpu-memory <= 0 is refused (a missing mgpu-core counts as 0
+    when mgpu-memory is given)."""
+    out: list[str] = []
+    if core is None and memory is not None:
+        out.append(
+            f"{MGPU_MEMORY} is given without {MGPU_CORE}: add {MGPU_CORE} "
+            "(percent of one card, 100 per card)"
+        )
+    if core is not None and core <= 0:
+        out.append(f"{MGPU_CORE} is {core}; it must be above 0 (percent of one card, 100 per card)")
+    if memory is not None and memory <= 0:
+        out.append(f"{MGPU_MEMORY} is {memory}; it must be above 0 (MiB of card memory)")
+    return out
+
+
+def min_memory(core: int, memory: int | None) -> str | None:
+    """Rule 2: a share of a card (core not a multiple of 100) needs at least MinGPUMemory.
+
+    Seed 000 states the rule for core in (0, 100) but illustrates it with core 120; a core above
+    100 that is not a multiple of 100 is refused by rule 3 anyway, so the memory check is applied
+    to every share given a memory, and both problems are reported."""
+    if core <= 0 or core % CARD_PCT == 0:
+        return None
+    if memory is None:
+        if core > CARD_PCT:
+            return None  # rule 3 says what to do (whole cards, or the multiple-gpu annotation)
+        return (
+            f"{MGPU_CORE}={core} asks for a share of a card but {MGPU_MEMORY} is not set: "
+            f"add {MGPU_MEMORY} of at least {MIN_MIB} (MiB)"
+        )
+    if 0 < memory < MIN_MIB:
+        return (
+            f"{MGPU_MEMORY}={memory} MiB is below the minimum of {MIN_MIB} MiB a container "
+            f"needs to run: ask at least {MIN_MIB}"
+        )
+    return None
+
+
+def full_cards(core: int) -> str | None:
+    """Rule 3: above 100, mgpu-core asks for whole cards and must be a multiple of 100."""
+    if core > CARD_PCT and core % CARD_PCT:
+        return (
+            f"{MGPU_CORE}={core}: above 100 it asks for whole cards and must be a multiple of 100 "
+            f"(write {core // CARD_PCT * CARD_PCT} or {(core // CARD_PCT + 1) * CARD_PCT}), or set "
+            f"{MGPU_MULTIPLE} to spread a share over several cards"
+        )
+    return None
+
+
+def redundant_memory(core: int, memory: int | None) -> str | None:
+    """Rule 4: whole cards (core a multiple of 100) take all their memory: mgpu-memory must not be set."""
+    if core > 0 and core % CARD_PCT == 0 and memory is not None:
+        return (
+            f"{MGPU_CORE}={core} asks for {core // CARD_PCT} whole card(s), which come with all their "
+            f"memory: remove {MGPU_MEMORY}"
+        )
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# rules, multiple pods (container-multiple-gpu: "2,1,3"): seed 000's rules m1-m4
+
+
+def count_list(text: str, n_containers: int) -> tuple[list[int] | None, list[str]]:
+    """Parse the per-container card counts. Rules m1 (one count per container) and m2 (counts are
+    whole numbers, not negative). Returns (counts or None when unusable, problems)."""
+    parts = [p.strip() for p in text.split(",")]
+    counts: list[int] = []
+    problems: list[str] = []
+    for i, p in enumerate(parts):
+        try:
+            n = int(p, 10)
+        except ValueError:
+            problems.append(
+                f"{MGPU_MULTIPLE}={text!r}: entry {i} ({p!r}) is not a whole number; write one card "
+                'count per container, e.g. "2,1,3"'
+            )
+            continue
+        if n < 0:
+            problems.append(f"{MGPU_MULTIPLE}={text!r}: entry {i} is {n}; a number of cards must be 1 or more")
+        elif n > MAX_DEVICES:
+            problems.append(f"{MGPU_MULTIPLE}={text!r}: entry {i} is {n}; a container may ask for at most "
+                            f"{MAX_DEVICES} cards")
+        counts.append(n)
+    if not problems and len(counts) != n_containers:
+        problems.append(
+            f"{MGPU_MULTIPLE}={text!r} lists {len(counts)} card count(s) but the pod has "
+            f"{n_containers} container(s): write exactly one count per container, in container order"
+        )
+    return (None if problems else counts), problems
+
+
+def count_for_container(count: int) -> str | None:
+    """Rule m2 for a container that asks for mGPU: it needs at least one card."""
+    if count < 1:
+        return (
+            f"{MGPU_MULTIPLE} gives this container {count} cards but it asks for "
+            f"{MGPU_CORE}: give it 1 or more cards"
+        )
+    return None
+
+
+def multi_core_per_card(core: int, count: int) -> str | None:
+    """Rule m4.3: mgpu-core / card count cannot exceed 100 (one card's compute)."""
+    if core > CARD_PCT * count:
+        return (
+            f"{MGPU_CORE}={core} over {count} card(s) is {core / count:g}% of each card, more than "
+            f"100: lower {MGPU_CORE} to at most {CARD_PCT * count} or raise the card count in "
+            f"{MGPU_MULTIPLE}"
+        )
+    return None
+
+
+def multi_divisible(core: int, memory: int | None, count: int) -> list[str]:
+    """Rule m4.2: mgpu-core and mgpu-memory must divide evenly by the card count.
+
+    Seed 000 also shows "2,1,3" with container 2 at 33.33% of three cards; its own rule says the
+    core must be divisible by the count, and the rule wins: 100 over 3 cards is refused."""
+    out: list[str] = []
+    if core % count:
+        out.append(
+            f"{MGPU_CORE}={core} does not divide evenly over {count} cards: use a multiple of {count} "
+            f"(e.g. {max(count, core // count * count)})"
+        )
+    if memory is not None and memory % count:
+        out.append(
+            f"{MGPU_MEMORY}={memory} MiB does not divide evenly over {count} cards: use a multiple "
+            f"of {count} (e.g. {max(count, memory // count * count)})"
+        )
+    return out
+
+
+def multi_redundant_memory(core: int, memory: int | None, count: int) -> str | None:
+    """Rule m3: mgpu-core / count == 100 means whole cards: mgpu-memory must not be set."""
+    if memory is not None and core == CARD_PCT * count:
+        return (
+            f"{MGPU_CORE}={core} over {count} card(s) is 100% of each card, i.e. whole cards that "
+            f"come with all their memory: remove {MGPU_MEMORY}"
+        )
+    return None
+
+
+def multi_min_memory(core: int, memory: int | None, count: int) -> str | None:
+    """Rule m4.1: a share of each card needs mgpu-memory / count >= MinGPUMemory."""
+    if core >= CARD_PCT * count:
+        return None
+    if memory is None:
+        return (
+            f"{MGPU_CORE}={core} over {count} card(s) is a share of each card but "
+            f"{MGPU_MEMORY} is not set: add at least {MIN_MIB * count} (MiB, {MIN_MIB} per card)"
+        )
+    if memory > 0 and memory // count < MIN_MIB:
+        return (
+            f"{MGPU_MEMORY}={memory} MiB over {count} card(s) is {memory / count:g} MiB per card, "
+            f"below the {MIN_MIB} MiB minimum: ask at least {MIN_MIB * count}"
+        )
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# reader
 
 
 def _whole_cards(n: int) -> DeviceRequest:
@@ -31,9 +214,9 @@ def _whole_cards(n: int) -> DeviceRequest:
 
 def _normal(core: int, memory: int | None, where: str, problems: Problems) -> DeviceRequest | None:
     msgs = [
-        validation.mgpu_min_memory(core, memory),
-        validation.mgpu_full_cards(core),
-        validation.mgpu_redundant_memory(core, memory),
+        min_memory(core, memory),
+        full_cards(core),
+        redundant_memory(core, memory),
     ]
     if any(msgs):
         problems.extend(where, [m for m in msgs if m])
@@ -45,15 +228,15 @@ def _normal(core: int, memory: int | None, where: str, problems: Problems) -> De
 
 
 def _multiple(core: int, memory: int | None, count: int, where: str, problems: Problems) -> DeviceRequest | None:
-    msg = validation.mgpu_count_for_container(count)
+    msg = count_for_container(count)
     if msg:
         problems.add(where, msg)
         return None
     msgs = [
-        validation.mgpu_multi_core_per_card(core, count),
-        *validation.mgpu_multi_divisible(core, memory, count),
-        validation.mgpu_multi_redundant_memory(core, memory, count),
-        validation.mgpu_multi_min_memory(core, memory, count),
+        multi_core_per_card(core, count),
+        *multi_divisible(core, memory, count),
+        multi_redundant_memory(core, memory, count),
+        multi_min_memory(core, memory, count),
     ]
     if any(msgs):
         problems.extend(where, [m for m in msgs if m])
@@ -64,16 +247,15 @@ def _multiple(core: int, memory: int | None, count: int, where: str, problems: P
     return DeviceRequest(type=names.GPU, count=count, core_milli=core * 10 // count, memory=memory * MIB // count)
 
 
-def parse(
-    resources: dict[str, Any], where: str, problems: Problems, count: int | None = None, counts_bad: bool = False
-) -> list[DeviceRequest]:
+def read_container(resources: dict[str, Any], where: str, problems: Problems, count: int | None = None,
+                   counts_bad: bool = False) -> list[DeviceRequest]:
     """The container's request. ``count``: its entry of container-multiple-gpu (None without the
     annotation); ``counts_bad``: the annotation is present but unusable (only rule 1 is checked)."""
-    core = read_whole(resources, names.MGPU_CORE, where, problems, "percent")
-    memory = read_whole(resources, names.MGPU_MEMORY, where, problems, "MiB")
+    core = read_whole(resources, MGPU_CORE, where, problems, "percent")
+    memory = read_whole(resources, MGPU_MEMORY, where, problems, "MiB")
     if core is None and memory is None:
         return []
-    msgs = validation.mgpu_positive(core, memory)
+    msgs = positive(core, memory)
     if msgs:
         problems.extend(where, msgs)
         return []
@@ -81,3 +263,56 @@ def parse(
         return []
     req = _normal(core, memory, where, problems) if count is None else _multiple(core, memory, count, where, problems)
     return [req] if req is not None else []
+
+
+# ----------------------------------------------------------------------------------------------
+# annotation codec
+
+
+def encode_mgpu(alloc: PodAllocation) -> dict[str, str]:
+    out = {MGPU_ASSUMED: "true"}
+    for c in alloc.containers:
+        minors = [g.minor for g in c.devices if g.type == names.GPU]
+        if minors:
+            out[MGPU_INDEX_PREFIX + c.name] = ",".join(str(m) for m in minors)
+    return out
+
+
+def decode_mgpu(annotations: dict[str, str]) -> dict[str, list[int]] | None:
+    """Container name -> GPU indexes; None when the pod carries no mGPU result."""
+    out: dict[str, list[int]] = {}
+    for key, value in annotations.items():
+        if key.startswith(MGPU_INDEX_PREFIX):
+            out[key[len(MGPU_INDEX_PREFIX) :]] = index_list(str(value), field=f"annotation {key}")
+    if not out and annotations.get(MGPU_ASSUMED) != "true":
+        return None
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# the dialect
+
+
+class MgpuDialect(Dialect):
+    name = "mgpu"
+    resource_names = NAMES
+    managed_resources = (MGPU_CORE, MGPU_MEMORY)
+
+    def pod_context(self, annotations: dict[str, str], n_containers: int, problems: Problems) -> Any:
+        """(card count per container or None, whether the annotation is there but unusable)."""
+        multiple = annotations.get(MGPU_MULTIPLE)
+        if multiple is None:
+            return None, False
+        counts, msgs = count_list(multiple, n_containers)
+        problems.extend(f"annotation {MGPU_MULTIPLE}", msgs)
+        return counts, counts is None
+
+    def read(self, resources: dict[str, Any], where: str, problems: Problems, context: Any,
+             index: int) -> list[DeviceRequest]:
+        counts, counts_bad = context if context is not None else (None, False)
+        count = counts[index] if counts is not None else None
+        return read_container(resources, where, problems, count, counts_bad)
+
+    def encode(self, pod: PodRequest, alloc: PodAllocation, *, now_ns: int,
+               device_memory: dict[int, int] | None) -> dict[str, str]:
+        return encode_mgpu(alloc) if alloc.minors(names.GPU) else {}

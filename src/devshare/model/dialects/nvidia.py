@@ -1,25 +1,54 @@
-"""``nvidia.com/gpu: N``: N whole GPUs (seed 001 translates it to gpu-core and gpu-memory-ratio
-of 100 each per GPU). Zero means "not asked"."""
+"""NVIDIA's device plugin name, ``nvidia.com/gpu: N``: N whole GPUs (seed 001 translates it to
+gpu-core and gpu-memory-ratio of 100 each per GPU). Zero means "not asked".
+
+Its pods carry Koordinator's ``device-allocated`` annotation (seed 001's translation), and a pod
+asking ``nvidia.com/gpu`` beside Koordinator's ``rdma``/``fpga`` is of the Koordinator dialect.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from devshare.model import names, validation
-from devshare.model.dialects.problems import Problems, read_whole
-from devshare.model.request import WHOLE, DeviceRequest
+from devshare.model import names
+from devshare.model.allocation import PodAllocation
+from devshare.model.dialects import koordinator
+from devshare.model.dialects.base import Dialect, read_whole
+from devshare.model.problems import Problems
+from devshare.model.request import WHOLE, DeviceRequest, PodRequest
 
-NAMES = frozenset({names.NVIDIA_GPU})
+NVIDIA_GPU = "nvidia.com/gpu"
+NAMES = frozenset({NVIDIA_GPU})
 
 
-def parse(resources: dict[str, Any], where: str, problems: Problems) -> list[DeviceRequest]:
-    n = read_whole(resources, names.NVIDIA_GPU, where, problems, "GPUs")
+def whole_devices(name: str, value: int) -> str | None:
+    """A count of whole devices: zero or more."""
+    if value < 0:
+        return f"{name} is {value}; it must be a number of whole GPUs, 1 or more"
+    return None
+
+
+def read_container(resources: dict[str, Any], where: str, problems: Problems) -> list[DeviceRequest]:
+    n = read_whole(resources, NVIDIA_GPU, where, problems, "GPUs")
     if n is None:
         return []
-    msg = validation.whole_devices(names.NVIDIA_GPU, n)
+    msg = whole_devices(NVIDIA_GPU, n)
     if msg:
         problems.add(where, msg)
         return []
     if n == 0:
         return []
     return [DeviceRequest(type=names.GPU, count=n, core_milli=WHOLE, memory_ratio_milli=WHOLE)]
+
+
+class NvidiaDialect(Dialect):
+    name = "nvidia"
+    resource_names = NAMES
+    managed_resources = (NVIDIA_GPU,)
+
+    def read(self, resources: dict[str, Any], where: str, problems: Problems, context: Any,
+             index: int) -> list[DeviceRequest]:
+        return read_container(resources, where, problems)
+
+    def encode(self, pod: PodRequest, alloc: PodAllocation, *, now_ns: int,
+               device_memory: dict[int, int] | None) -> dict[str, str]:
+        return koordinator.encode_koordinator(alloc) if alloc.grants() else {}

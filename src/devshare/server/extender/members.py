@@ -16,7 +16,7 @@ from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.state import ClusterState
 from devshare.kube.backend import Backend
 from devshare.kube.errors import BackendError
-from devshare.model.codecs import encode_annotations
+from devshare.model.annotations import encode_annotations
 from devshare.model.request import PodRequest
 from devshare.server.extender.writes import PodWrites
 

@@ -19,8 +19,9 @@ from typing import Any
 
 from devshare.engine.state import ClusterState
 from devshare.model import names
+from devshare.model.dialects import mgpu
 
-MIN_MEMORY = names.MIN_GPU_MEMORY
+MIN_MEMORY = mgpu.MIN_GPU_MEMORY
 
 
 def stranded_core(device: dict[str, Any], max_containers: int) -> float:

@@ -42,7 +42,7 @@ from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
 from devshare.kube.backend import Backend, meta, object_key
 from devshare.kube.errors import BackendError
-from devshare.model.codecs import encode_annotations
+from devshare.model.annotations import encode_annotations
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest

@@ -4,16 +4,10 @@
    names another scheduler on purpose: only names in ``replace_schedulers`` (by default the empty
    name and ``default-scheduler``) are replaced.
 2. Resource names the scheduler would otherwise have to guess are normalised, in ``requests`` and
-   ``limits`` of every container and init container:
-
-   - seed 001's ``kubernetes.io/gpu*``, ``kubernetes.io/rdma``, ``kubernetes.io/fpga`` become the
-     ``koordinator.sh/`` names (kube-scheduler cannot route ``kubernetes.io/`` names to an
-     extender: DESIGN.md, "Facts checked against a real kube-scheduler");
-   - Koordinator's ``gpu: N`` becomes ``gpu-core: N`` + ``gpu-memory-ratio: N`` (seed 001: "the
-     scheduler will convert it"), which are the names nodes advertise.
-
-   A map that gives a name in both spellings, or ``gpu`` next to another GPU dimension, is left as
-   written, for the validating webhook to judge (mutation runs before validation).
+   ``limits`` of every container and init container: each dialect's renames
+   (:meth:`~devshare.model.dialects.base.Dialect.renames`; today Koordinator's: seed 001's
+   ``kubernetes.io/`` spellings become ``koordinator.sh/`` ones, ``gpu: N`` becomes ``gpu-core: N``
+   + ``gpu-memory-ratio: N``), through :func:`devshare.model.dialects.normalise_resources`.
 
 Mutation never refuses a pod; it returns RFC 6902 operations and human-readable warnings.
 """
@@ -23,46 +17,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from devshare.model import names
+from devshare.model.dialects import normalise_resources
 from devshare.server.webhook import jsonpatch
 
-_LEGACY_TO_KOORD = (
-    (names.LEGACY_GPU, names.KOORD_GPU),
-    (names.LEGACY_GPU_CORE, names.KOORD_GPU_CORE),
-    (names.LEGACY_GPU_MEMORY, names.KOORD_GPU_MEMORY),
-    (names.LEGACY_GPU_MEMORY_RATIO, names.KOORD_GPU_MEMORY_RATIO),
-    (names.LEGACY_RDMA, names.KOORD_RDMA),
-    (names.LEGACY_FPGA, names.KOORD_FPGA),
-)
-# any of these next to koordinator.sh/gpu makes the split ambiguous: leave it to validation
-_GPU_DIMENSIONS = (
-    names.KOORD_GPU_CORE,
-    names.KOORD_GPU_MEMORY,
-    names.KOORD_GPU_MEMORY_RATIO,
-    names.LEGACY_GPU_CORE,
-    names.LEGACY_GPU_MEMORY,
-    names.LEGACY_GPU_MEMORY_RATIO,
-)
 DEFAULT_SCHEDULER = "devshare-scheduler"
 REPLACEABLE_SCHEDULERS = ("", "default-scheduler")
-
-
-def normalise_resources(resources: dict[str, Any]) -> dict[str, Any]:
-    """The resource map with the names normalised (a new dict; the input is not changed).
-
-    A map that gives some name in both spellings is returned as it is (which one is meant is for
-    validation to say), so that normalising is idempotent."""
-    out = dict(resources)
-    if any(legacy in out and koord in out for legacy, koord in _LEGACY_TO_KOORD):
-        return out
-    for legacy, koord in _LEGACY_TO_KOORD:
-        if legacy in out:
-            out[koord] = out.pop(legacy)
-    if names.KOORD_GPU in out and not any(k in out for k in _GPU_DIMENSIONS):
-        value = out.pop(names.KOORD_GPU)
-        out[names.KOORD_GPU_CORE] = value
-        out[names.KOORD_GPU_MEMORY_RATIO] = value
-    return out
 
 
 def _resource_ops(pod: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:

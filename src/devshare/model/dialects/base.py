@@ -1,0 +1,101 @@
+"""The dialect protocol: everything devshare knows about one way of asking for devices.
+
+A dialect is one module of :mod:`devshare.model.dialects` holding, for its resource names:
+
+- the names (constants at the top of its module),
+- the reader: a container's resources into :class:`~devshare.model.request.DeviceRequest` values
+  (:meth:`Dialect.read`), with pod-level input where the dialect has one (:meth:`Dialect.pod_context`),
+- the rules the reader applies (small functions in the module, each returning a message for a person),
+- the annotation codec: what a scheduled pod carries for that dialect's node-side components
+  (:meth:`Dialect.encode`, and the module's ``decode_*`` function),
+- the webhook's renames (:meth:`Dialect.renames`).
+
+The pod reader (:mod:`devshare.model.pod`), the annotation writer (:mod:`devshare.model.annotations`),
+the webhook and the engine ask the registry (:mod:`devshare.model.dialects`) and never name a dialect.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from fractions import Fraction
+from typing import Any
+
+from devshare.model.allocation import PodAllocation
+from devshare.model.errors import InvalidInput
+from devshare.model.problems import Problems
+from devshare.model.quantity import parse_quantity, shown
+from devshare.model.request import MAX_DEVICE_MEMORY, MAX_DEVICES, DeviceRequest, PodRequest
+
+ZERO = ("0", 0)  # a resource asked as zero is not asked (Kubernetes' usual ``resource: 0``)
+
+
+class Dialect(ABC):
+    """One request dialect. Subclasses set the class attributes and implement :meth:`read`."""
+
+    name: str  # the tag a PodRequest carries (PodRequest.dialect)
+    resource_names: frozenset[str]  # every container resource name that asks in it, all spellings
+    managed_resources: tuple[str, ...] = ()  # those nodes advertise and kube-scheduler routes to the extender
+    # one container spreading a share over several cards needs seed 000's node label and compute policy
+    multi_card_share_needs_label: bool = True
+
+    def asks(self, resources: dict[str, Any]) -> bool:
+        """Does a container with these resources ask in this dialect (zero values left out)?"""
+        return any(k in self.resource_names and v not in ZERO for k, v in resources.items())
+
+    def carries(self, other: str, resources: dict[str, Any] | None) -> bool:
+        """Can this dialect's annotations also carry what dialect ``other`` asks for, beside its
+        own: in one container with ``resources``, or (``None``) in other containers of the pod.
+        Such a container or pod is read in both dialects and is of this one."""
+        return False
+
+    def pod_context(self, annotations: dict[str, str], n_containers: int, problems: Problems) -> Any:
+        """Pod-level input of the dialect (read once per pod whose containers ask in it), handed
+        to :meth:`read`. None for dialects that read containers alone."""
+        return None
+
+    @abstractmethod
+    def read(self, resources: dict[str, Any], where: str, problems: Problems, context: Any,
+             index: int) -> list[DeviceRequest]:
+        """The device requests of container number ``index`` (its merged requests/limits);
+        every problem goes to ``problems`` under ``where``."""
+
+    def encode(self, pod: PodRequest, alloc: PodAllocation, *, now_ns: int,
+               device_memory: dict[int, int] | None) -> dict[str, str]:
+        """The annotations this dialect's node-side components read, for ``alloc``."""
+        return {}
+
+    def renames(self, resources: dict[str, Any]) -> dict[str, Any]:
+        """The resource map as the mutating webhook rewrites it (a new dict; idempotent)."""
+        return dict(resources)
+
+
+# the largest value of a dimension by its unit (see request.MAX_DEVICES)
+MAXIMUM = {
+    "GPUs": (MAX_DEVICES, f"{MAX_DEVICES} devices"),
+    "percent": (MAX_DEVICES * 100, f"{MAX_DEVICES * 100} ({MAX_DEVICES} whole devices)"),
+    "bytes": (MAX_DEVICE_MEMORY, "1Pi (1 PiB)"),
+    "MiB": (MAX_DEVICE_MEMORY // 2**20, f"{MAX_DEVICE_MEMORY // 2**20} (1 PiB)"),
+}
+
+
+def read_whole(resources: dict[str, Any], name: str, where: str, problems: Problems, unit: str) -> int | None:
+    """The whole-number value of resource ``name`` (None when absent or unreadable; a problem is
+    recorded when unreadable or above the unit's maximum). ``unit`` names what the number counts,
+    for the message."""
+    if name not in resources:
+        return None
+    value = resources[name]
+    try:
+        q: Fraction = parse_quantity(value)
+    except InvalidInput as e:
+        problems.add(where, f"{name}: {e.message}")
+        return None
+    if q.denominator != 1:
+        problems.add(where, f"{name} is {float(q):g}; it must be a whole number of {unit}")
+        return None
+    top = MAXIMUM.get(unit)
+    if top is not None and q > top[0]:
+        problems.add(where, f"{name} is {shown(value)}, far beyond any device: it must be at most {top[1]}")
+        return None
+    return int(q)
+
