@@ -9,8 +9,9 @@ import yaml
 from typer.testing import CliRunner
 
 from devshare.cli.main import app
+from support import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 runner = CliRunner()
 GiB = 2**30
 

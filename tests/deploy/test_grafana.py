@@ -6,14 +6,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender.helpers import cluster, pod, running
-from extender.test_http import post
+from support import REPO
+from support.extender import cluster, pod, post, running
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 DASHBOARD = ROOT / "deploy" / "grafana" / "devshare-dashboard.json"
 METRIC = re.compile(r"\b(devshare_[a-z_]+)\b(?:\{([^}]*)\})?")
 MATCHER = re.compile(r'(\w+)\s*=\s*"([^"]*)"')

@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from devshare.config import Configuration, parse_config
+from support import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 CHART = ROOT / "deploy" / "helm" / "devshare"
 NAMESPACE = "devshare-system"
 # helm built from its Go module without the release ldflags assumes Kubernetes v1.20: name a version

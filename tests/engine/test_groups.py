@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
@@ -19,9 +18,10 @@ from devshare.engine.topology import best_set
 from devshare.model import names
 from devshare.model.annotations import encode_annotations
 from devshare.model.request import GroupRef, PodRequest
+from support import REPO
 from support.cluster import GiB, add_node, bound, gpu, pod, whole
 
-TOPOLOGIES = Path(__file__).resolve().parents[2] / "examples" / "topologies"
+TOPOLOGIES = REPO / "examples" / "topologies"
 SEED = json.loads((TOPOLOGIES / "seed-8gpu-bandwidth.json").read_text())
 MATRIX = SEED["bandwidth_gbps"]
 

@@ -19,8 +19,9 @@ from devshare.engine import topology
 from devshare.engine.topology import TopologyResult, TopologySolver, best_set, mask_of, solver_for
 from devshare.model.errors import InvalidInput
 from devshare.model.links import load_topology_file
+from support import REPO
 
-TOPOLOGIES = Path(__file__).resolve().parents[2] / "examples" / "topologies"
+TOPOLOGIES = REPO / "examples" / "topologies"
 METHODS = ("auto", "enumerate", "search")
 
 

@@ -22,8 +22,7 @@ from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAlloc
 from devshare.model.codecs import encode_canonical
 from devshare.model.pod import parse_pod
 from fakeapi.server import FakeApiServer
-
-from .objects import GiB, device, node, pod
+from support.kube import GiB, device, node, pod
 
 
 def fast_backoff() -> Backoff:

@@ -20,8 +20,9 @@ from devshare.model.links import (
     parse_topology,
     pcie_level,
 )
+from support import REPO
 
-TOPOLOGIES = Path(__file__).resolve().parents[2] / "examples" / "topologies"
+TOPOLOGIES = REPO / "examples" / "topologies"
 FILES = sorted(TOPOLOGIES.glob("*.json"))
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.sim.bound import allocation_bound, card_bound
-from sim.conftest import PODS_HEADER
+from support.trace import PODS_HEADER
 
 
 def best_packing(cards: int, asks: list[int]) -> int:

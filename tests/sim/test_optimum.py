@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.sim.optimum import FLOOR_PCT, floor, optimum, solve
-from sim.conftest import PODS_HEADER
+from support.trace import PODS_HEADER
 
 
 def brute_force(cards: int, asks: list[int], capacity: int, forced: int = 0) -> int | None:

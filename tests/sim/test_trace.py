@@ -6,8 +6,7 @@ import pytest
 
 from devshare.model.errors import InvalidInput
 from devshare.sim.trace import load_trace
-
-from .conftest import NODES, PODS_HEADER
+from support.trace import NODES, PODS_HEADER
 
 
 def test_loads_small_trace(small_trace: tuple[Path, Path]) -> None:

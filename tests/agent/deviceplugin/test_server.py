@@ -1,0 +1,196 @@
+"""The device plugin over real gRPC unix sockets, with a fake kubelet: registration, ListAndWatch,
+Allocate for multi-container pods, and re-registration after a kubelet restart."""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from devshare.agent.client import MemoryClient
+from devshare.agent.deviceplugin import deviceplugin_v1beta1_pb2 as pb
+from devshare.agent.deviceplugin import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from devshare.agent.fake import FakeBackend
+from devshare.agent.matching import ASSIGNED
+from devshare.agent.resources import resource_named
+from devshare.agent.run import Agent
+from devshare.model.dialects import aliyun, koordinator, nvidia
+from support.agent import GIB, gpu, pod, write_fake
+
+
+class FakeKubelet(pb_grpc.RegistrationServicer):
+    """kubelet's Registration service; on Register it dials the plugin and follows ListAndWatch."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.registered: queue.Queue[pb.RegisterRequest] = queue.Queue()
+        self.lists: dict[str, queue.Queue[list[tuple[str, str]]]] = {}
+        self.channels: list[grpc.Channel] = []
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_RegistrationServicer_to_server(self, self.server)
+        self.server.add_insecure_port(f"unix://{directory / 'kubelet.sock'}")
+        self.server.start()
+
+    def Register(self, request: pb.RegisterRequest, context: Any) -> pb.Empty:
+        assert request.version == "v1beta1"
+        self.registered.put(request)
+        channel = grpc.insecure_channel(f"unix://{self.directory / request.endpoint}")
+        self.channels.append(channel)
+        stub = pb_grpc.DevicePluginStub(channel)
+        q = self.lists.setdefault(request.resource_name, queue.Queue())
+
+        def follow() -> None:
+            try:
+                # kubelet dials a plugin blocking until it connects (grpc.WithBlock); without
+                # wait_for_ready a channel still backing off from the previous plugin server fails at once
+                for response in stub.ListAndWatch(pb.Empty(), wait_for_ready=True, timeout=60):
+                    q.put([(d.ID, d.health) for d in response.devices])
+            except grpc.RpcError:
+                pass
+
+        threading.Thread(target=follow, daemon=True).start()
+        return pb.Empty()
+
+    def stop(self) -> None:
+        self.server.stop(None)
+        for c in self.channels:
+            c.close()
+
+
+@pytest.fixture
+def sockdir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="dsdp", dir="/tmp"))  # unix socket paths must stay short
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def allocate(directory: Path, resource: str, *containers: int) -> pb.AllocateResponse:
+    res = resource_named(resource)
+    assert res is not None
+    with grpc.insecure_channel(f"unix://{directory / res.socket_name()}") as channel:
+        stub = pb_grpc.DevicePluginStub(channel)
+        request = pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=[f"id-{k}" for k in range(n)]) for n in containers])
+        return stub.Allocate(request, timeout=10)
+
+
+def registrations(kubelet: FakeKubelet, n: int) -> set[str]:
+    return {kubelet.registered.get(timeout=10).resource_name for _ in range(n)}
+
+
+def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Path) -> None:
+    desc = write_fake(tmp_path / "n.yaml", gpus=2, memory="16Gi")
+    backend = FakeBackend(desc, node="n1")
+    u = [g.uuid for g in backend.discover().gpus]
+    client = MemoryClient([pod("p", "n1", [
+        ("a", {koordinator.KOORD_GPU_CORE: 50}, [gpu(0, u[0], 500, 8 * GIB, 500)]),
+        ("b", {koordinator.KOORD_GPU_CORE: 50}, [gpu(1, u[1], 500, 8 * GIB, 500)]),
+    ])])
+    kubelet = FakeKubelet(sockdir)
+    served = [r for r in (resource_named(koordinator.KOORD_GPU_CORE), resource_named(nvidia.NVIDIA_GPU),
+                          resource_named(koordinator.KOORD_RDMA)) if r is not None]
+    agent = Agent(backend, "n1", client, resources=served, plugin_dir=sockdir, watch_interval=0.1)
+    try:
+        agent.start()
+        # no RDMA device on this node: only the two GPU resources are served
+        assert [r.name for r in agent.served] == [koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU]
+        assert registrations(kubelet, 2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
+        core = kubelet.lists[koordinator.KOORD_GPU_CORE].get(timeout=10)
+        assert len(core) == 200 and all(h == "Healthy" for _, h in core)
+        assert kubelet.lists[nvidia.NVIDIA_GPU].get(timeout=10) == [(u[0], "Healthy"), (u[1], "Healthy")]
+
+        # the node status and the Device object were published too
+        assert client.nodes["n1"]["status"]["capacity"][koordinator.KOORD_GPU_MEMORY] == str(32 * GIB)
+        assert "n1" in client.devices
+
+        # health change: the stream sends the new list
+        write_fake(desc, gpus=2, memory="16Gi", unhealthy=[1])
+        agent.reporter.sync()
+        agent.plugins.notify()
+        assert kubelet.lists[nvidia.NVIDIA_GPU].get(timeout=10) == [(u[0], "Healthy"), (u[1], "Unhealthy")]
+        write_fake(desc, gpus=2, memory="16Gi")
+        agent.reporter.sync()
+        agent.plugins.notify()
+        kubelet.lists[nvidia.NVIDIA_GPU].get(timeout=10)
+
+        # Allocate: two containers asking the same amount, one call each, in container order
+        first = allocate(sockdir, koordinator.KOORD_GPU_CORE, 50)
+        assert first.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+        second = allocate(sockdir, koordinator.KOORD_GPU_CORE, 50)
+        assert second.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[1]
+        assert client.pods[("default", "p")]["metadata"]["annotations"][ASSIGNED] == "true"
+        # nothing left: refused with a message kubelet shows in the pod's events
+        with pytest.raises(grpc.RpcError) as e:
+            allocate(sockdir, koordinator.KOORD_GPU_CORE, 50)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "no pod on this node waits for 50 koordinator.sh/gpu-core" in (e.value.details() or "")
+
+        # kubelet restarts: it wipes the directory and recreates its socket; the agent registers again
+        kubelet.stop()
+        # gRPC's stop already removed kubelet's socket; the plugins' sockets are wiped as kubelet does
+        for f in list(sockdir.iterdir()):
+            f.unlink()
+        kubelet = FakeKubelet(sockdir)
+        assert registrations(kubelet, 2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
+        assert len(kubelet.lists[koordinator.KOORD_GPU_CORE].get(timeout=30)) == 200
+        client.add(pod("q", "n1", [("main", {nvidia.NVIDIA_GPU: 2}, [gpu(0, u[0]), gpu(1, u[1])])]))
+        got = allocate(sockdir, nvidia.NVIDIA_GPU, 2)
+        assert got.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[0]},{u[1]}"
+        # the agent counts a registration round once its last Register call has returned, which can
+        # be just after kubelet saw the request: wait for it rather than race it
+        deadline = time.monotonic() + 10
+        while agent.plugins.registrations < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert agent.plugins.registrations == 2
+    finally:
+        agent.close()
+        kubelet.stop()
+    deadline = time.monotonic() + 5
+    while any(sockdir.glob("devshare-*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(sockdir.glob("devshare-*.sock"))
+
+
+def test_multi_container_request_in_one_call(sockdir: Path, tmp_path: Path) -> None:
+    backend = FakeBackend(write_fake(tmp_path / "n.yaml", gpus=4), node="n1")
+    u = [g.uuid for g in backend.discover().gpus]
+    client = MemoryClient([pod("p", "n1", [
+        ("a", {nvidia.NVIDIA_GPU: 1}, [gpu(2, u[2])]),
+        ("b", {nvidia.NVIDIA_GPU: 1}, [gpu(3, u[3])]),
+    ])])
+    kubelet = FakeKubelet(sockdir)
+    res = resource_named(nvidia.NVIDIA_GPU)
+    assert res is not None
+    agent = Agent(backend, "n1", client, resources=[res], plugin_dir=sockdir, watch_interval=0.1)
+    try:
+        agent.start()
+        registrations(kubelet, 1)
+        got = allocate(sockdir, nvidia.NVIDIA_GPU, 1, 1)
+        assert [c.envs["NVIDIA_VISIBLE_DEVICES"] for c in got.container_responses] == [u[2], u[3]]
+    finally:
+        agent.close()
+        kubelet.stop()
+
+
+def test_too_many_ids_fall_back_to_node_status(sockdir: Path, tmp_path: Path) -> None:
+    backend = FakeBackend(write_fake(tmp_path / "n.yaml", gpus=8, memory="80Gi"), node="n1")
+    res = resource_named(aliyun.ALIYUN_GPU_MEM)
+    assert res is not None
+    client = MemoryClient()
+    agent = Agent(backend, "n1", client, resources=[res], plugin_dir=sockdir)
+    assert agent.served == []
+    agent.reporter.sync()
+    status = client.nodes["n1"]["status"]
+    assert status["capacity"][aliyun.ALIYUN_GPU_MEM] == str(8 * 80 * 1024)
+    small = Agent(FakeBackend(write_fake(tmp_path / "s.yaml", gpus=2, memory="16Gi"), node="n1"), "n1",
+                  MemoryClient(), resources=[res], plugin_dir=sockdir)
+    assert [r.name for r in small.served] == [aliyun.ALIYUN_GPU_MEM]

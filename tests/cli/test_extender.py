@@ -1,0 +1,123 @@
+"""``devshare inspect`` and ``devshare extender`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+from typer.testing import CliRunner
+
+from devshare.cli.main import app
+from support.extender import device, node, pod
+
+RUNNER = CliRunner()
+
+
+def write_cluster(path: Path, objs: list[dict[str, Any]]) -> Path:
+    path.write_text(yaml.safe_dump_all(objs, sort_keys=False))
+    return path
+
+
+def bound_pod() -> dict[str, Any]:
+    alloc = {"node": "node-0", "containers": [{"name": "main", "devices": [
+        {"type": "gpu", "minor": 1, "id": "GPU-node-0-1", "core": 50, "memory": 2**33, "memoryRatio": 50}]}]}
+    return pod("bound", core=50, node_name="node-0", annotations={"devshare.io/allocation": json.dumps(alloc)})
+
+
+def test_inspect_json_and_table(tmp_path: Path) -> None:
+    f = write_cluster(tmp_path / "c.yaml", [node("node-0"), device("node-0", 2), bound_pod(), pod("pending", core=10)])
+    out = RUNNER.invoke(app, ["inspect", "--cluster", str(f), "-o", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    devs = data["nodes"][0]["devices"]
+    assert [d["pods"] for d in devs] == [[], ["default/bound/main"]]
+    assert devs[1]["used"]["core"] == 50 and devs[1]["used"]["memory"] == 2**33
+    table = RUNNER.invoke(app, ["inspect", "--cluster", str(f)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "default/bound/main" in table.stdout and "50/100%" in table.stdout
+
+
+def test_inspect_bad_input_is_one_line(tmp_path: Path) -> None:
+    missing = RUNNER.invoke(app, ["inspect", "--cluster", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2 and "no such file" in missing.output
+    bad = write_cluster(tmp_path / "bad.yaml", [{"kind": "Pod"}])
+    out = RUNNER.invoke(app, ["inspect", "--cluster", str(bad), "-o", "json"])
+    assert out.exit_code == 2 and "metadata.name" in out.output
+    fmt = RUNNER.invoke(app, ["inspect", "--cluster", str(bad), "-o", "xml"])
+    assert fmt.exit_code == 2 and "unknown output format" in fmt.output
+
+
+def test_extender_flags_are_checked(tmp_path: Path) -> None:
+    f = write_cluster(tmp_path / "c.yaml", [node("node-0")])
+    out = RUNNER.invoke(app, ["extender", "--save", str(tmp_path / "o.yaml")])
+    assert out.exit_code == 2 and "needs --cluster" in out.output
+    out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--port", "0"])
+    assert out.exit_code == 2 and "--port" in out.output
+    out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--policy", "best"])
+    assert out.exit_code == 2 and "unknown --policy 'best'" in out.output and "binpack" in out.output
+    out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--core-weight", "2"])
+    assert out.exit_code == 2 and "--core-weight" in out.output
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _call(url: str, body: Any | None = None) -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            raw = r.read()
+            return r.status, json.loads(raw) if raw.startswith((b"{", b"[")) else raw.decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_extender_serves_a_cluster_file_and_saves_binds(tmp_path: Path) -> None:
+    f = write_cluster(tmp_path / "c.yaml", [node("node-0"), device("node-0", 2), bound_pod(), pod("p", core=50)])
+    saved = tmp_path / "saved.yaml"
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devshare.cli.main", "extender", "--cluster", str(f), "--save", str(saved),
+         "--port", str(port), "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                if _call(base + "/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.05)
+        status, out = _call(base + "/filter", {"Pod": pod("p", core=50), "Nodes": None, "NodeNames": ["node-0"]})
+        assert status == 200 and out["NodeNames"] == ["node-0"], out
+        status, out = _call(base + "/bind", {"PodName": "p", "PodNamespace": "default",
+                                             "PodUID": "uid-default-p", "Node": "node-0"})
+        assert status == 200 and out == {"Error": ""}
+        status, out = _call(base + "/filter", b"garbage")
+        assert status == 400
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err.decode()
+    objs = [d for d in yaml.safe_load_all(saved.read_text()) if d]
+    p = next(o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] == "p")
+    assert p["spec"]["nodeName"] == "node-0"
+    inspect = RUNNER.invoke(app, ["inspect", "--cluster", str(saved), "-o", "json"])
+    pods = [d["pods"] for d in json.loads(inspect.stdout)["nodes"][0]["devices"]]
+    assert sorted(x for ps in pods for x in ps) == ["default/bound/main", "default/p/main"]

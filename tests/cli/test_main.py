@@ -1,0 +1,208 @@
+"""The stumbles of a first day (issue 15): every bad command line or file is one ``error:`` line."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from devshare.cli.main import app
+from devshare.model.device import parse_device
+from devshare.model.errors import InvalidDevice
+from support import REPO
+
+ROOT = REPO
+runner = CliRunner()
+
+
+def devshare(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "devshare.cli.main", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def one_error_line(r: subprocess.CompletedProcess[str]) -> str:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.stderr and "╭" not in r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (("schedule", "--bogus"), "no such option: --bogus"),
+    (("schedule", "examples/pods.yaml"), "missing option '--cluster'"),
+    (("extender", "--port", "abc"), "'--port'"),
+    (("nosuch",), "no such command 'nosuch'"),
+    (("agent", "report", "--bogus"), "devshare agent report: no such option"),
+])
+def test_usage_errors_are_one_line(args: tuple[str, ...], expected: str) -> None:
+    line = one_error_line(devshare(*args))
+    assert expected in line
+    assert "--help" in line
+
+
+def test_usage_errors_through_the_test_runner_too() -> None:
+    r = runner.invoke(app, ["inspect", "--bogus"])
+    assert r.exit_code == 2
+    assert r.output.strip().startswith("error: devshare inspect: no such option: --bogus")
+
+
+def test_help_has_no_typer_placeholders() -> None:
+    for args in (["schedule"], ["simulate"], ["extender"], ["webhook"], ["webhook", "cert"], ["inspect"],
+                 ["topology"], ["agent", "report"], ["agent", "run"], ["config", "check"], ["config", "defaults"], []):
+        r = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0, r.output
+        for placeholder in ("<bool>", "<list[str]>", "<path>", "<str>", "<int>", "<float>", "{pods}", "{"):
+            assert placeholder not in r.output, (args, placeholder, r.output)
+    r = runner.invoke(app, ["schedule", "--help"], env={"COLUMNS": "200"})
+    assert "Usage: devshare schedule [OPTIONS] PODS" in r.output
+    assert "FILE" in r.output
+
+
+def test_yaml_errors_name_the_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Node\nmetadata: {name: a\n  x: [\n")
+    line = one_error_line(devshare("inspect", "--cluster", str(bad)))
+    assert f"{bad}, document 1, line 3, column 4: not valid YAML" in line
+    assert "<unicode string>" not in line
+    line = one_error_line(devshare("schedule", "--cluster", "examples/cluster.yaml", str(bad)))
+    assert f"{bad}, line 3" in line
+
+
+def test_an_empty_cluster_file_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing\n")
+    for args in (("webhook", "--cluster", str(empty), "--tls-cert", "tests/cli/missing.crt"),
+                 ("inspect", "--cluster", str(empty)),
+                 ("schedule", "--cluster", str(empty), "examples/pods.yaml"),
+                 ("extender", "--cluster", str(empty), "--port", "1")):
+        assert "no Node, Device or Pod object" in one_error_line(devshare(*args))
+
+
+def device(**fields: object) -> dict[str, object]:
+    d: dict[str, object] = {"type": "gpu", "minor": 0, "id": "GPU-0",
+                            "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi"}}
+    d.update(fields)
+    return {"kind": "Device", "metadata": {"name": "n"}, "spec": {"devices": [{k: v for k, v in d.items()
+                                                                              if v is not None}]}}
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"minor": None}, "minor is missing"),
+    ({"id": None}, "id is missing"),
+    ({"id": ""}, "id is missing"),
+    ({"resources": None}, "resources are missing"),
+    ({"resources": {}}, "resources are missing"),
+    ({"resources": {"koordinator.sh/gpu-core": "100"}}, "a gpu needs its memory"),
+    ({"type": "rdma", "resources": None}, "koordinator.sh/rdma"),
+])
+def test_incomplete_devices_are_refused(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidDevice, match=message):
+        parse_device(device(**fields))
+    assert parse_device(device()).devices[0].memory == 16 * 2**30
+
+
+def test_trace_pods_larger_than_any_node_are_reported(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\nn1,96000,393216,8,G2\n")
+    pods = tmp_path / "openb_pod_list_big.csv"
+    header = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+              "deletion_time,scheduled_time\n")
+    rows = "".join(f"p{i:03d},1000,1024,1,500,,LS,Running,0,0,0\n" for i in range(10))
+    pods.write_text(header + rows + "huge,1000,1024,64,1000,,LS,Running,0,0,0\n")
+    r = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "bestfit",
+                            "--seeds", "42", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    assert "1 pod(s) of openb_pod_list_big ask for more GPUs than any node has (at most 8): huge" in r.output
+
+
+def test_inspect_table_keeps_names_whole_at_80_columns() -> None:
+    r = runner.invoke(app, ["inspect", "--cluster", str(ROOT / "tests/cli/long-names.yaml")], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output
+    assert all(len(line) <= 80 for line in r.output.splitlines())
+    joined = "".join(line.split("  ")[0].strip() for line in r.output.splitlines()[3:])  # the node column
+    assert "gpu-node-with-a-really-long-name-in-rack-42.example.internal" in joined
+    pods = "".join(line.rstrip().rsplit(" ", 1)[-1] for line in r.output.splitlines()[3:] if line.strip())
+    assert "team-research-vision/a-training-job-with-a-long-generated-name-7f9c8d/trainer-main" in pods
+    r = runner.invoke(app, ["inspect", "--cluster", str(ROOT / "examples/cluster.yaml")], env={"COLUMNS": "80"})
+    assert "team-a/notebook/main" in r.output and "50/100%" in r.output and "7.5/15 GiB" in r.output
+
+
+PODS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: t4}
+spec:
+  nodeSelector: {devshare.io/gpu-model: T4}
+  containers:
+  - {name: main, resources: {limits: {koordinator.sh/gpu-core: "60", koordinator.sh/gpu-memory: 6Gi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: two}
+spec:
+  nodeSelector: {devshare.io/gpu-model: T4}
+  containers:
+  - {name: main, resources: {limits: {nvidia.com/gpu: "2"}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: absurd}
+spec:
+  containers:
+  - {name: main, resources: {limits: {koordinator.sh/gpu-core: "1e30", koordinator.sh/gpu-memory: 6Gi}}}
+"""
+
+
+def test_schedule_reasons_name_the_node_and_do_not_contradict(tmp_path: Path) -> None:
+    import json
+
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(PODS)
+    r = runner.invoke(app, ["schedule", "--cluster", str(ROOT / "examples/cluster.yaml"), str(pods)])
+    assert r.exit_code == 0, r.output
+    why = {p["pod"]: p["reason"] for p in json.loads(r.output)["placements"]}
+    assert "node(s)" not in why["default/t4"]
+    assert "gpu-node-1: GPU model A100 is not one of T4" in why["default/t4"]
+    assert "gpu-node-2: needs one gpu with 60% compute" in why["default/t4"]
+    # the count of large-enough cards is explained by what no freed capacity changes, not by "in use"
+    assert "gpu-node-2: needs 2 whole gpu; only 1 of its 2 gpu device(s) are healthy and that large" \
+        in why["default/two"]
+    assert "(gpu 1: unhealthy)" in why["default/two"] and "in use" not in why["default/two"]
+    # a huge value is refused as such, not answered with a 29-digit "multiple of" suggestion
+    assert "1024 whole devices" in why["default/absurd"]
+    assert "multiple of" not in why["default/absurd"]
+
+
+def test_extender_says_listening_only_once_bound() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = devshare("extender", "--cluster", "examples/cluster.yaml", "--port", str(port))
+    assert r.returncode == 2
+    assert "listening" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: cannot listen on 127.0.0.1:{port}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "devshare.cli.main", "extender", "--cluster",
+                             "examples/cluster.yaml", "--port", str(port)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "listening" in line:
+                assert f"devshare extender listening on http://127.0.0.1:{port}" in line
+                with socket.create_connection(("127.0.0.1", port), timeout=10):
+                    pass  # the port answers by the time the line is written
+                break
+        else:
+            raise AssertionError("the extender never said it was listening")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

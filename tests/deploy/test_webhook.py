@@ -1,0 +1,66 @@
+"""deploy/webhook/: the manifests say what the webhook needs, and agree with each other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from support import REPO
+
+DEPLOY = REPO / "deploy" / "webhook"
+
+
+def docs(name: str) -> dict[str, dict[str, Any]]:
+    return {d["kind"] + "/" + d["metadata"]["name"]: d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d}
+
+
+def test_webhook_configurations() -> None:
+    hooks = docs("webhooks.yaml")
+    service = docs("deployment.yaml")["Service/devshare-webhook"]
+    for kind, path in (("MutatingWebhookConfiguration", "/mutate"), ("ValidatingWebhookConfiguration", "/validate")):
+        (hook,) = hooks[f"{kind}/devshare-webhook"]["webhooks"]
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["sideEffects"] == "None"
+        assert hook["failurePolicy"] in ("Fail", "Ignore")
+        assert 1 <= hook["timeoutSeconds"] <= 30
+        assert len(hook["name"].split(".")) >= 3
+        ref = hook["clientConfig"]["service"]
+        assert (ref["name"], ref["namespace"], ref["path"]) == (
+            service["metadata"]["name"], service["metadata"]["namespace"], path)
+        assert ref["port"] == service["spec"]["ports"][0]["port"]
+        assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                  "resources": ["pods"], "scope": "Namespaced"}]
+        (ns,) = hook["namespaceSelector"]["matchExpressions"]
+        assert ns["operator"] == "NotIn" and {"kube-system", service["metadata"]["namespace"]} <= set(ns["values"])
+        (opt_out,) = hook["objectSelector"]["matchExpressions"]
+        assert opt_out == {"key": "devshare.io/webhook", "operator": "NotIn", "values": ["disabled"]}
+
+
+def test_deployment_serves_what_the_service_targets() -> None:
+    d = docs("deployment.yaml")
+    deployment = d["Deployment/devshare-webhook"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[0] == "webhook"
+    port = int(next(a.split("=", 1)[1] for a in args if a.startswith("--port=")))
+    assert container["ports"][0]["containerPort"] == port
+    assert d["Service/devshare-webhook"]["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+    mount = container["volumeMounts"][0]["mountPath"]
+    assert f"--tls-cert={mount}/tls.crt" in args and f"--tls-key={mount}/tls.key" in args
+    secret = deployment["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
+    # cert-manager writes the Secret the Deployment mounts, for the Service's DNS names
+    cert = docs("cert-manager.yaml")["Certificate/devshare-webhook"]["spec"]
+    assert cert["secretName"] == secret
+    assert "devshare-webhook.devshare-system.svc" in cert["dnsNames"]
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        assert container[probe]["httpGet"]["path"] == path
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+
+
+def test_kustomization_and_no_namespace_of_its_own() -> None:
+    kust = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    assert kust["resources"] == ["deployment.yaml"]
+    # the namespace is deploy/scheduler's: deleting the webhook must not delete it
+    for name in ("deployment.yaml", "webhooks.yaml", "cert-manager.yaml"):
+        assert not [k for k in docs(name) if k.startswith("Namespace/")], name

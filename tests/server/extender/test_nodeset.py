@@ -1,0 +1,102 @@
+"""The extender's caches: node lists by their bytes, prioritize answers encoded per row, pods by
+their JSON. Each must answer exactly as the plain path would, also after the cluster changes."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import msgspec
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from devshare.engine.state import ClusterState
+from devshare.model.node import NodeInfo
+from devshare.server.extender.nodeset import NodeSets, PriorityEncoder, encode_priorities, resolve
+from support.extender import cluster, names_body, pod, post, running
+
+
+def state_of(names: list[str]) -> ClusterState:
+    s = ClusterState()
+    for n in names:
+        s.upsert_node(NodeInfo(name=n))
+    return s
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([f"n{i}" for i in range(12)]), unique=True, min_size=1),
+       st.data())
+def test_encoded_priorities_equal_the_plain_encoding(names: list[str], data: st.DataObject) -> None:
+    state = state_of(names)
+    enc = PriorityEncoder(state)
+    # the cluster changes between answers: nodes leave, others come (rows are reused)
+    for _ in range(3):
+        gone = data.draw(st.lists(st.sampled_from(sorted(state.row_of)), unique=True, max_size=len(state.row_of) - 1))
+        for n in gone:
+            state.remove_node(n)
+        for n in data.draw(st.lists(st.sampled_from([f"m{i}" for i in range(6)]), unique=True)):
+            state.upsert_node(NodeInfo(name=n))
+        asked = data.draw(st.permutations(sorted(state.row_of)))
+        scores = data.draw(st.lists(st.integers(0, 10), min_size=len(asked), max_size=len(asked)))
+        nodes = resolve(state, list(asked))
+        got = enc.encode(nodes.rows, np.array(scores, np.int64))
+        plain = encode_priorities(list(asked), scores)
+        assert json.loads(got) == json.loads(plain)
+        assert re.sub(rb" +(?=[,\]])", b"", got) == plain  # the same bytes but for padding between elements
+
+
+def test_node_sets_follow_the_cluster() -> None:
+    state = state_of(["a", "b", "c"])
+    sets = NodeSets(state, size=2)
+    raw = msgspec.json.encode(["a", "c", "ghost"])
+    first = sets.get(raw)
+    assert first.known.tolist() == ["a", "c"] and first.unknown == ["ghost"]
+    assert first.rows.tolist() == [state.row_of["a"], state.row_of["c"]]
+    assert sets.get(raw) is first and sets.hits == 1
+    state.remove_node("a")
+    state.upsert_node(NodeInfo(name="ghost"))  # takes a's row
+    again = sets.get(raw)
+    assert again is not first
+    assert again.known.tolist() == ["c", "ghost"] and again.unknown == ["a"]
+    assert again.rows.tolist() == [state.row_of["c"], state.row_of["ghost"]]
+
+
+async def test_prioritize_reuses_the_filter_without_decoding_the_names_again() -> None:
+    backend = cluster(4, gpus=2)
+    ask = pod("p", core=25, mem="2Gi", resource_version="3")
+    async with running(backend) as (client, runtime):
+        ext = runtime.extender
+        names = ["node-0", "node-1", "node-2", "node-3"]
+        out = await post(client, "/filter", names_body(ask, names))
+        misses = ext.nodesets.misses
+        scores = await post(client, "/prioritize", names_body(ask, out["NodeNames"]))
+        assert ext.nodesets.misses == misses  # matched the filter's answer by its bytes
+        assert [h["Host"] for h in scores] == out["NodeNames"]
+        # the same list with an unknown node, spelled in camelCase: the plain path
+        body = {"Pod": ask, "nodeNames": [*names, "ghost"]}
+        scores = await post(client, "/prioritize", body)
+        assert [h["Host"] for h in scores] == [*names, "ghost"] and scores[-1]["Score"] == 0
+        out2 = await post(client, "/filter", body)
+        assert "ghost" in out2["FailedAndUnresolvableNodes"] and out2["NodeNames"] == out["NodeNames"]
+
+
+def test_a_very_long_name_is_not_padded_into_every_fragment() -> None:
+    names = ["a", "b", "c", "x" * 200]
+    state = state_of(names)
+    enc = PriorityEncoder(state)
+    nodes = resolve(state, names)
+    got = enc.encode(nodes.rows, np.array([1, 2, 3, 10], np.int64))
+    assert got == encode_priorities(names, [1, 2, 3, 10])  # joined, not padded to 200
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([f"n{i}" for i in range(12)] + ["node-" + "x" * 40]), unique=True, min_size=1),
+       st.data())
+def test_names_json_is_the_json_of_the_names_picked(names: list[str], data: st.DataObject) -> None:
+    state = state_of(names)
+    nodes = resolve(state, names)
+    idx = data.draw(st.lists(st.integers(0, len(names) - 1), unique=True))
+    got = nodes.names_json(np.array(idx, np.int64))
+    assert json.loads(got) == [names[i] for i in idx]
+    assert got.translate(None, b" ") == msgspec.json.encode([names[i] for i in idx])

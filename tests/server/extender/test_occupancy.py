@@ -1,0 +1,128 @@
+"""Occupancy (/ui/occupancy), the stranded-GPU and per-card metrics, and the read-only listener."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from typing import Any
+
+import pytest
+
+from devshare.kube.memory import MemoryBackend
+from devshare.server.extender.occupancy import stranded_core
+from devshare.server.extender.serve import ExtenderOptions
+from support.extender import GiB, device, node, running
+
+MiB = 2**20
+
+
+def holder(name: str, minor: int, core: int, memory: int, node_name: str = "n0") -> dict[str, Any]:
+    alloc = {"node": node_name, "containers": [{"name": "main", "devices": [
+        {"type": "gpu", "minor": minor, "id": f"GPU-{node_name}-{minor}", "core": core, "memory": memory,
+         "memoryRatio": round(memory / (16 * GiB) * 100, 2)}]}]}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default",
+                         "annotations": {"devshare.io/allocation": json.dumps(alloc)}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "x", "resources": {"limits": {
+                "koordinator.sh/gpu-core": str(core), "koordinator.sh/gpu-memory": str(memory)}}}]},
+            "status": {"phase": "Running"}}
+
+
+def backend() -> MemoryBackend:
+    return MemoryBackend.from_objects([
+        node("n0"), device("n0", gpus=4, memory=16 * GiB, unhealthy=(3,)),
+        holder("hog", 0, 20, 16 * GiB - 128 * MiB),      # 80% of card 0 can never be used: stranded
+        holder("half", 1, 50, 8 * GiB),                  # card 1: half used, the rest usable
+        holder("tight", 2, 60, 16 * GiB - 256 * MiB),    # card 2: exactly 256 MiB left: still usable
+    ])
+
+
+def dev(core_used: float, mem_used: int, containers: int, *, health: bool = True,
+        memory: bool = True) -> dict[str, Any]:
+    total: dict[str, Any] = {"core": 100.0}
+    used: dict[str, Any] = {"core": core_used, "containers": containers}
+    if memory:
+        total["memory"], used["memory"] = 16 * GiB, mem_used
+    return {"type": "gpu" if memory else "rdma", "minor": 0, "health": health, "heldOutside": False,
+            "total": total, "used": used}
+
+
+@pytest.mark.parametrize(("d", "stranded"), [
+    (dev(20, 16 * GiB - 128 * MiB, 1), 80.0),       # memory gone
+    (dev(20, 16 * GiB - 256 * MiB, 1), 0.0),        # 256 MiB: a share still fits
+    (dev(50, 1 * GiB, 16), 50.0),                   # at the container limit
+    (dev(0, 0, 0), 0.0),                            # idle: a whole card for whoever asks
+    (dev(100, 16 * GiB, 1), 0.0),                   # full: nothing free
+    (dev(20, 16 * GiB, 1, health=False), 0.0),      # unhealthy: unavailable, not stranded
+    (dev(30, 0, 16, memory=False), 70.0),           # RDMA at the limit
+    (dev(30, 0, 1, memory=False), 0.0),
+])
+def test_stranded_core(d: dict[str, Any], stranded: float) -> None:
+    assert stranded_core(d, 16) == stranded
+
+
+async def test_occupancy_endpoint_says_who_holds_what() -> None:
+    async with running(backend()) as (client, _):
+        r = await client.get("/ui/occupancy")
+        assert r.status == 200
+        data = await r.json()
+    (n0,) = data["nodes"]
+    cards = {d["minor"]: d for d in n0["devices"]}
+    assert cards[0]["stranded"] == {"core": 80.0}
+    assert cards[0]["holders"] == [{"pod": "default/hog", "container": "main", "phase": "bound", "core": 20.0,
+                                    "memory": 16 * GiB - 128 * MiB}]
+    assert cards[1]["free"] == {"core": 50.0, "memory": 8 * GiB}
+    assert cards[2]["stranded"] == {"core": 0.0}
+    assert cards[3]["available"] is False
+    assert n0["strandedGpus"] == pytest.approx(0.8)
+    assert data["totals"] == {"nodes": 1, "gpus": 4, "gpusUsed": 1.3, "gpusIdle": 0, "strandedGpus": 0.8,
+                              "unavailable": 1}
+    assert data["maxContainersPerCard"] == 16
+
+
+async def test_ui_page_is_served() -> None:
+    async with running(backend()) as (client, _):
+        r = await client.get("/ui", allow_redirects=False)
+        assert r.status == 302 and r.headers["Location"] == "/ui/"
+        r = await client.get("/ui/")
+        assert r.status == 200 and r.content_type == "text/html"
+        page = await r.text()
+        assert "<title>devshare occupancy</title>" in page and 'fetch("occupancy"' in page
+
+
+async def test_metrics_per_card_and_stranded() -> None:
+    async with running(backend()) as (client, _):
+        text = await (await client.get("/metrics")).text()
+    assert 'devshare_device_containers{minor="0",node="n0",type="gpu"} 1.0' in text
+    assert 'devshare_device_containers{minor="3",node="n0",type="gpu"} 0.0' in text
+    assert 'devshare_node_stranded_gpus{node="n0"} 0.8' in text
+    assert "devshare_stranded_gpus 0.8" in text
+    assert 'devshare_device_allocated_ratio{minor="1",node="n0",resource="core",type="gpu"} 0.5' in text
+
+
+async def test_read_only_listener_serves_only_reads() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from devshare.server.extender.serve import build_app
+
+    app = build_app(backend(), ExtenderOptions(metrics_port=port))
+    client: TestClient[Any, Any] = TestClient(TestServer(app, port=port))
+    await client.start_server()
+    try:
+        for path in ("/metrics", "/healthz", "/ui/", "/ui/occupancy", "/inspect"):
+            for _ in range(200):
+                r = await client.get(path)
+                if r.status != 503:
+                    break
+                await asyncio.sleep(0.01)
+            assert r.status == 200, path
+        for path in ("/filter", "/bind", "/prioritize", "/preempt"):
+            r = await client.post(path, data=b"{}")
+            assert r.status == 404, path
+            assert "read-only port" in await r.text()
+    finally:
+        await client.close()

@@ -1,0 +1,185 @@
+"""The configuration file: strict decoding, one-line errors naming the field, and every knob reaching
+the engine (extender, ``devshare schedule``, webhook)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from devshare.cli.main import app
+from devshare.config import API_VERSION, KIND, Configuration, load_config, parse_config, with_overrides
+from devshare.engine.policies.devshare import DevsharePolicy
+from devshare.engine.policy import BinpackPolicy
+from devshare.model.errors import InvalidInput
+from devshare.server.extender.serve import RUNTIME, ExtenderOptions, build_app
+from devshare.server.webhook.validate import judge
+from support import REPO
+
+ROOT = REPO
+SHIPPED = ROOT / "deploy" / "scheduler" / "config" / "devshare-config.yaml"
+runner = CliRunner()
+
+
+def doc(**sections: Any) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": KIND, **sections}
+
+
+def test_defaults_are_the_engine_defaults() -> None:
+    cfg = Configuration()
+    s = cfg.settings()
+    assert (s.core_weight, s.card_binpack, s.node_binpack, s.dfs_budget, s.topology) == (0.5, True, True, 2000, True)
+    assert cfg.state().max_containers == 16
+    assert isinstance(cfg.policy(), DevsharePolicy)
+    assert cfg.scheduling.assume_ttl_seconds == 60
+    assert cfg.device_types.disabled() == frozenset()
+    assert parse_config(yaml.safe_load(cfg.to_yaml())) == cfg  # the printed defaults read back
+
+
+def test_every_knob_reaches_the_engine() -> None:
+    cfg = parse_config(doc(
+        deviceTypes={"rdma": False},
+        scheduling={"nodePolicy": "spread", "cardPolicy": "binpack", "coreWeight": 20, "maxContainersPerCard": 4,
+                    "topology": False, "dfsBudget": 50, "assumeTTLSeconds": 12.5},
+        policies={"binpack": {"cardWeight": 0.25}},
+    ))
+    s = cfg.settings()
+    assert s.core_weight == pytest.approx(0.2)  # seed 000: MGPUWeightOfCore 20 means 0.2
+    assert (s.card_binpack, s.node_binpack, s.topology, s.dfs_budget) == (True, False, False, 50)
+    policy = cfg.policy()
+    assert isinstance(policy, BinpackPolicy)
+    assert (policy.card_binpack, policy.node_binpack, policy.card_weight) == (True, False, 0.25)
+    assert policy.core_weight == pytest.approx(0.2)
+    assert cfg.state().max_containers == 4
+    assert cfg.device_types.disabled() == {"rdma"}
+    devshare = parse_config(doc(policies={"devshare": {"kappa": 0.1, "cpuPack": 0.7}})).policy()
+    assert isinstance(devshare, DevsharePolicy)
+    assert (devshare.kappa, devshare.cpu_pack) == (0.1, 0.7)
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"scheduling": {"coreWeight": 120}}, "x.yaml: scheduling.coreWeight: expected int <= 100, got 120"),
+    ({"scheduling": {"coreWeight": 0.2}}, "scheduling.coreWeight: expected int, got float (an integer percent"),
+    ({"scheduling": {"coreWeigth": 20}}, "x.yaml: scheduling.coreWeigth: unknown field"),
+    ({"bogus": 1}, "x.yaml: bogus: unknown field"),
+    ({"deviceTypes": {"npu": True}}, "x.yaml: deviceTypes.npu: unknown field"),
+    ({"scheduling": {"nodePolicy": "fast"}}, "scheduling.nodePolicy: unknown value 'fast' (use devshare, binpack"),
+    ({"scheduling": {"scheduleMode": "uuid"}}, "scheduling.scheduleMode: unknown value 'uuid' (use index or id)"),
+    ({"scheduling": {"topology": "yes"}}, "scheduling.topology: expected bool, got str"),
+    ({"scheduling": {"maxContainersPerCard": 0}}, "scheduling.maxContainersPerCard: expected int >= 1, got 0"),
+    ({"scheduling": {"assumeTTLSeconds": 0}}, "scheduling.assumeTTLSeconds: expected float > 0.0, got 0"),
+    ({"policies": {"devshare": {"kappa": -1}}}, "policies.devshare.kappa: expected float >= 0.0, got -1"),
+    ({"scheduling": []}, "x.yaml: scheduling: expected object, got array"),
+])
+def test_bad_fields_are_named(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidInput) as e:
+        parse_config(doc(**data), "x.yaml")
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_version_and_kind_are_required() -> None:
+    with pytest.raises(InvalidInput, match=r"x.yaml: apiVersion: must be devshare.io/v1alpha1, got 'v1'"):
+        parse_config({"apiVersion": "v1", "kind": KIND}, "x.yaml")
+    with pytest.raises(InvalidInput, match=r"x.yaml: kind: must be DevshareConfiguration, got 'Config'"):
+        parse_config({"apiVersion": API_VERSION, "kind": "Config"}, "x.yaml")
+    with pytest.raises(InvalidInput, match="expected a mapping"):
+        parse_config([1], "x.yaml")
+
+
+def test_command_line_flags_override_the_file() -> None:
+    cfg = parse_config(doc(scheduling={"nodePolicy": "binpack", "cardPolicy": "spread", "coreWeight": 20}))
+    assert with_overrides(cfg).scheduling == cfg.scheduling
+    spread = with_overrides(cfg, policy="spread", core_weight=0.7, assume_ttl=5).scheduling
+    assert (spread.node_policy, spread.card_policy, spread.core_weight, spread.assume_ttl_seconds) == (
+        "spread", "spread", 70, 5)
+
+
+def write(tmp_path: Path, data: Any, name: str = "devshare.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_bad_file_is_one_error_line_from_every_command(tmp_path: Path) -> None:
+    bad = write(tmp_path, doc(scheduling={"dfsBudget": "many"}))
+    for args in (["extender", "--cluster", "examples/cluster.yaml", "--port", "1"],
+                 ["schedule", "--cluster", "examples/cluster.yaml", "examples/pods.yaml"],
+                 ["webhook", "--tls-cert", "x", "--tls-key", "y"],
+                 ["config", "check"]):
+        where = len(args) if args[0] != "config" else 2
+        argv = [*args[:where], *(["--config"] if args[0] != "config" else []), str(bad), *args[where:]]
+        r = subprocess.run([sys.executable, "-m", "devshare.cli.main", *argv], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 2, (argv, r.stderr)
+        assert r.stderr.strip() == f"error: {bad}: scheduling.dfsBudget: expected int, got str", argv
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    r = runner.invoke(app, ["config", "check", str(empty)])
+    assert r.exit_code == 2 and "the file is empty" in r.output
+
+
+RDMA_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: rdma, namespace: default}
+spec:
+  containers:
+  - {name: main, resources: {limits: {koordinator.sh/rdma: "50"}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu, namespace: default}
+spec:
+  containers:
+  - {name: main, resources: {limits: {koordinator.sh/gpu-core: "30", koordinator.sh/gpu-memory: 6Gi}}}
+"""
+
+
+def test_schedule_honours_the_file(tmp_path: Path) -> None:
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(RDMA_POD)
+    cfg = write(tmp_path, doc(deviceTypes={"rdma": False}))
+    r = runner.invoke(app, ["schedule", "--config", str(cfg), "--cluster", "examples/cluster.yaml", str(pods)])
+    assert r.exit_code == 0, r.output
+    placed = {p["pod"]: p for p in json.loads(r.output)["placements"]}
+    assert placed["default/rdma"]["node"] is None
+    assert "deviceTypes.rdma: false" in placed["default/rdma"]["reason"]
+    assert placed["default/gpu"]["node"] is not None
+    r = runner.invoke(app, ["schedule", "--cluster", "examples/cluster.yaml", str(pods)])
+    assert json.loads(r.output)["placements"][0]["node"] == "gpu-node-1"
+
+
+async def test_extender_builds_its_engine_from_the_file() -> None:
+    from devshare.kube.memory import MemoryBackend
+
+    cfg = parse_config(doc(deviceTypes={"fpga": False}, scheduling={"nodePolicy": "binpack", "coreWeight": 20,
+                                                                     "maxContainersPerCard": 3}))
+    app_ = build_app(MemoryBackend(), ExtenderOptions(config=cfg, assume_ttl=cfg.scheduling.assume_ttl_seconds))
+    rt = app_[RUNTIME]
+    assert rt.state.max_containers == 3
+    assert rt.extender.scheduler.settings.core_weight == pytest.approx(0.2)
+    assert isinstance(rt.extender.scheduler.policy, BinpackPolicy)
+    assert rt.extender.disabled_types == {"fpga"}
+
+
+def test_webhook_refuses_disabled_types() -> None:
+    pod = yaml.safe_load(RDMA_POD.split("---")[0])
+    assert judge(pod) == []
+    (problem,) = judge(pod, None, frozenset({"rdma"}))
+    assert "deviceTypes.rdma: false" in problem.message
+
+
+def test_the_shipped_configmap_is_valid_and_complete() -> None:
+    cfg = load_config(SHIPPED)
+    assert cfg == Configuration()  # shipped with the defaults, every field spelled out
+    text = SHIPPED.read_text()
+    for field in ("deviceTypes", "nodePolicy", "cardPolicy", "coreWeight", "scheduleMode", "maxContainersPerCard",
+                  "topology", "dfsBudget", "assumeTTLSeconds", "policies"):
+        assert f"{field}:" in text, field
