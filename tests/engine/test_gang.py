@@ -138,9 +138,14 @@ class GangMachine(RuleBasedStateMachine):
         held: dict[str, object] = {}
         for plan in self.planner.plans.values():
             for s in plan.slots:
-                key = plan.holder(s)
-                if key is not None:
-                    held[key] = s.allocation
+                if s.held is not None:
+                    held[s.held] = s.allocation
+                    rec = self.state.pods.get(s.held)
+                    # the slot's phase is the record's: a planned slot is held by the plan's hold record
+                    if self.planner.phase(s) == "planned":
+                        assert rec is not None and rec.hold == plan.key, s
+                    if self.planner.phase(s) == "bound":
+                        assert rec is not None and rec.phase == "bound" and rec.hold is None, s
         for key, rec in self.state.pods.items():
             # a hold is a record that says so, and only a plan's placeholder is one
             assert (rec.hold is not None) == (PLAN in key), key

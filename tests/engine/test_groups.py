@@ -254,7 +254,7 @@ def test_devices_taken_from_a_plan_replan_only_the_member_once_one_is_bound() ->
     planner = GroupPlanner(sch)
     assert isinstance(planner.schedule(member(0, 4, replicas=2), now=0), Bind)
     slot = planner.plans["default/job"].slots[1]
-    assert slot.node == "a" and slot.phase == "planned"
+    assert slot.node == "a" and planner.phase(slot) == "planned"
     # the planned GPUs turn unhealthy (another way to lose them: a pod bound outside devshare)
     add_node(s, "a", 8, bandwidth=MATRIX, unhealthy=[m for _, g in slot.allocation.grants()  # type: ignore[union-attr]
                                                      for m in [g.minor]])

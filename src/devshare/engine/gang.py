@@ -5,9 +5,11 @@ Lifecycle of a group ``<ns>/<name>`` (pods with the same ``GroupRef``; members m
 
 - The first member that asks (:meth:`GroupPlanner.assign`, from the extender's filter/prioritize)
   makes the plan: :func:`devshare.engine.groups.plan_layout` over the nodes it may use. Each planned
-  member's devices are reserved in the state at once under a placeholder key
-  ``<ns>/<name>#plan#<i>`` (an assumed allocation expiring with the plan), so no other pod can take
-  them. The member is given a slot; the extender scores the planned node highest and every other node 0; filter
+  member's devices are held in the state at once by a hold: a record that says it is one
+  (``PodRecord.hold`` is the group key; displayed as ``<ns>/<name>#plan#<i>``), assumed until the
+  plan expires, so no other pod can take them. A slot points at the record holding its devices
+  (``Slot.held``: the hold, or the member's own record once it claims) and its phase is read from
+  that record (:meth:`GroupPlanner.phase`), never kept beside it. The member is given a slot; the extender scores the planned node highest and every other node 0; filter
   passes the planned node alone.
 - A member's bind (:meth:`GroupPlanner.claim`) turns its slot's placeholder into the member's own
   reservation. A group binds as soon as ``quorum`` members hold one: 1 for a plain group, the gang's
@@ -52,14 +54,15 @@ SlotPhase = Literal["planned", "claimed", "bound", "lost"]
 
 @dataclass
 class Slot:
-    """One member's place in a plan. ``planned``: devices held by the placeholder; ``claimed``: held
-    by the member's own (assumed) reservation; ``bound``: the member is bound; ``lost``: no place."""
+    """One member's place in a plan: a node and devices, and the state record that holds them
+    (``held``: the plan's hold, a :class:`PodRecord` with ``hold`` set, or the member's own record).
+    The slot's phase is read from that record, never kept beside it (:meth:`GroupPlanner.phase`)."""
 
     index: int
     node: str | None = None
     allocation: PodAllocation | None = None
     member: str | None = None  # pod key of the member given this slot
-    phase: SlotPhase = "lost"
+    held: str | None = None  # the state key of the record holding the devices (None: no place)
 
 
 @dataclass
@@ -86,13 +89,6 @@ class GroupPlan:
                 return s
         return None
 
-    def holder(self, s: Slot) -> str | None:
-        """The state key holding the slot's devices (None when nothing is held)."""
-        if s.phase == "planned":
-            return self.placeholder(s.index)
-        if s.phase in ("claimed", "bound") and s.member is not None:
-            return s.member
-        return None
 
 
 @dataclass(frozen=True)
@@ -214,6 +210,17 @@ class GroupPlanner:
         return MemberPlacement(key, node, alloc, self.visible_gpus(namespace, group, node))
 
     # ------------------------------------------------------------------ holdings
+    def phase(self, s: Slot) -> SlotPhase:
+        """Read from the record holding the slot's devices: ``planned`` (the plan's hold),
+        ``claimed`` (the member's own assumed record), ``bound`` (the member's record is bound),
+        ``lost`` (nothing holds a place)."""
+        if s.held is None:
+            return "lost"
+        if s.held != s.member:
+            return "planned"
+        rec = self.state.pods.get(s.held)
+        return "bound" if rec is not None and rec.phase == "bound" else "claimed"
+
     def _placeholder_pod(self, plan: GroupPlan, index: int) -> PodRequest:
         return msgspec.structs.replace(plan.template, name=f"{plan.name}{PLAN}{index}", uid="")
 
@@ -221,28 +228,26 @@ class GroupPlanner:
         """Reserve ``s.allocation`` for ``pod`` until the plan expires; the reason when it fails."""
         assert s.allocation is not None
         try:
-            placeholder = pod.key == plan.placeholder(s.index)
             self.lifecycle.assume(pod, s.allocation, now=now, expires_at=max(plan.expires_at, now),
-                                  hold=plan.key if placeholder else None)
+                                  hold=plan.key if pod.key != s.member else None)
         except Conflict as e:
             return str(e)
+        s.held = pod.key
         return None
 
     def _drop(self, plan: GroupPlan, s: Slot) -> None:
         """Release what the slot holds, unless bound."""
-        if s.phase in ("planned", "claimed"):
-            key = plan.holder(s)
-            if key is not None:
-                self.lifecycle.release(key)
-            s.phase = "lost"
+        if s.held is not None and self.phase(s) != "bound":
+            self.lifecycle.release(s.held)
+            s.held = None
             s.node = None
             s.allocation = None
 
     def _invalid(self, plan: GroupPlan, s: Slot) -> str | None:
         """Why a planned or claimed slot is no longer good (None when it is)."""
-        if s.phase not in ("planned", "claimed"):
+        if self.phase(s) not in ("planned", "claimed"):
             return None
-        key = plan.holder(s)
+        key = s.held
         rec = self.state.pods.get(key) if key else None
         if rec is None or s.allocation is None or rec.allocation != s.allocation:
             return "its reservation is gone (expired)"
@@ -251,7 +256,7 @@ class GroupPlanner:
     def _set_expiry(self, plan: GroupPlan, expires_at: float) -> None:
         plan.expires_at = expires_at
         for s in plan.slots:
-            key = plan.holder(s) if s.phase in ("planned", "claimed") else None
+            key = s.held if self.phase(s) in ("planned", "claimed") else None
             if key is not None:
                 self.lifecycle.extend(key, expires_at)
 
@@ -267,7 +272,7 @@ class GroupPlanner:
                     f"{plan.quorum} together; nothing is held")
         plan.slots = []
         for i, alloc in enumerate(layout.allocations):
-            s = Slot(i, alloc.node, alloc, None, "planned")
+            s = Slot(i, alloc.node, alloc)
             plan.slots.append(s)
             failed = self._hold(plan, s, self._placeholder_pod(plan, i), now)
             if failed is not None:  # cannot happen: the layout was computed on this state
@@ -285,10 +290,10 @@ class GroupPlanner:
         p = self.scheduler.place(pod, nodes)
         if p is None:
             return self.scheduler.why_unschedulable(pod, nodes) or "no node fits"
-        s.node, s.allocation, s.phase = p.node, p.allocation, "planned"
+        s.node, s.allocation = p.node, p.allocation
         why = self._hold(plan, s, pod, now)
         if why is not None:
-            s.node, s.allocation, s.phase = None, None, "lost"
+            s.node, s.allocation = None, None
         return why
 
     def _replan_whole(self, plan: GroupPlan, nodes: Sequence[str] | None, now: float) -> str | None:
@@ -357,29 +362,30 @@ class GroupPlanner:
         allowed = set(nodes) if nodes is not None else None
         s = plan.slot_of(key)
         if s is None:
-            free = [t for t in plan.slots if t.member is None and t.phase in ("planned", "lost")]
+            free = [t for t in plan.slots if t.member is None and self.phase(t) in ("planned", "lost")]
             if not free:
-                if bound + len([t for t in plan.slots if t.phase != "bound"]) >= plan.replicas:
+                if bound + len([t for t in plan.slots if self.phase(t) != "bound"]) >= plan.replicas:
                     return Refuse(f"group {gkey} already has its {plan.replicas} members "
                                   f"(label {names.GROUP_REPLICA})")
                 s = Slot(max((t.index for t in plan.slots), default=-1) + 1)
                 plan.slots.append(s)
                 free = [s]
-            s = next((t for t in free if t.phase == "planned" and (allowed is None or t.node in allowed)), free[0])
+            s = next((t for t in free if self.phase(t) == "planned" and (allowed is None or t.node in allowed)),
+                     free[0])
             s.member = key
-        if s.phase in ("planned", "claimed") and allowed is not None and s.node not in allowed:
+        if self.phase(s) in ("planned", "claimed") and allowed is not None and s.node not in allowed:
             # kube-scheduler says this member cannot use its planned node
-            if bound == 0 and s.phase == "planned":
+            if bound == 0 and self.phase(s) == "planned":
                 why = self._replan_whole(plan, nodes, now)
                 if why is not None:
                     self._forget_plan(plan)
                     return Refuse(why)
-                free = [t for t in plan.slots if t.phase == "planned"]
+                free = [t for t in plan.slots if self.phase(t) == "planned"]
                 s = free[0] if free else plan.slots[0]
                 s.member = key
             else:
                 self._drop(plan, s)
-        if s.phase == "lost":
+        if self.phase(s) == "lost":
             why = self._place_one(plan, s, nodes, now)
             if why is not None:
                 return Refuse(f"group {gkey}: no place for member {key}: {why}")
@@ -421,17 +427,18 @@ class GroupPlanner:
         assert s is not None and s.allocation is not None
         if node is not None and s.node != node:
             return Wait(f"group {plan.key}: member {key} is planned on node {s.node}, not {node}", s.node)
-        if s.phase == "planned":
-            self.lifecycle.release(plan.placeholder(s.index))
+        if self.phase(s) == "planned":
+            assert s.held is not None
+            self.lifecycle.release(s.held)
+            s.held = None
             self._set_expiry(plan, max(plan.expires_at, now + self.ttl))
             why = self._hold(plan, s, pod, now)
             if why is not None:
                 self._hold(plan, s, self._placeholder_pod(plan, s.index), now)
                 return Refuse(f"group {plan.key}: member {key} cannot take its planned devices: {why}")
-            s.phase = "claimed"
         plan.checked = self.state.version
         bound = len(self.bound_members(plan.namespace, plan.name))
-        claimed = [t for t in plan.slots if t.phase == "claimed"]
+        claimed = [t for t in plan.slots if self.phase(t) == "claimed"]
         if bound + len(claimed) < plan.quorum:
             return Wait(f"gang {plan.name}: {bound + len(claimed)} of {plan.quorum} members have their "
                         f"devices; no member binds until {plan.quorum} do", s.node)
@@ -439,7 +446,6 @@ class GroupPlanner:
         for t in sorted(claimed, key=lambda t: (t.member != key, t.index)):
             assert t.member is not None and t.node is not None and t.allocation is not None
             self.lifecycle.confirm(self.state.pods[t.member].pod, t.allocation)
-            t.phase = "bound"
             out.append(self.placement(plan.namespace, plan.name, t.member, t.node, t.allocation))
         return Bind(tuple(out))
 
@@ -456,18 +462,17 @@ class GroupPlanner:
         caller retries the binding (or calls :meth:`forget` when the pod is gone)."""
         for plan in self.plans.values():
             s = plan.slot_of(key)
-            if s is None or s.phase != "bound":
+            if s is None or self.phase(s) != "bound":
                 continue
             if plan.quorum > 1:
                 return False
             rec = self.state.pods.get(key)
             self.lifecycle.release(key)
+            s.held = None
             if rec is None or s.allocation is None:
-                s.phase = "lost"
                 return True
-            s.phase = "planned"
             if self._hold(plan, s, self._placeholder_pod(plan, s.index), now) is not None:
-                s.phase, s.node, s.allocation = "lost", None, None
+                s.node, s.allocation = None, None
             return True
         rec = self.state.pods.get(key)
         if rec is not None and rec.pod.group is not None and quorum_of(rec.pod) == 1:
@@ -481,9 +486,9 @@ class GroupPlanner:
         for plan in self.plans.values():
             s = plan.slot_of(key)
             if s is not None:
+                if s.held == key:  # the member's own record held the devices: the slot has no place now
+                    s.held, s.node, s.allocation = None, None, None
                 s.member = None
-                if s.phase in ("claimed", "bound"):
-                    s.phase, s.node, s.allocation = "lost", None, None
 
     def _forget_plan(self, plan: GroupPlan) -> None:
         for s in plan.slots:
