@@ -109,7 +109,7 @@ def main() -> None:
                     times.append((time.perf_counter() - t0) * 1000)
                     assert placed is not None
                     p = msgspec.structs.replace(pod, name=f"p-{label}-{cold}-{i}")
-                    st.reserve(p, placed.allocation, now=0.0, ttl=None)
+                    st.assume(p, placed.allocation, now=0.0, ttl=None)
                 times.sort()
                 figures += [statistics.median(times), times[min(len(times) - 1, int(0.99 * len(times)))]]
             print(f"{n:>6}  {label:<26} {figures[0]:>14.2f} {figures[1]:>8.2f} {figures[2]:>12.2f} {figures[3]:>8.2f}")

@@ -5,7 +5,7 @@
 Builds N nodes of 8 GPUs with the seed's bandwidth matrix; a fraction ``--busy`` of the nodes has
 a random number (1..8) of its GPUs taken by other pods. Then, for each case, times:
 
-- layout: :func:`devshare.engine.groups.plan_layout` alone (capacities over every node, the fewest
+- layout: :func:`devshare.engine.groups.layout.plan_layout` alone (capacities over every node, the fewest
   nodes with least left over, max-bottleneck GPU sets on each chosen node);
 - plan: :meth:`GroupPlanner.assign` of the first member on a fresh planner (layout + holding every
   member's devices in the state under placeholders), undone after each run;
@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement
-from devshare.engine.groups import plan_layout
+from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement, plan_layout
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from devshare.cli.main import app
 from devshare.config import API_VERSION, KIND, Configuration, load_config, parse_config, with_overrides
+from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.devshare import DevsharePolicy
-from devshare.engine.policy import BinpackPolicy
 from devshare.model.errors import InvalidInput
 from devshare.server.extender.serve import RUNTIME, ExtenderOptions, build_app
 from devshare.server.webhook.validate import judge

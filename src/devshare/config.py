@@ -105,16 +105,14 @@ class Configuration(_Strict):
                         node_binpack=s.node_policy != "spread", dfs_budget=s.dfs_budget, topology=s.topology)
 
     def policy(self) -> Any:
-        """The node policy (a fresh object: a learning policy holds state)."""
+        """The node policy (a fresh object: a learning policy holds state), built by the one factory
+        of policies (:func:`devshare.engine.policies.make_policy`)."""
+        from devshare.engine.policies import make_policy
+
         s = self.scheduling
-        if s.node_policy == "devshare":
-            from devshare.engine.policies.devshare import DevsharePolicy
-
-            return DevsharePolicy(**_given(self.policies.devshare))
-        from devshare.engine.policy import BinpackPolicy
-
-        return BinpackPolicy(card_binpack=s.card_policy == "binpack", node_binpack=s.node_policy == "binpack",
-                             core_weight=s.core_weight / 100, **_given(self.policies.binpack))
+        own = self.policies.devshare if s.node_policy == "devshare" else self.policies.binpack
+        return make_policy(s.node_policy, settings=self.settings(), card_binpack=s.card_policy == "binpack",
+                           options=_given(own))
 
     def state(self) -> Any:
         """An empty :class:`ClusterState` with this configuration's limits."""

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.engine.caches import LRU, EngineCaches
-from devshare.engine.policy import BinpackPolicy, Choice, FitView
+from devshare.engine.policies.binpack import BinpackPolicy
+from devshare.engine.policies.protocol import Choice, FitView
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.request import PodRequest

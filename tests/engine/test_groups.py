@@ -10,8 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
-from devshare.engine.groups import choose_nodes, plan_layout
+from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement, Refuse, Wait, choose_nodes, plan_layout
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.engine.topology import best_set
@@ -402,4 +401,4 @@ def test_laying_out_shares_never_touches_the_live_state(used: list[tuple[int, in
     assert (s.version, s.usage_key(), dict(s.pods)) == (before[0], before[2], before[3])
     assert (s.row_version == before[1]).all()
     for i, alloc in enumerate(layout.allocations):  # and what was laid out fits, member after member
-        s.reserve(pod(f"m{i}", share), alloc, now=0.0)  # type: ignore[arg-type]
+        s.assume(pod(f"m{i}", share), alloc, now=0.0)  # type: ignore[arg-type]

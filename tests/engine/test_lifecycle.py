@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.engine.lifecycle import Lifecycle
-from devshare.engine.policy import BinpackPolicy
+from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.request import PodRequest

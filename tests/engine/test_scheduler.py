@@ -104,7 +104,7 @@ def test_unhealthy_devices_are_never_used() -> None:
             break
         g = placed.allocation.containers[0].devices[0]
         assert (placed.node, g.minor) == ("n2", 0)
-        st.reserve(pod(f"p{i}", gpu(40, GiB)), placed.allocation, now=0)
+        st.assume(pod(f"p{i}", gpu(40, GiB)), placed.allocation, now=0)
     out = outcome(sch, pod("z", gpu(40, GiB)))
     assert "gpu 0: unhealthy" in out.failed.get("n1", out.unresolvable.get("n1", ""))
 

@@ -121,7 +121,7 @@ class StateMachine(RuleBasedStateMachine):
     def _must_refuse(self, p: PodRequest, alloc: PodAllocation, what: str) -> None:
         before = self._snapshot()
         try:
-            self.state.reserve(p, alloc, now=self.now)
+            self.state.assume(p, alloc, now=self.now)
         except Conflict:
             assert self._snapshot() == before
             return
@@ -154,7 +154,7 @@ class StateMachine(RuleBasedStateMachine):
         clone = pod(f"clone{self.n}", *[list(c.devices) for c in rec.pod.containers])
         before = self._snapshot()
         try:
-            self.state.reserve(clone, rec.allocation, now=self.now)
+            self.state.assume(clone, rec.allocation, now=self.now)
             self.expected.add(clone.key)
         except Conflict:
             assert self._snapshot() == before
@@ -207,7 +207,7 @@ class StateMachine(RuleBasedStateMachine):
         if free_slots > 0 and free_core >= 0 and free_mem >= 0 and not whole:
             p, alloc = self._probe(dev, [(free_core, free_mem)])
             before = self._snapshot()
-            self.state.reserve(p, alloc, now=self.now)  # exactly what is free: must fit
+            self.state.assume(p, alloc, now=self.now)  # exactly what is free: must fit
             assert int(t.used_core[row, col]) == int(t.total_core[row, col])
             assert int(t.used_mem[row, col]) == int(t.total_mem[row, col])
             assert self.lifecycle.forget(p.key) and self._snapshot() == before

@@ -224,10 +224,10 @@ async def test_relist_on_410_reconciles_and_keeps_assumed_pods(
         alloc = PodAllocation(node="n2", containers=(
             ContainerAllocation(name="main", devices=(DeviceGrant(type="gpu", minor=0, core_milli=500,
                                                                   memory=8 * GiB),)),))
-        state.reserve(inflight, alloc, now=0.0, ttl=None)
+        state.assume(inflight, alloc, now=0.0, ttl=None)
         # one kube-scheduler knows before our watch does (created after our list)
         ghost = parse_pod(pod("ghost", core=10, memory_gib=1))
-        state.reserve(ghost, PodAllocation(node="n2", containers=(ContainerAllocation(name="main", devices=(
+        state.assume(ghost, PodAllocation(node="n2", containers=(ContainerAllocation(name="main", devices=(
             DeviceGrant(type="gpu", minor=0, core_milli=100, memory=GiB),)),)), now=0.0, ttl=None)
 
         for plural in ("nodes", "pods", "devices"):
@@ -280,7 +280,7 @@ async def bind_through(backend: Backend, state: ClusterState, obj: dict[str, Any
     alloc = PodAllocation(node=node_name, containers=(ContainerAllocation(name="main", devices=tuple(
         DeviceGrant(type="gpu", minor=m, id=f"GPU-{node_name}-{m}", core_milli=c * 10, memory=g * GiB)
         for m, c, g in grants)),))
-    state.reserve(req, alloc, now=0.0)
+    state.assume(req, alloc, now=0.0)
     await backend.patch_pod_annotations(req.namespace, req.name, encode_canonical(alloc))
     await backend.bind_pod(req.namespace, req.name, node_name)
     state.bind(req.key)
@@ -394,7 +394,7 @@ def test_a_stale_pending_event_does_not_undo_a_bind() -> None:
     req = parse_pod(obj)
     alloc = PodAllocation(node="n1", containers=(ContainerAllocation(name="main", devices=(
         DeviceGrant(type="gpu", minor=0, core_milli=500, memory=8 * GiB),)),))
-    sync.state.reserve(req, alloc, now=0.0)
+    sync.state.assume(req, alloc, now=0.0)
     mb.store.patch("pods", "default/p", {"metadata": {"annotations": encode_canonical(alloc)}})
     mb.store.patch("pods", "default/p", {"spec": {"nodeName": "n1"}})
     sync.state.bind(req.key)

@@ -12,7 +12,7 @@ import typer
 
 from devshare.cli.common import ConfigOption, emit, fail, load_cluster, load_yaml_documents, user_errors
 from devshare.config import load_config, refuse_disabled, with_overrides
-from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
+from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.policies import LIVE_NAMES
 from devshare.engine.scheduler import Scheduler

@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from devshare.engine.policy import Policy
+from devshare.engine.policies.protocol import Policy
 from devshare.engine.scheduler import Placement, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
 from devshare.model.allocation import PodAllocation
@@ -70,7 +70,7 @@ class Lifecycle:
         if expires_at is None:
             t = self.ttl if ttl is None else ttl
             expires_at = math.inf if math.isinf(t) else now + t
-        self.state.reserve(pod, alloc, now=now, ttl=None, hold=hold)
+        self.state.assume(pod, alloc, now=now, ttl=None, hold=hold)
         rec = self.state.pods[pod.key]
         rec.expires_at = None if math.isinf(expires_at) else expires_at
 

@@ -15,7 +15,8 @@ import numpy.typing as npt
 from devshare.engine.caches import pod_shape
 from devshare.engine.handlers import handler_for
 from devshare.engine.handlers.base import ERROR, SUCCESS, UNRESOLVABLE, UNSCHEDULABLE, Context, Evaluation, Settings
-from devshare.engine.policy import BinpackPolicy, Policy
+from devshare.engine.policies.binpack import BinpackPolicy
+from devshare.engine.policies.protocol import Policy
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.request import PodRequest
@@ -163,7 +164,7 @@ class Scheduler:
             scores += ev.scores * (1.0 if k == 0 else 0.1)
             live = np.flatnonzero(codes == SUCCESS)
         if not types and live.size:
-            from devshare.engine.policy import FitView
+            from devshare.engine.policies.protocol import FitView
 
             view = FitView(state, pod, rows[live], None, None, np.zeros((live.size, 0), np.bool_))
             scores[live] = self.policy.choose(view).scores

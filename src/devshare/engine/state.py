@@ -6,7 +6,7 @@ completes) or *bound*. After a restart the state is rebuilt from bound pods' ann
 (:meth:`ClusterState.add_bound`). When an assumed allocation is confirmed, forgotten or expired is
 decided by :class:`devshare.engine.lifecycle.Lifecycle`; this module only counts.
 
-Every change that could oversubscribe a device goes through :meth:`ClusterState.reserve`, which
+Every change that could oversubscribe a device goes through :meth:`ClusterState.assume`, which
 checks the allocation against the arrays first and refuses it whole (nothing half-applied).
 """
 
@@ -261,7 +261,7 @@ class ClusterState:
 
     # ------------------------------------------------------------------ accounting
     # (the assume/bind lifecycle over these is :class:`devshare.engine.lifecycle.Lifecycle`)
-    def reserve(self, pod: PodRequest, alloc: PodAllocation, *, now: float,
+    def assume(self, pod: PodRequest, alloc: PodAllocation, *, now: float,
                 ttl: float | None = DEFAULT_ASSUME_TTL, hold: str | None = None) -> None:
         """Assume ``alloc`` for ``pod`` until it is bound or ``now + ttl`` passes. All or nothing.
         ``hold``: the record is a group plan's hold (``pod`` is the plan's placeholder), not a pod."""

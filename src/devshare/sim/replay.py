@@ -17,7 +17,7 @@ import numpy as np
 
 from devshare.engine.handlers.base import Settings
 from devshare.engine.lifecycle import Lifecycle
-from devshare.engine.policy import Policy
+from devshare.engine.policies.protocol import Policy
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model import names

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from devshare.engine.policies import make_policy, top_classes
-from devshare.engine.policy import Policy
+from devshare.engine.policies.protocol import Policy
 from devshare.sim.replay import RunResult, replay
 from devshare.sim.trace import Trace, class_counts, load_trace
 

@@ -8,12 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.engine.policies.devshare import DevsharePolicy
-from devshare.engine.policies.remainder import CARD, waste_table, waste_tables_by_cpu
-from devshare.engine.policy import FitView
+from devshare.engine.policies.protocol import FitView
+from devshare.engine.policies.remainder import waste_table, waste_tables_by_cpu
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model import names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
+from devshare.model.request import WHOLE
 from devshare.sim.replay import build_state, pod_request
 from devshare.sim.trace import Trace, TraceNode, TracePod
 
@@ -26,25 +27,26 @@ CLASSES = st.dictionaries(
 def _scale(classes: dict) -> float:
     total = sum(classes.values())
     # the one-card shares and the whole-card asks: the classes a card's free share can go to
-    return sum(p for (_c, m, n, _), p in classes.items() if (n == 1 and 0 < m < CARD) or (n >= 1 and m >= CARD)) / total
+    return sum(p for (_c, m, n, _), p in classes.items()
+               if (n == 1 and 0 < m < WHOLE) or (n >= 1 and m >= WHOLE)) / total
 
 
 @settings(max_examples=60, deadline=None)
 @given(CLASSES, st.sampled_from([0.0, 0.05, 0.2]))
 def test_cpu_rows_are_waste_tables_of_the_share_classes_that_fit(classes: dict, kappa: float) -> None:
     steps, tables = waste_tables_by_cpu(classes, kappa)
-    assert tables.shape == (len(steps) + 1, CARD + 1)
+    assert tables.shape == (len(steps) + 1, WHOLE + 1)
     assert np.allclose(tables[-1], waste_table(classes, kappa))
     scale = _scale(classes)
-    r = np.arange(CARD + 1)
-    assert np.allclose(tables[0, :CARD], r[:CARD] * scale) and (tables[:, CARD] == 0).all()
-    assert (tables >= -1e-9).all() and (tables[:, :CARD] <= r[:CARD] * scale + 1e-9).all()
+    r = np.arange(WHOLE + 1)
+    assert np.allclose(tables[0, :WHOLE], r[:WHOLE] * scale) and (tables[:, WHOLE] == 0).all()
+    assert (tables >= -1e-9).all() and (tables[:, :WHOLE] <= r[:WHOLE] * scale + 1e-9).all()
     for i, x in enumerate(steps.tolist(), start=1):
         # the same as turning every share class asking more than x CPU into a CPU-only class
         # (its probability stays in the total; it just never fills a card)
         cut: dict = {}
         for (cpu, milli, count, m), p in classes.items():
-            share = count == 1 and 0 < milli < CARD
+            share = count == 1 and 0 < milli < WHOLE
             key = (cpu, 0, 0, m) if share and cpu > x else (cpu, milli, count, m)
             cut[key] = cut.get(key, 0.0) + p
         expect = waste_table(cut, kappa)
@@ -61,7 +63,7 @@ def _state(cpus: tuple[int, int]) -> ClusterState:
     for k, left in enumerate(cpus):
         grant = DeviceGrant(type="gpu", minor=0, id=f"n{k}-gpu0", core_milli=470)
         alloc = PodAllocation(node=f"n{k}", containers=(ContainerAllocation(name="main", devices=(grant,)),))
-        state.reserve(pod_request(TracePod(f"u{k}", 16000 - left, 0, 1, 470)), alloc, now=0.0, ttl=None)
+        state.assume(pod_request(TracePod(f"u{k}", 16000 - left, 0, 1, 470)), alloc, now=0.0, ttl=None)
     return state
 
 

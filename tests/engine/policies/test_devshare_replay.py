@@ -8,14 +8,14 @@ from hypothesis import strategies as st
 
 from devshare.engine.policies import FGDPolicy, top_classes
 from devshare.engine.policies.devshare import DevsharePolicy
-from devshare.engine.policies.remainder import CARD, fgd_card_frag, waste_table
+from devshare.engine.policies.remainder import fgd_card_frag, waste_table
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model import names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.device import DeviceInfo, NodeDevices
 from devshare.model.node import NodeInfo
-from devshare.model.request import ContainerRequest, DeviceRequest, PodRequest
+from devshare.model.request import WHOLE, ContainerRequest, DeviceRequest, PodRequest
 from devshare.sim.replay import build_state, pod_request
 from devshare.sim.trace import Trace, TraceNode, TracePod
 
@@ -26,7 +26,7 @@ def test_waste_table_ends() -> None:
     classes = {(0, 500, 1, ()): 1.0, (0, 300, 1, ()): 1.0, (0, 1000, 1, ()): 2.0, (4000, 0, 0, ()): 4.0}
     w = waste_table(classes, kappa=0.0)
     weight = 0.5  # the share and whole-card classes' probability among all classes
-    assert w[CARD] == 0.0  # a free card goes to whole-card tasks
+    assert w[WHOLE] == 0.0  # a free card goes to whole-card tasks
     assert np.allclose(w[:300], np.arange(300) * weight)  # nothing fits: all of it is wasted
     assert w[300] == 0.0  # kappa 0: the exact fit always comes
     assert np.isclose(w[400], 100 * weight)  # only 300 fits: 100 is left for good
@@ -34,24 +34,24 @@ def test_waste_table_ends() -> None:
     assert np.isclose(w[800], (100 + 0) / 2 * weight)  # 300 (then W(500) = 100) or 500 (then exact)
     # with kappa the fit may never come: W between the always-filled value and r
     wk = waste_table(classes, kappa=0.05)
-    assert (wk >= w - 1e-9).all() and (wk[:CARD] <= np.arange(CARD) * weight + 1e-9).all()
+    assert (wk >= w - 1e-9).all() and (wk[:WHOLE] <= np.arange(WHOLE) * weight + 1e-9).all()
 
 
 def test_waste_table_without_shares_wastes_every_partly_used_card() -> None:
     w = waste_table({(0, 1000, 2, ()): 1.0, (4000, 0, 0, ()): 1.0}, kappa=0.05)
-    assert w[CARD] == 0.0 and np.allclose(w[:CARD], np.arange(CARD) * 0.5)
+    assert w[WHOLE] == 0.0 and np.allclose(w[:WHOLE], np.arange(WHOLE) * 0.5)
 
 
 @given(st.dictionaries(st.tuples(st.sampled_from([0, 4000]), st.integers(0, 1000), st.integers(0, 2), st.just(())),
                        st.floats(0.1, 10.0), min_size=1, max_size=6),
-       st.integers(0, CARD))
+       st.integers(0, WHOLE))
 def test_fgd_card_frag_is_fgd_per_card_fragmentation(classes: dict, r: int) -> None:
     total = sum(classes.values())
     naive = 0.0
     for (_c, milli, count, _m), p in classes.items():
-        if count == 1 and 0 < milli < CARD and milli > r:  # a share that does not fit the card
+        if count == 1 and 0 < milli < WHOLE and milli > r:  # a share that does not fit the card
             naive += p / total * r
-        if count >= 1 and milli >= CARD and r < CARD:  # whole cards: a partly used card is no use
+        if count >= 1 and milli >= WHOLE and r < WHOLE:  # whole cards: a partly used card is no use
             naive += p / total * r
     assert np.isclose(fgd_card_frag(classes)[r], naive)
 
@@ -106,7 +106,7 @@ def test_share_avoids_leaving_a_remainder_nothing_will_fill() -> None:
         for k, (card, milli) in enumerate(((0, 470), (1, 320))):
             grant = DeviceGrant(type="gpu", minor=card, id=f"n0-gpu{card}", core_milli=milli)
             alloc = PodAllocation(node="n0", containers=(ContainerAllocation(name="main", devices=(grant,)),))
-            st_.reserve(pod_request(TracePod(f"u{k}", 0, 0, 1, milli)), alloc, now=0.0, ttl=None)
+            st_.assume(pod_request(TracePod(f"u{k}", 0, 0, 1, milli)), alloc, now=0.0, ttl=None)
         return st_
 
     mix = [650, 470, 320, 1000, 1000]
@@ -156,7 +156,7 @@ def test_memory_asks_and_several_containers_place_validly(pods: list) -> None:
         where = sched.place(req)
         if where is None:
             continue
-        state.reserve(req, where.allocation, now=0.0, ttl=None)  # raises if it does not fit
+        state.assume(req, where.allocation, now=0.0, ttl=None)  # raises if it does not fit
         row = state.row_of[where.node]
         assert (t.used_core[row] <= t.total_core[row]).all()
         for c, (k, _core, _mem) in zip(where.allocation.containers, containers, strict=True):

@@ -1,9 +1,8 @@
 """The device-type interface (seed 004), batched over many nodes.
 
 Seed 004's ``FilterNode`` returns one of four codes with a reason; here a handler answers for many
-nodes at once (:meth:`DeviceHandler.evaluate`), and :meth:`DeviceHandler.filter`,
-:meth:`DeviceHandler.score`, :meth:`DeviceHandler.allocate` and :meth:`DeviceHandler.status` give
-the single-node view. Adding and subtracting a pod's usage (seed 004's ``AddResource`` /
+nodes at once, filter and score in one pass (:meth:`DeviceHandler.evaluate`: a code, a score, a
+reason and the grants per node). Adding and subtracting a pod's usage (seed 004's ``AddResource`` /
 ``SubResource``) and release are the same for every type: they are the
 :class:`~devshare.engine.table.DeviceTable` accounting done by
 :class:`~devshare.engine.state.ClusterState`, so a handler only decides *what fits where*.
@@ -63,7 +62,7 @@ class Context:
     state: ClusterState
     pod: PodRequest
     settings: Settings
-    policy: Any  # devshare.engine.policy.Policy (typed loosely to avoid an import cycle)
+    policy: Any  # devshare.engine.policies.protocol.Policy (typed loosely to avoid an import cycle)
     cache: dict[str, Any] = field(default_factory=dict)
 
 

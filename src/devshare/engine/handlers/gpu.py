@@ -7,7 +7,8 @@ import numpy.typing as npt
 
 from devshare.engine.handlers.base import UNRESOLVABLE, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
-from devshare.engine.policy import Choice, FitView, Policy, binpack_for
+from devshare.engine.policies.binpack import binpack_for
+from devshare.engine.policies.protocol import Choice, FitView, Policy
 from devshare.engine.state import ClusterState
 from devshare.engine.topology import TopologySolver, solver_for
 from devshare.model import names

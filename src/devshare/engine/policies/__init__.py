@@ -1,7 +1,9 @@
-"""Node policies the engine can score with (the FGD paper's six, and devshare's own default).
+"""Node policies the engine can score with (the FGD paper's six, seed 000's binpack/spread and
+devshare's own default), one module each, and the protocol they follow (:mod:`.protocol`).
 
-``make_policy(name, seed=..., classes=..., settings=...)`` builds one by name: the one factory of
-policies (the simulator's, the extender's, ``devshare schedule``'s). ``classes`` is FGD's task-class
+``make_policy(name, seed=..., classes=..., settings=..., card_binpack=..., options=...)`` builds one
+by name: the one factory of policies (the simulator's, the extender's, ``devshare schedule``'s and
+the configuration file's, :meth:`devshare.config.Configuration.policy`). ``classes`` is FGD's task-class
 table (from the original trace); the others ignore it. The devshare policy learns online instead.
 ``binpack`` and ``spread`` are seed 000's card and node binpack/spread (``settings.core_weight``).
 The live scheduler (extender, ``devshare schedule``) offers :data:`LIVE_NAMES`.
@@ -10,8 +12,10 @@ The live scheduler (extender, ``devshare schedule``) offers :data:`LIVE_NAMES`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from devshare.engine.handlers.base import Settings
+from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.classic import (
     BestFitPolicy,
     DotProdPolicy,
@@ -21,7 +25,7 @@ from devshare.engine.policies.classic import (
 )
 from devshare.engine.policies.fgd import FGDPolicy
 from devshare.engine.policies.frag import ClassKey, FragModel, top_classes
-from devshare.engine.policy import BinpackPolicy, Policy
+from devshare.engine.policies.protocol import Choice, FitView, Policy, StatelessPolicy
 from devshare.model.errors import InvalidInput
 
 NAMES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "devshare")
@@ -29,11 +33,18 @@ LIVE_NAMES = ("devshare", "binpack", "spread")  # what the extender and devshare
 
 
 def make_policy(name: str, *, seed: int = 0, classes: Mapping[ClassKey, float] | None = None,
-                settings: Settings | None = None) -> Policy:
+                settings: Settings | None = None, card_binpack: bool | None = None,
+                options: Mapping[str, Any] | None = None) -> Policy:
+    """The policy named ``name``. ``settings``: the engine's (binpack/spread read ``core_weight``);
+    ``card_binpack``: binpack/spread's card level when it differs from the name (the configuration
+    file's ``cardPolicy``); ``options``: the policy's own knobs (the file's ``policies.<name>``)."""
+    opts = dict(options or {})
+    if opts and name not in ("binpack", "spread", "devshare"):
+        raise InvalidInput(f"the {name} policy takes no options (got {', '.join(sorted(opts))})", field="policy")
     if name in ("binpack", "spread"):
         s = settings or Settings()
-        return BinpackPolicy(card_binpack=name == "binpack", node_binpack=name == "binpack",
-                             core_weight=s.core_weight)
+        card = name == "binpack" if card_binpack is None else card_binpack
+        return BinpackPolicy(card_binpack=card, node_binpack=name == "binpack", core_weight=s.core_weight, **opts)
     if name == "random":
         return RandomPolicy(seed)
     if name == "dotprod":
@@ -51,10 +62,11 @@ def make_policy(name: str, *, seed: int = 0, classes: Mapping[ClassKey, float] |
     if name == "devshare":
         from devshare.engine.policies.devshare import DevsharePolicy
 
-        return DevsharePolicy()
+        return DevsharePolicy(**opts)
     raise InvalidInput(f"unknown policy {name!r}; choose from {', '.join((*NAMES, *LIVE_NAMES[1:]))}",
                        field="policy")
 
 
-__all__ = ["LIVE_NAMES", "NAMES", "BestFitPolicy", "ClassKey", "DotProdPolicy", "FGDPolicy", "FragModel",
-           "GpuClusteringPolicy", "GpuPackingPolicy", "RandomPolicy", "make_policy", "top_classes"]
+__all__ = ["LIVE_NAMES", "NAMES", "BestFitPolicy", "BinpackPolicy", "Choice", "ClassKey", "DotProdPolicy",
+           "FGDPolicy", "FitView", "FragModel", "GpuClusteringPolicy", "GpuPackingPolicy", "Policy", "RandomPolicy",
+           "StatelessPolicy", "make_policy", "top_classes"]

@@ -6,7 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.fit import is_range, pick_columns
-from devshare.engine.policy import Choice, FitView
+from devshare.engine.policies.protocol import Choice, FitView
 from devshare.engine.state import ClusterState
 from devshare.model import names
 from devshare.model.request import PodRequest
@@ -17,7 +17,7 @@ Mask = npt.NDArray[np.bool_]
 
 MAX_SPEC_CPU = 128_000  # the paper's normalisers: the largest node's CPU (milli) and GPUs (milli)
 MAX_SPEC_GPU = 8_000
-MAX_SCORE = 100
+PAPER_MAX_SCORE = 100  # the FGD paper's policies score 0..100 (raw: the extender maps scores to its own 0..10)
 
 
 def gpu_free(state: ClusterState, rows: Ints) -> Ints:

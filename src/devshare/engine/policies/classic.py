@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from devshare.engine.policies.base import (
-    MAX_SCORE,
     MAX_SPEC_CPU,
     MAX_SPEC_GPU,
+    PAPER_MAX_SCORE,
     Floats,
     Ints,
     best_fit_columns,
@@ -19,7 +19,7 @@ from devshare.engine.policies.base import (
     lowest_columns,
     pod_gpu,
 )
-from devshare.engine.policy import Choice, FitView, StatelessPolicy
+from devshare.engine.policies.protocol import Choice, FitView, StatelessPolicy
 from devshare.engine.rowwise import sum_per_row
 from devshare.model import names
 from devshare.model.request import PodRequest
@@ -36,7 +36,7 @@ def min_max(raw: Ints) -> Floats:
     lo, hi = int(raw.min()), int(raw.max())
     if hi == lo:
         return np.zeros(raw.shape, np.float64)
-    return ((raw - lo) * MAX_SCORE // (hi - lo)).astype(np.float64)
+    return ((raw - lo) * PAPER_MAX_SCORE // (hi - lo)).astype(np.float64)
 
 
 class BestFitPolicy(StatelessPolicy):
@@ -53,7 +53,7 @@ class BestFitPolicy(StatelessPolicy):
         count, milli = pod_gpu(pod)
         cpu_rest = (cpu_left(state, rows) - pod.cpu_milli) / MAX_SPEC_CPU
         gpu_rest = (sum_per_row(free) - count * milli) / MAX_SPEC_GPU
-        raw = np.trunc((1.0 - (0.5 * cpu_rest + 0.5 * gpu_rest)) * MAX_SCORE).astype(np.int64)
+        raw = np.trunc((1.0 - (0.5 * cpu_rest + 0.5 * gpu_rest)) * PAPER_MAX_SCORE).astype(np.int64)
         return _choice(view, min_max(raw), free)
 
 
@@ -71,7 +71,7 @@ class DotProdPolicy(StatelessPolicy):
         count, milli = pod_gpu(pod)
         cpu = cpu_left(state, rows) / MAX_SPEC_CPU * (pod.cpu_milli / MAX_SPEC_CPU)
         gpu = sum_per_row(free) / MAX_SPEC_GPU * (count * milli / MAX_SPEC_GPU)
-        raw = np.trunc(MAX_SCORE * (1.0 - (cpu + gpu) / 2.0))
+        raw = np.trunc(PAPER_MAX_SCORE * (1.0 - (cpu + gpu) / 2.0))
         return _choice(view, raw.astype(np.float64), free)
 
 
@@ -107,7 +107,7 @@ class GpuClusteringPolicy:
         a = affinity(view.pod)
         if not a:
             return _choice(view, np.zeros(len(view.rows), np.float64), free)
-        fill = (MAX_SCORE // 4) * (MAX_SPEC_GPU - sum_per_row(free)) // MAX_SPEC_GPU
+        fill = (PAPER_MAX_SCORE // 4) * (MAX_SPEC_GPU - sum_per_row(free)) // MAX_SPEC_GPU
         band = np.empty(len(view.rows), np.int64)
         for i, row in enumerate(view.rows.tolist()):
             on = self.types.get(row)
@@ -142,9 +142,9 @@ class GpuPackingPolicy(StatelessPolicy):
         taken = np.take_along_axis(free, cols, axis=1)
         full_used = sum_per_row(taken >= 1000)
         pct_on_used = sum_per_row(taken * 100 // 1000)
-        case1 = np.maximum(MAX_SCORE - pct_on_used // 10, MAX_SCORE // 2)
-        case2 = np.maximum(MAX_SCORE // 2 - full_used, MAX_SCORE // 3)
-        case3 = np.maximum(MAX_SCORE // 3 - n_full, n_full)
+        case1 = np.maximum(PAPER_MAX_SCORE - pct_on_used // 10, PAPER_MAX_SCORE // 2)
+        case2 = np.maximum(PAPER_MAX_SCORE // 2 - full_used, PAPER_MAX_SCORE // 3)
+        case3 = np.maximum(PAPER_MAX_SCORE // 3 - n_full, n_full)
         score = np.where(n_full == n_cards, case3, np.where(full_used > 0, case2, case1))
         return Choice(score.astype(np.float64), cols)
 

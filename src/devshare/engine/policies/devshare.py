@@ -79,10 +79,10 @@ import numpy as np
 from devshare.engine.policies.base import MAX_SPEC_GPU, class_key, cpu_left, empty_choice, gpu_free
 from devshare.engine.policies.fgd import NodeFrag, frag_deltas
 from devshare.engine.policies.frag import ClassKey, Floats, FragModel, top_classes
-from devshare.engine.policies.remainder import CARD, fgd_card_frag, waste_tables_by_cpu
-from devshare.engine.policy import Choice, FitView
+from devshare.engine.policies.protocol import Choice, FitView
+from devshare.engine.policies.remainder import fgd_card_frag, waste_tables_by_cpu
 from devshare.engine.state import ClusterState
-from devshare.model.request import PodRequest
+from devshare.model.request import WHOLE, PodRequest
 
 # a weak prior before any pod is seen: single-GPU shares and whole GPUs, no CPU constraint
 PRIOR: dict[ClassKey, float] = {(0, 500, 1, ()): 1.0, (0, 1000, 1, ()): 1.0}
@@ -237,7 +237,7 @@ class DevsharePolicy:
         after it, ``[M]`` (the pod's CPU may leave no share that fits a card's gap the CPU to run);
         for a ``share`` of one card, ``[M, W]`` with, on the card it would take, FGD's CPU-blind
         per-card fragmentation swapped for the card's eventual waste."""
-        free = np.clip(gpu_free(view.state, view.rows), 0, CARD)
+        free = np.clip(gpu_free(view.state, view.rows), 0, WHOLE)
         cpu = cpu_left(view.state, view.rows)
         row_before = np.searchsorted(self.cpu_steps, cpu, side="right")[:, None]
         row_after = np.searchsorted(self.cpu_steps, cpu - view.pod.cpu_milli, side="right")[:, None]
@@ -245,7 +245,7 @@ class DevsharePolicy:
         if not share:
             return np.asarray(removed, np.float64)
         before = free[:, :view.fits.shape[1]]
-        after = np.clip(before - share, 0, CARD)
+        after = np.clip(before - share, 0, WHOLE)
         ours = self.card_waste[row_after, before] - self.card_waste[row_after, after]
         fgd = self.card_frag[before] - self.card_frag[after]
         return np.asarray(removed[:, None] + ours - fgd, np.float64)

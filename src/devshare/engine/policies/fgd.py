@@ -10,7 +10,7 @@ from functools import cache
 import numpy as np
 
 from devshare.engine.policies.base import (
-    MAX_SCORE,
+    PAPER_MAX_SCORE,
     Floats,
     Ints,
     Mask,
@@ -21,7 +21,7 @@ from devshare.engine.policies.base import (
     lowest_columns,
 )
 from devshare.engine.policies.frag import ClassKey, FragModel
-from devshare.engine.policy import Choice, FitView, StatelessPolicy
+from devshare.engine.policies.protocol import Choice, FitView, StatelessPolicy
 from devshare.engine.rowwise import any_per_row, sum_per_row
 
 
@@ -156,7 +156,7 @@ class FGDPolicy(StatelessPolicy):
         if len(view.rows) == 0:
             return empty_choice(view)
         delta, cols = frag_deltas(self.cache, view)
-        score = np.floor(MAX_SCORE * sigmoid(delta / 1000.0))
+        score = np.floor(PAPER_MAX_SCORE * sigmoid(delta / 1000.0))
         if cols is not None or delta.ndim == 1:
             s = np.where(np.isfinite(delta), score, 0.0)
             if cols is None:

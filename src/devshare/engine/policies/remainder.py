@@ -28,8 +28,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from devshare.engine.policies.frag import ClassKey, Floats, Ints
-
-CARD = 1000  # milli-GPU of one card
+from devshare.model.request import WHOLE  # milli of one card
 
 
 def share_mix(classes: Mapping[ClassKey, float]) -> tuple[list[int], list[float]]:
@@ -37,7 +36,7 @@ def share_mix(classes: Mapping[ClassKey, float]) -> tuple[list[int], list[float]
     total = float(sum(classes.values())) or 1.0
     mix: dict[int, float] = {}
     for (_cpu, milli, count, _models), p in classes.items():
-        if count == 1 and 0 < milli < CARD:
+        if count == 1 and 0 < milli < WHOLE:
             mix[milli] = mix.get(milli, 0.0) + p / total
     sizes = sorted(mix)
     return sizes, [mix[s] for s in sizes]
@@ -46,22 +45,22 @@ def share_mix(classes: Mapping[ClassKey, float]) -> tuple[list[int], list[float]
 def whole_weight(classes: Mapping[ClassKey, float]) -> float:
     """The probability (among all classes) of the classes asking whole cards."""
     total = float(sum(classes.values())) or 1.0
-    return sum(p for (_c, milli, count, _m), p in classes.items() if count >= 1 and milli >= CARD) / total
+    return sum(p for (_c, milli, count, _m), p in classes.items() if count >= 1 and milli >= WHOLE) / total
 
 
 def fgd_card_frag(classes: Mapping[ClassKey, float]) -> Floats:
-    """``[CARD + 1]``: FGD's fragmentation of one card by its free milli r, for the classes of one share
+    """``[WHOLE + 1]``: FGD's fragmentation of one card by its free milli r, for the classes of one share
     (``r x P(share > r)``) and of whole cards (``r x P(whole)`` unless the card is fully free)."""
     sizes, probs = share_mix(classes)
     s = np.array(sizes, np.int64)
     p = np.array(probs, np.float64)
-    r = np.arange(CARD + 1)
+    r = np.arange(WHOLE + 1)
     above = ((s[None, :] > r[:, None]) * p[None, :]).sum(axis=1)
-    return np.asarray(r * above + np.where(r < CARD, r * whole_weight(classes), 0.0), np.float64)
+    return np.asarray(r * above + np.where(r < WHOLE, r * whole_weight(classes), 0.0), np.float64)
 
 
 def waste_table(classes: Mapping[ClassKey, float], kappa: float) -> Floats:
-    """``[CARD + 1]``: expected eventual waste W(r) of a card with r milli free (module doc), times
+    """``[WHOLE + 1]``: expected eventual waste W(r) of a card with r milli free (module doc), times
     the probability of the share and whole-card classes, so it is on the scale of :func:`fgd_card_frag`."""
     sizes, probs = share_mix(classes)
     scale = float(sum(probs)) + whole_weight(classes)
@@ -70,14 +69,14 @@ def waste_table(classes: Mapping[ClassKey, float], kappa: float) -> Floats:
 
 def waste_tables_by_cpu(classes: Mapping[ClassKey, float], kappa: float) -> tuple[Ints, Floats]:
     """W(r) when only the share classes asking at most ``x`` CPU can still come to the card, for every
-    distinct CPU ask ``x`` of the share classes: ``(steps [K], tables [K + 1, CARD + 1])``. Row 0 is for
+    distinct CPU ask ``x`` of the share classes: ``(steps [K], tables [K + 1, WHOLE + 1])``. Row 0 is for
     a node with less CPU left than any share asks (nothing fills its cards: W(r) = r); row
     ``searchsorted(steps, cpu_left, side="right")`` is the one for a node with ``cpu_left``. The classes
     keep their probability among all classes (a card on a node short of CPU is filled less often), and
     the last row is :func:`waste_table`."""
     total = float(sum(classes.values())) or 1.0
     shares = [(cpu, milli, p / total) for (cpu, milli, count, _m), p in classes.items()
-              if count == 1 and 0 < milli < CARD]
+              if count == 1 and 0 < milli < WHOLE]
     steps = sorted({cpu for cpu, _milli, _p in shares})
     _, probs = share_mix(classes)
     scale = float(sum(probs)) + whole_weight(classes)
@@ -94,15 +93,15 @@ def waste_tables_by_cpu(classes: Mapping[ClassKey, float], kappa: float) -> tupl
 
 def _eventual_waste(sizes: list[int], probs: list[float], kappa: float) -> Floats:
     """W(r) on the 1-milli grid for share ``sizes`` with (absolute) probabilities ``probs``."""
-    w = np.arange(CARD + 1, dtype=np.float64)  # no share fits: all of r is wasted
+    w = np.arange(WHOLE + 1, dtype=np.float64)  # no share fits: all of r is wasted
     if sizes:
         s = np.array(sizes, np.int64)
         p = np.array(probs, np.float64)
         cum = np.cumsum(p)
-        for r in range(int(s[0]), CARD + 1):
+        for r in range(int(s[0]), WHOLE + 1):
             k = int(np.searchsorted(s, r, side="right"))  # shares s[:k] fit
             fit = float(cum[k - 1])
             a = fit / (fit + kappa) if kappa > 0 else 1.0
             w[r] = (1.0 - a) * r + a * float((p[:k] * w[r - s[:k]]).sum()) / fit
-    w[CARD] = 0.0  # a free card goes to whole-card tasks
+    w[WHOLE] = 0.0  # a free card goes to whole-card tasks
     return w

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from devshare.engine.gang import Bind, GroupPlanner, MemberPlacement
+from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.state import ClusterState
 from devshare.kube.backend import Backend

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.config import refuse_disabled
-from devshare.engine.gang import GroupPlanner
+from devshare.engine.groups import GroupPlanner
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict

@@ -9,7 +9,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from devshare.engine.gang import PLAN, Bind, GroupPlanner, Refuse, Wait
+from devshare.engine.groups import PLAN, Bind, GroupPlanner, Refuse, Wait
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.request import GroupRef, PodRequest
@@ -179,6 +179,6 @@ def test_rebuilt_helper_detects_a_leak() -> None:
     p = pod("x", whole(1))
     placed = Scheduler(s).place(p)
     assert placed is not None
-    s.reserve(p, placed.allocation, now=0)
+    s.assume(p, placed.allocation, now=0)
     assert s.usage_key() != rebuilt(s, bound_only=True)
     assert s.usage_key() == rebuilt(s, bound_only=False)

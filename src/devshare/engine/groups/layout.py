@@ -135,7 +135,7 @@ def sequential_fit(scheduler: Scheduler, template: PodRequest, node: str, n: int
             if isinstance(alloc, str):
                 break
             try:
-                state.reserve(probe, alloc, now=0.0, ttl=None)
+                state.assume(probe, alloc, now=0.0, ttl=None)
             except Conflict:
                 break
             keys.append(probe.key)

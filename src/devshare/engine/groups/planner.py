@@ -4,13 +4,14 @@ members come, and all-or-nothing binding for gangs.
 Lifecycle of a group ``<ns>/<name>`` (pods with the same ``GroupRef``; members must be identical):
 
 - The first member that asks (:meth:`GroupPlanner.assign`, from the extender's filter/prioritize)
-  makes the plan: :func:`devshare.engine.groups.plan_layout` over the nodes it may use. Each planned
+  makes the plan: :func:`devshare.engine.groups.layout.plan_layout` over the nodes it may use. Each planned
   member's devices are held in the state at once by a hold: a record that says it is one
   (``PodRecord.hold`` is the group key; displayed as ``<ns>/<name>#plan#<i>``), assumed until the
   plan expires, so no other pod can take them. A slot points at the record holding its devices
   (``Slot.held``: the hold, or the member's own record once it claims) and its phase is read from
-  that record (:meth:`GroupPlanner.phase`), never kept beside it. The member is given a slot; the extender scores the planned node highest and every other node 0; filter
-  passes the planned node alone.
+  that record (:meth:`GroupPlanner.phase`), never kept beside it. The member is given a slot; the
+  extender scores the planned node highest and every other node 0; filter passes the planned node
+  alone.
 - A member's bind (:meth:`GroupPlanner.claim`) turns its slot's placeholder into the member's own
   reservation. A group binds as soon as ``quorum`` members hold one: 1 for a plain group, the gang's
   ``min-available`` for a gang. Until then the bind is answered with :class:`Wait` (the extender
@@ -38,7 +39,7 @@ from typing import Literal
 
 import msgspec
 
-from devshare.engine.groups import Layout, gpu_minors, plan_layout
+from devshare.engine.groups.layout import Layout, gpu_minors, plan_layout
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import FilterOutcome, Scheduler
 from devshare.engine.state import Conflict, PodRecord
@@ -224,8 +225,9 @@ class GroupPlanner:
     def _placeholder_pod(self, plan: GroupPlan, index: int) -> PodRequest:
         return msgspec.structs.replace(plan.template, name=f"{plan.name}{PLAN}{index}", uid="")
 
-    def _hold(self, plan: GroupPlan, s: Slot, pod: PodRequest, now: float) -> str | None:
-        """Reserve ``s.allocation`` for ``pod`` until the plan expires; the reason when it fails."""
+    def _assume(self, plan: GroupPlan, s: Slot, pod: PodRequest, now: float) -> str | None:
+        """Assume ``s.allocation`` for ``pod`` (a hold when ``pod`` is the plan's placeholder) until the plan
+        expires; the reason when it fails."""
         assert s.allocation is not None
         try:
             self.lifecycle.assume(pod, s.allocation, now=now, expires_at=max(plan.expires_at, now),
@@ -274,7 +276,7 @@ class GroupPlanner:
         for i, alloc in enumerate(layout.allocations):
             s = Slot(i, alloc.node, alloc)
             plan.slots.append(s)
-            failed = self._hold(plan, s, self._placeholder_pod(plan, i), now)
+            failed = self._assume(plan, s, self._placeholder_pod(plan, i), now)
             if failed is not None:  # cannot happen: the layout was computed on this state
                 for t in plan.slots:
                     self._drop(plan, t)
@@ -291,7 +293,7 @@ class GroupPlanner:
         if p is None:
             return self.scheduler.why_unschedulable(pod, nodes) or "no node fits"
         s.node, s.allocation = p.node, p.allocation
-        why = self._hold(plan, s, pod, now)
+        why = self._assume(plan, s, pod, now)
         if why is not None:
             s.node, s.allocation = None, None
         return why
@@ -432,9 +434,9 @@ class GroupPlanner:
             self.lifecycle.release(s.held)
             s.held = None
             self._set_expiry(plan, max(plan.expires_at, now + self.ttl))
-            why = self._hold(plan, s, pod, now)
+            why = self._assume(plan, s, pod, now)
             if why is not None:
-                self._hold(plan, s, self._placeholder_pod(plan, s.index), now)
+                self._assume(plan, s, self._placeholder_pod(plan, s.index), now)
                 return Refuse(f"group {plan.key}: member {key} cannot take its planned devices: {why}")
         plan.checked = self.state.version
         bound = len(self.bound_members(plan.namespace, plan.name))
@@ -471,7 +473,7 @@ class GroupPlanner:
             s.held = None
             if rec is None or s.allocation is None:
                 return True
-            if self._hold(plan, s, self._placeholder_pod(plan, s.index), now) is not None:
+            if self._assume(plan, s, self._placeholder_pod(plan, s.index), now) is not None:
                 s.node, s.allocation = None, None
             return True
         rec = self.state.pods.get(key)
