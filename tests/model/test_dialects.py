@@ -26,6 +26,7 @@ class AcmeDialect(Dialect):
     name = "acme"
     resource_names = frozenset({ACME, OLD_ACME})
     managed_resources = (ACME,)
+    renamed_names = frozenset({OLD_ACME})
 
     def read(self, resources: dict[str, Any], where: str, problems: Problems, context: Any,
              index: int) -> list[DeviceRequest]:
@@ -49,7 +50,8 @@ class AcmeDialect(Dialect):
 @pytest.fixture
 def acme(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dialects, "DIALECTS", dict(dialects.DIALECTS))
-    monkeypatch.setattr(dialects, "_resource_names", dialects.resource_names())
+    for private in ("_resource_names", "_owner", "_renamers", "_rank"):  # register() replaces them: put them back after
+        monkeypatch.setattr(dialects, private, getattr(dialects, private))
     dialects.register(AcmeDialect())
 
 
@@ -83,3 +85,11 @@ def test_two_dialects_in_one_container_are_refused(acme: None) -> None:
 def test_an_unregistered_name_is_not_a_device() -> None:
     assert not requests_devices(acme_pod("2"))
     assert parse_pod(acme_pod("2")).containers[0].devices == ()
+
+
+def test_a_resource_name_belongs_to_one_dialect(acme: None) -> None:
+    class Copycat(AcmeDialect):
+        name = "copycat"
+
+    with pytest.raises(ValueError, match=r"acme\.example/gpu"):
+        dialects.register(Copycat())

@@ -23,13 +23,23 @@ from devshare.model.dialects.nvidia import NvidiaDialect
 
 DIALECTS: dict[str, Dialect] = {}
 _resource_names: frozenset[str] = frozenset()
+_owner: dict[str, Dialect] = {}  # resource name -> the dialect it asks in
+_renamers: tuple[Dialect, ...] = ()  # the dialects with webhook renames
+_rank: dict[str, int] = {}  # dialect name -> registration order
 
 
 def register(dialect: Dialect) -> None:
-    """Add a dialect (registration order is the order of :func:`managed_resources`)."""
-    global _resource_names
+    """Add a dialect (registration order is the order of :func:`managed_resources`). A resource name
+    belongs to one dialect."""
+    global _resource_names, _owner, _renamers, _rank
+    taken = {n: _owner[n].name for n in dialect.resource_names if n in _owner and _owner[n].name != dialect.name}
+    if taken:
+        raise ValueError(f"dialect {dialect.name}: resource names already read by another dialect: {taken}")
     DIALECTS[dialect.name] = dialect
     _resource_names = _resource_names | dialect.resource_names
+    _owner = {**_owner, **dict.fromkeys(dialect.resource_names, dialect)}
+    _renamers = tuple(d for d in DIALECTS.values() if d.renamed_names)
+    _rank = {name: i for i, name in enumerate(DIALECTS)}
 
 
 register(KoordinatorDialect())
@@ -56,17 +66,19 @@ def managed_resources() -> tuple[str, ...]:
     return tuple(n for d in DIALECTS.values() for n in d.managed_resources)
 
 
-def asks_any(resources: dict[str, Any]) -> bool:
-    """Does this resource map ask for a managed device (zero values left out)?"""
-    names = _resource_names
-    return any(k in names and v not in ZERO for k, v in resources.items())
-
-
 def dialects_in(resources: dict[str, Any]) -> tuple[list[str], list[Dialect]]:
     """The dialects a container's resources ask in, as (the container's dialects, the readers to
     run in order). A dialect another one carries (:meth:`Dialect.carries`) is read, before its
     carrier, but is not the container's. More than one dialect is a problem for the caller."""
-    found = [d for d in DIALECTS.values() if d.asks(resources)]
+    owner = _owner
+    found: list[Dialect] = []
+    for k, v in resources.items():
+        d = owner.get(k)
+        if d is not None and d not in found and v not in ZERO:
+            found.append(d)
+    if len(found) <= 1:
+        return [d.name for d in found], found
+    found.sort(key=lambda d: _rank[d.name])
     carried = [d for d in found if any(h is not d and h.carries(d.name, resources) for h in found)]
     own = [d for d in found if d not in carried]
     if len(own) > 1:  # several dialects: the problem names every one asked
@@ -77,6 +89,8 @@ def dialects_in(resources: dict[str, Any]) -> tuple[list[str], list[Dialect]]:
 def pod_dialects(container_dialects: list[str]) -> list[str]:
     """The containers' dialects with those another container's dialect carries left out."""
     present = set(container_dialects)
+    if len(present) <= 1:
+        return container_dialects
     kept = [d for d in container_dialects
             if not any(h != d and h in DIALECTS and DIALECTS[h].carries(d, None) for h in present)]
     return kept if len(set(kept)) <= 1 else container_dialects  # several: the problem names every one
@@ -86,10 +100,11 @@ def normalise_resources(resources: dict[str, Any]) -> dict[str, Any]:
     """The resource map as the mutating webhook writes it: every dialect's renames, in turn (a
     new dict; the input is not changed; idempotent)."""
     out = dict(resources)
-    for d in DIALECTS.values():
-        out = d.renames(out)
+    for d in _renamers:
+        if not d.renamed_names.isdisjoint(out):
+            out = d.renames(out)
     return out
 
 
-__all__ = ["DEFAULT", "DIALECTS", "Dialect", "asks_any", "dialect_of", "dialects_in", "managed_resources",
+__all__ = ["DEFAULT", "DIALECTS", "Dialect", "dialect_of", "dialects_in", "managed_resources",
            "normalise_resources", "pod_dialects", "register", "resource_names"]

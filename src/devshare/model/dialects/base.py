@@ -35,12 +35,9 @@ class Dialect(ABC):
     name: str  # the tag a PodRequest carries (PodRequest.dialect)
     resource_names: frozenset[str]  # every container resource name that asks in it, all spellings
     managed_resources: tuple[str, ...] = ()  # those nodes advertise and kube-scheduler routes to the extender
+    renamed_names: frozenset[str] = frozenset()  # the names :meth:`renames` may rewrite (none: no renames)
     # one container spreading a share over several cards needs seed 000's node label and compute policy
     multi_card_share_needs_label: bool = True
-
-    def asks(self, resources: dict[str, Any]) -> bool:
-        """Does a container with these resources ask in this dialect (zero values left out)?"""
-        return any(k in self.resource_names and v not in ZERO for k, v in resources.items())
 
     def carries(self, other: str, resources: dict[str, Any] | None) -> bool:
         """Can this dialect's annotations also carry what dialect ``other`` asks for, beside its
@@ -65,8 +62,10 @@ class Dialect(ABC):
         return {}
 
     def renames(self, resources: dict[str, Any]) -> dict[str, Any]:
-        """The resource map as the mutating webhook rewrites it (a new dict; idempotent)."""
-        return dict(resources)
+        """The resource map as the mutating webhook rewrites it (idempotent; the map given is the
+        caller's own copy, so it may be changed and returned). Called only for a map holding one of
+        :attr:`renamed_names`."""
+        return resources
 
 
 # the largest value of a dimension by its unit (see request.MAX_DEVICES)

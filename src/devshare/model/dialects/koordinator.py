@@ -376,7 +376,10 @@ def normalise(resources: dict[str, Any]) -> dict[str, Any]:
 
     A map that gives some name in both spellings is returned as it is (which one is meant is for
     validation to say), so that normalising is idempotent."""
-    out = dict(resources)
+    return _normalise_in_place(dict(resources))
+
+
+def _normalise_in_place(out: dict[str, Any]) -> dict[str, Any]:
     if any(legacy in out and koord in out for legacy, koord in _LEGACY_TO_KOORD):
         return out
     for legacy, koord in _LEGACY_TO_KOORD:
@@ -397,13 +400,16 @@ class KoordinatorDialect(Dialect):
     name = "koordinator"
     resource_names = NAMES
     managed_resources = MANAGED
+    renamed_names = NAMES
 
     def carries(self, other: str, resources: dict[str, Any] | None) -> bool:
         # nvidia.com/gpu (seed 001 translates it into Koordinator resources) beside rdma/fpga: one
         # annotation holds both; beside a Koordinator GPU name in one container it is ambiguous
         if other != "nvidia":
             return False
-        return resources is None or not any(k in GPU_NAMES and v not in ("0", 0) for k, v in resources.items())
+        if resources is None or GPU_NAMES.isdisjoint(resources):
+            return True
+        return not any(resources[k] not in ("0", 0) for k in GPU_NAMES.intersection(resources))
 
     def read(self, resources: dict[str, Any], where: str, problems: Problems, context: Any,
              index: int) -> list[DeviceRequest]:
@@ -414,4 +420,4 @@ class KoordinatorDialect(Dialect):
         return encode_koordinator(alloc) if alloc.grants() else {}
 
     def renames(self, resources: dict[str, Any]) -> dict[str, Any]:
-        return normalise(resources)
+        return _normalise_in_place(resources)  # normalise_resources' own copy
