@@ -1,6 +1,7 @@
 """Builders and helpers shared by every test folder, one module per subject:
 
 - :mod:`.cluster`: engine states, nodes and pods (``ClusterState`` builders)
+- :mod:`.allocations`: allocations for the codec tests (hypothesis strategies, one GPU grant)
 - :mod:`.extender`: cluster objects, a flaky backend, a running extender and its HTTP verbs
 - :mod:`.kube`: v1 Node, Pod and Device objects for the backends
 - :mod:`.agent`: the node agent's fake inventories and pods
