@@ -114,6 +114,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     if elector is not None:
         extender.writes.fence = elector.check  # awaited just before each bind's write
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
+    metrics.registry.register(_SyncCollector(sync))
     if opts.save is not None:
         metrics.registry.register(_SaveCollector(opts.save))
     runtime = Runtime(state, sync, extender, elector)
@@ -246,3 +247,20 @@ class _SaveCollector(Collector):
         yield CounterMetricFamily("devshare_extender_save_failures",
                                   "Failed writes of the --save file (the previous file is kept).",
                                   value=self.saver.failures)
+
+
+class _SyncCollector(Collector):
+    """The state sync's counters of allocations found on pods and not counted."""
+
+    def __init__(self, sync: StateSync) -> None:
+        self.sync = sync
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "devshare_extender_overbooked_allocations",
+            "Allocations found on bound pods that would have booked a card beyond its compute or memory: "
+            "refused and not counted (a DeviceOverbooked Event on the pod).", value=self.sync.overbooked)
+        yield CounterMetricFamily(
+            "devshare_extender_malformed_allocations",
+            "Bound pods whose allocation annotation could not be used (unreadable, or naming another node).",
+            value=self.sync.malformed)
