@@ -99,3 +99,16 @@ DEVICE_RESOURCE_NAMES = (
     LEGACY_RDMA,
     LEGACY_FPGA,
 )
+
+
+# Annotations that say where a pod's devices are (what devshare writes at bind, and the node agent's
+# marks): only devshare's own identities may write them (the validating webhook refuses anyone
+# else; devshare.server.webhook.allocations).
+ALLOCATION_ANNOTATIONS = frozenset({
+    ALLOCATION, ASSIGNED, KOORD_DEVICE_ALLOCATED, TOPOLOGY_GPU, MGPU_ASSUMED,
+    ALIYUN_IDX, ALIYUN_POD, ALIYUN_DEV, ALIYUN_ASSUME_TIME, ALIYUN_ASSIGNED,
+})
+
+
+def is_allocation_annotation(key: str) -> bool:
+    return key in ALLOCATION_ANNOTATIONS or key.startswith(MGPU_INDEX_PREFIX)
