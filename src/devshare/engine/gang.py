@@ -485,6 +485,15 @@ class GroupPlanner:
                 if s.phase in ("claimed", "bound"):
                     s.phase, s.node, s.allocation = "lost", None, None
 
+    def drop(self, group: str) -> bool:
+        """Drop the plan of ``group`` (``<ns>/<name>``: no pod of it exists any more) with every
+        placeholder and unbound claim it held. True when there was one."""
+        plan = self.plans.get(group)
+        if plan is None:
+            return False
+        self._forget_plan(plan)
+        return True
+
     def _forget_plan(self, plan: GroupPlan) -> None:
         for s in plan.slots:
             self._drop(plan, s)

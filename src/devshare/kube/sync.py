@@ -42,7 +42,7 @@ from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import decode_allocation
 from devshare.model.device import parse_device
 from devshare.model.errors import InvalidInput
-from devshare.model.names import ALLOCATION
+from devshare.model.names import ALLOCATION, GANG_NAME, GROUP_NAME
 from devshare.model.node import parse_node
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
@@ -111,6 +111,11 @@ class StateSync:
         self.overbooked = 0
         self._refused: dict[str, tuple[str, PodAllocation]] = {}
         self._event_tasks: set[asyncio.Task[None]] = set()
+        # every pod that exists (not deleted, not finished), key -> uid, and the pods of each group
+        # (``<ns>/<group>`` -> keys): a group's plan holds devices only for pods that exist
+        self.pods_present: dict[str, str] = {}
+        self.group_pods: dict[str, set[str]] = {}
+        self._group_of: dict[str, str] = {}
         self.relists = 0  # re-lists after 410 Gone
         self.reconnects = 0  # watch reconnections after a connection error
         self.events = 0  # watch events applied
@@ -227,6 +232,8 @@ class StateSync:
                 for name in [n for n in self.state.devices if n not in present]:
                     self.state.remove_devices(name)
             else:
+                for key in [k for k in self.pods_present if k not in present]:
+                    self._absent(key)
                 vanished = [k for k, r in self.state.pods.items() if k not in present and r.phase != "assumed"]
                 if release_vanished:
                     for key in vanished:
@@ -237,6 +244,48 @@ class StateSync:
         for obj in items:
             self._apply(kind, "ADDED", obj)
         return vanished
+
+    def _present(self, key: str, uid: str, obj: dict[str, Any]) -> None:
+        self.pods_present[key] = uid
+        m = meta(obj)
+        labels, annotations = m.get("labels"), m.get("annotations")
+        group = (labels.get(GROUP_NAME) if isinstance(labels, dict) else None) or (
+            annotations.get(GANG_NAME) if isinstance(annotations, dict) else None)
+        gkey = f"{m.get('namespace', '')}/{group}" if isinstance(group, str) and group else ""
+        old = self._group_of.get(key, "")
+        if old == gkey:
+            return
+        if old:
+            self._leave(key, old)
+        if gkey:
+            self._group_of[key] = gkey
+            self.group_pods.setdefault(gkey, set()).add(key)
+
+    def _absent(self, key: str) -> None:
+        self.pods_present.pop(key, None)
+        old = self._group_of.pop(key, "")
+        if old:
+            self._leave(key, old)
+
+    def _leave(self, key: str, gkey: str) -> None:
+        members = self.group_pods.get(gkey)
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self.group_pods[gkey]
+
+    def group_exists(self, group: str) -> bool:
+        """Whether any pod of ``group`` (``<ns>/<name>``: the label or gang annotation) exists."""
+        return bool(self.group_pods.get(group))
+
+    def pod_exists(self, key: str, uid: str) -> bool:
+        """Whether the pod ``key`` (of ``uid``, when given) exists, as the watch has it."""
+        known = self.pods_present.get(key)
+        return known is not None and (not uid or not known or known == uid)
+
+    def note_pod(self, obj: dict[str, Any]) -> None:
+        """A pod read from the API server (fresher than the watch so far): applied as a change."""
+        self._apply("pods", "MODIFIED", obj)
 
     def _apply(self, kind: Kind, type_: str, obj: dict[str, Any]) -> None:
         try:
@@ -287,7 +336,10 @@ class StateSync:
         if type_ == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self.state.release_finished(key, uid)
             self._refused.pop(key, None)
+            if self.pods_present.get(key) in (uid, "") or not uid:
+                self._absent(key)
             return
+        self._present(key, uid, obj)
         node = (obj.get("spec") or {}).get("nodeName")
         if not node:
             # pending: nothing to record. An assumed or bound record is kept: this event may simply be

@@ -109,6 +109,9 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         assume_ttl=opts.assume_ttl,
         after_bind=opts.save.request if opts.save is not None else None,
         disabled_types=cfg.device_types.disabled() if cfg is not None else frozenset(),
+        pod_exists=sync.pod_exists,
+        group_exists=sync.group_exists,
+        note_pod=sync.note_pod,
     )
     sync.on_change = extender.pod_changed
     if elector is not None:
