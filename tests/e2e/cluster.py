@@ -272,10 +272,21 @@ class ControlPlane:
         return "\n".join(f"--- {p.name} ---\n{p.tail()}" for p in self.processes.values())
 
     # --- identities ----------------------------------------------------------------------------------
-    def token_kubeconfig(self, account: str, namespace: str = SYSTEM_NS) -> Path:
-        """A kubeconfig holding a TokenRequest token of the ServiceAccount (its RBAC, nothing more)."""
-        token = self.kubectl("create", "token", account, "-n", namespace, "--duration=48h").stdout.strip()
-        path = self.root / f"{namespace}-{account}.kubeconfig"
+    def token_kubeconfig(self, account: str, namespace: str = SYSTEM_NS, *, on_node: str | None = None) -> Path:
+        """A kubeconfig holding a TokenRequest token of the ServiceAccount (its RBAC, nothing more).
+        ``on_node``: the token is bound to a pod of that ServiceAccount on that node, as a DaemonSet
+        pod's is (the API server then puts the node in the user's extra,
+        ``authentication.kubernetes.io/node-name``); the pod is made here (no kubelet runs it)."""
+        bind: list[str] = []
+        if on_node is not None:
+            pod = f"{account}-{on_node}"
+            self.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": namespace},
+                        "spec": {"serviceAccountName": account, "nodeName": on_node,
+                                 "containers": [{"name": "agent", "image": "devshare:0.1.0"}]}})
+            uid = self.kubectl("get", "pod", pod, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout.strip()
+            bind = ["--bound-object-kind=Pod", f"--bound-object-name={pod}", f"--bound-object-uid={uid}"]
+        token = self.kubectl("create", "token", account, "-n", namespace, "--duration=48h", *bind).stdout.strip()
+        path = self.root / f"{namespace}-{account}{'-' + on_node if on_node else ''}.kubeconfig"
         path.write_text(yaml.safe_dump(kubeconfig(self.server, self.pki / "ca.crt", token=token)))
         return path
 
