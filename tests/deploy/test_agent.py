@@ -23,3 +23,24 @@ def test_manifests() -> None:
     assert "/var/lib/kubelet/device-plugins" in mounts
     assert {v["hostPath"]["path"] for v in ds["volumes"] if "hostPath" in v} == {"/var/lib/kubelet/device-plugins"}
     assert ds["containers"][0]["command"] == ["devshare", "agent", "run"]
+
+
+def test_every_write_the_agent_may_make_is_restricted_to_its_own_node() -> None:
+    """node-restriction.yaml: the ValidatingAdmissionPolicy matches the agent's ServiceAccount, covers
+    every resource its ClusterRole lets it write, is bound with Deny, and is installed by kustomize."""
+    docs = {(d["kind"], d["metadata"]["name"]): d for f in ("rbac.yaml", "node-restriction.yaml")
+            for d in yaml.safe_load_all((DEPLOY / f).read_text())}
+    sa = docs[("ServiceAccount", "devshare-agent")]["metadata"]
+    policy = docs[("ValidatingAdmissionPolicy", "devshare-agent-own-node")]["spec"]
+    (cond,) = policy["matchConditions"]
+    assert cond["expression"] == f"request.userInfo.username == 'system:serviceaccount:{sa['namespace']}:{sa['name']}'"
+    covered = {(g, r) for rule in policy["matchConstraints"]["resourceRules"] for g in rule["apiGroups"]
+               for r in rule["resources"]}
+    writes = {(g, r) for rule in docs[("ClusterRole", "devshare-agent")]["rules"] for g in rule["apiGroups"]
+              for r in rule["resources"] if set(rule["verbs"]) - {"get", "list", "watch"}}
+    assert writes <= covered
+    assert policy["failurePolicy"] == "Fail"
+    assert "authentication.kubernetes.io/node-name" in policy["variables"][0]["expression"]
+    binding = docs[("ValidatingAdmissionPolicyBinding", "devshare-agent-own-node")]["spec"]
+    assert binding == {"policyName": "devshare-agent-own-node", "validationActions": ["Deny"]}
+    assert "node-restriction.yaml" in yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]

@@ -91,6 +91,23 @@ def test_extender_url_and_scheduler_name_match_the_deployment() -> None:
     assert pod["serviceAccountName"] == find("ServiceAccount")["metadata"]["name"]
 
 
+def test_the_extender_follows_the_lease_of_the_kube_scheduler_in_its_pod() -> None:
+    """Several replicas: the extender leads while its own kube-scheduler holds the kube-scheduler
+    Lease (the one named in the scheduler configuration), knowing its pod's name from the downward API."""
+    election = scheduler_config()["leaderElection"]
+    assert election["leaderElect"] is True
+    dep = find("Deployment", "devshare-scheduler")
+    ext = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "extender")
+    args = ext["args"]
+    assert "--leader-elect" not in args
+    assert args[args.index("--follow-lease") + 1] == election["resourceName"]
+    assert election["resourceNamespace"] == dep["metadata"]["namespace"]  # the extender's --namespace default
+    env = {e["name"]: e for e in ext["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    lease_rules = rules(find("Role", "devshare-leases"))
+    assert ("coordination.k8s.io", "leases", "get") in lease_rules
+
+
 def rules(obj: dict[str, Any]) -> set[tuple[str, str, str]]:
     return {(g, r, v) for rule in obj["rules"] for g in rule["apiGroups"] for r in rule["resources"]
             for v in rule["verbs"]}

@@ -19,7 +19,7 @@ def test_webhook_configurations() -> None:
     hooks = docs("webhooks.yaml")
     service = docs("deployment.yaml")["Service/devshare-webhook"]
     for kind, path in (("MutatingWebhookConfiguration", "/mutate"), ("ValidatingWebhookConfiguration", "/validate")):
-        (hook,) = hooks[f"{kind}/devshare-webhook"]["webhooks"]
+        hook = hooks[f"{kind}/devshare-webhook"]["webhooks"][0]
         assert hook["admissionReviewVersions"] == ["v1"]
         assert hook["sideEffects"] == "None"
         assert hook["failurePolicy"] in ("Fail", "Ignore")
@@ -35,6 +35,29 @@ def test_webhook_configurations() -> None:
         assert ns["operator"] == "NotIn" and {"kube-system", service["metadata"]["namespace"]} <= set(ns["values"])
         (opt_out,) = hook["objectSelector"]["matchExpressions"]
         assert opt_out == {"key": "devshare.io/webhook", "operator": "NotIn", "values": ["disabled"]}
+
+
+def test_the_allocations_webhook_sees_every_pod_carrying_an_allocation_annotation() -> None:
+    """No opt-out label, no namespace left out; its matchConditions name exactly the annotations of
+    devshare.model.dialects.allocation_annotations (the one list), and it is sent CREATE and UPDATE."""
+    import re
+
+    from devshare.model import dialects
+
+    service = docs("deployment.yaml")["Service/devshare-webhook"]
+    validate = docs("webhooks.yaml")["ValidatingWebhookConfiguration/devshare-webhook"]["webhooks"]
+    hook = next(h for h in validate if h["name"] == "allocations.webhook.devshare.io")
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["rules"] == [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                              "resources": ["pods"], "scope": "Namespaced"}]
+    assert "objectSelector" not in hook and "namespaceSelector" not in hook
+    assert hook["clientConfig"]["service"]["path"] == "/validate"
+    assert hook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
+    (cond,) = hook["matchConditions"]
+    for listed in re.findall(r"k in \[([^\]]*)\]", cond["expression"]):
+        assert {x.strip().strip("'") for x in listed.split(",")} == set(dialects.allocation_annotations())
+    for prefix in dialects.allocation_prefixes():
+        assert cond["expression"].count(f"k.startsWith('{prefix}')") == 2
 
 
 def test_deployment_serves_what_the_service_targets() -> None:

@@ -272,10 +272,21 @@ class ControlPlane:
         return "\n".join(f"--- {p.name} ---\n{p.tail()}" for p in self.processes.values())
 
     # --- identities ----------------------------------------------------------------------------------
-    def token_kubeconfig(self, account: str, namespace: str = SYSTEM_NS) -> Path:
-        """A kubeconfig holding a TokenRequest token of the ServiceAccount (its RBAC, nothing more)."""
-        token = self.kubectl("create", "token", account, "-n", namespace, "--duration=48h").stdout.strip()
-        path = self.root / f"{namespace}-{account}.kubeconfig"
+    def token_kubeconfig(self, account: str, namespace: str = SYSTEM_NS, *, on_node: str | None = None) -> Path:
+        """A kubeconfig holding a TokenRequest token of the ServiceAccount (its RBAC, nothing more).
+        ``on_node``: the token is bound to a pod of that ServiceAccount on that node, as a DaemonSet
+        pod's is (the API server then puts the node in the user's extra,
+        ``authentication.kubernetes.io/node-name``); the pod is made here (no kubelet runs it)."""
+        bind: list[str] = []
+        if on_node is not None:
+            pod = f"{account}-{on_node}"
+            self.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": namespace},
+                        "spec": {"serviceAccountName": account, "nodeName": on_node,
+                                 "containers": [{"name": "agent", "image": "devshare:0.1.0"}]}})
+            uid = self.kubectl("get", "pod", pod, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout.strip()
+            bind = ["--bound-object-kind=Pod", f"--bound-object-name={pod}", f"--bound-object-uid={uid}"]
+        token = self.kubectl("create", "token", account, "-n", namespace, "--duration=48h", *bind).stdout.strip()
+        path = self.root / f"{namespace}-{account}{'-' + on_node if on_node else ''}.kubeconfig"
         path.write_text(yaml.safe_dump(kubeconfig(self.server, self.pki / "ca.crt", token=token)))
         return path
 
@@ -302,29 +313,50 @@ class ControlPlane:
             raise ControlPlaneError(f"{name} exited:\n{proc.tail()}")
         return proc
 
-    def scheduler_config(self, extender_port: int) -> Path:
+    def scheduler_config(self, extender_port: int, *, scheduler_name: str | None = None,
+                         lease_seconds: tuple[int, int, int] | None = None, file: str = "scheduler-config.yaml"
+                         ) -> Path:
         """deploy/scheduler/config with the extender URL pointed at the test's port; the client
-        connection uses the scheduler's ServiceAccount token (in a pod: the in-cluster config)."""
+        connection uses the scheduler's ServiceAccount token (in a pod: the in-cluster config).
+        ``scheduler_name``: the profile's schedulerName, which also names its Lease (a second set of
+        replicas beside the session's); ``lease_seconds``: (duration, renew deadline, retry period)."""
         cfg = yaml.safe_load((DEPLOY / "scheduler" / "config" / "scheduler-config.yaml").read_text())
         for ext in cfg["extenders"]:
             ext["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
         cfg["clientConnection"] = {"kubeconfig": str(self.token_kubeconfig("devshare-scheduler")),
                                    "qps": 500, "burst": 1000}
-        path = self.root / "scheduler-config.yaml"
+        if scheduler_name is not None:
+            cfg["profiles"][0]["schedulerName"] = scheduler_name
+            cfg["leaderElection"]["resourceName"] = scheduler_name
+        if lease_seconds is not None:
+            cfg["leaderElection"].update(zip(("leaseDuration", "renewDeadline", "retryPeriod"),
+                                             (f"{s}s" for s in lease_seconds), strict=True))
+        path = self.root / file
         path.write_text(yaml.safe_dump(cfg))
         return path
 
     def start_scheduler(self, *, extender_port: int | None = None, name: str = "kube-scheduler",
-                        config: Path | None = None) -> Process:
+                        config: Path | None = None, hostname: str | None = None, standby: bool = False) -> Process:
+        """kube-scheduler; with ``hostname``, in a UTS namespace of its own under that hostname (as in a
+        pod, where the hostname is the pod's name and starts kube-scheduler's Lease identity); with
+        ``standby``, ready once it campaigns for its Lease rather than once it holds it."""
         config = config or self.scheduler_config(extender_port or self.extender_port)
         port = free_port()
-        proc = self.spawn(name, [str(self.bin / "kube-scheduler"), f"--config={config}",
-                                 "--bind-address=127.0.0.1", f"--secure-port={port}",
-                                 f"--cert-dir={self.root / (name + '-certs')}",
-                                 f"--authentication-kubeconfig={self.admin}",
-                                 f"--authorization-kubeconfig={self.admin}", "--v=2"])
+        args = [str(self.bin / "kube-scheduler"), f"--config={config}",
+                "--bind-address=127.0.0.1", f"--secure-port={port}",
+                f"--cert-dir={self.root / (name + '-certs')}",
+                f"--authentication-kubeconfig={self.admin}",
+                f"--authorization-kubeconfig={self.admin}", "--v=2"]
+        if hostname is not None:
+            if shutil.which("unshare") is None:
+                raise ControlPlaneError("running kube-scheduler under a hostname of its own needs unshare "
+                                        "(util-linux) and root")
+            # unshare execs sh in a new UTS namespace; sh sets the hostname and execs kube-scheduler (one pid)
+            args = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, *args]
+        proc = self.spawn(name, args)
         elects = (yaml.safe_load(config.read_text()).get("leaderElection") or {}).get("leaderElect", True)
-        ready = "successfully acquired lease" if elects else "starting kubernetes scheduler"
+        ready = ("attempting to acquire leader lease" if standby else "successfully acquired lease") if elects \
+            else "starting kubernetes scheduler"
         wait_until(lambda: _dead(proc) or ready in proc.log.read_text(errors="replace").lower(),
                    timeout=60, what=f"{name} started")
         if not proc.alive:

@@ -1,9 +1,12 @@
 """The node agent's reporter, running with the identity of deploy/agent's ServiceAccount, creates its
-node's Device and advertises the node's extended resources on the Node's status."""
+node's Device and advertises the node's extended resources on the Node's status; and each agent may
+change only what belongs to its own node (deploy/agent/node-restriction.yaml)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -17,7 +20,7 @@ def test_reporter_creates_device_and_node_status_with_its_own_identity(cluster: 
     cluster.cp.kubectl("delete", "device", node)  # the agent makes it
     fake = tmp_path / "node.yaml"
     fake.write_text(yaml.safe_dump({"model": "Tesla-V100-SXM2-16GB", "memory": "16Gi", "gpus": 4}))
-    cfg = cluster.cp.token_kubeconfig("devshare-agent")
+    cfg = cluster.cp.token_kubeconfig("devshare-agent", on_node=node)  # as the DaemonSet's pod on the node
     proc = cluster.cp.spawn("agent", [*DEVSHARE, "agent", "report", "--fake", str(fake), "--node", node,
                                       "--interval", "1"],
                             env={**os.environ, "KUBECONFIG": str(cfg), "PYTHONUNBUFFERED": "1"})
@@ -37,3 +40,91 @@ def test_reporter_creates_device_and_node_status_with_its_own_identity(cluster: 
         assert proc.alive, proc.tail()
     finally:
         proc.stop()
+
+
+def test_each_agent_changes_only_its_own_node(cluster: Cluster) -> None:
+    """Issue 12: the agent's ClusterRole let any agent patch every pod, every node's status and every
+    Device. The ValidatingAdmissionPolicy keyed on the node its token is bound to refuses the rest."""
+    cp = cluster.cp
+    mine, other = cluster.node("own-a", gpus=1), cluster.node("own-b", gpus=1)
+    agent = cp.token_kubeconfig("devshare-agent", on_node=mine)
+
+    def as_agent(*args: str) -> subprocess.CompletedProcess[str]:
+        """``kubectl patch KIND NAME [-n NS] [--subresource=status] --type=merge -p BODY`` as the agent
+        makes it: one PATCH (kubectl would GET first, which the agent's RBAC does not allow on
+        nodes/status)."""
+        kind, name, *rest = args[1:]
+        ns = rest[rest.index("-n") + 1] if "-n" in rest else ""
+        sub = "/status" if "--subresource=status" in rest else ""
+        body = rest[rest.index("-p") + 1]
+        base = {"node": "/api/v1/nodes", "device": "/apis/devshare.io/v1alpha1/devices",
+                "pod": f"/api/v1/namespaces/{ns}/pods"}[kind]
+        return _patch(agent, f"{base}/{name}{sub}", body)
+
+    status = json.dumps({"status": {"capacity": {"example.com/probe": "1"}}})
+    assert as_agent("patch", "node", mine, "--subresource=status", "--type=merge", "-p", status).returncode == 0
+    out = as_agent("patch", "node", other, "--subresource=status", "--type=merge", "-p", status)
+    assert out.returncode != 0
+    assert "ValidatingAdmissionPolicy 'devshare-agent-own-node'" in out.stderr, out.stderr
+    assert f"the devshare agent of node {mine} may only change objects of its own node, not nodes {other}" \
+        in out.stderr, cp.get("validatingadmissionpolicy", "devshare-agent-own-node").get("status")
+
+    label = json.dumps({"metadata": {"labels": {"probe": "1"}}})
+    devices = "/apis/devshare.io/v1alpha1/devices"
+    assert _relabel(agent, f"{devices}/{mine}").returncode == 0  # the agent reads and updates Devices
+    out = _relabel(agent, f"{devices}/{other}")
+    assert out.returncode != 0 and f"not devices {other} of node {other}" in out.stderr
+
+    # pods devshare bound to each node: the agent marks its own node's pods assigned, nothing else
+    for name, node in (("on-mine", mine), ("on-other", other)):
+        obj = cluster.pod(name, {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"},
+                          create=False)
+        obj["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
+        cp.kubectl("create", "-f", "-", input=json.dumps(obj))
+        cluster.wait_bound(name, timeout=60)
+    assigned = json.dumps({"metadata": {"annotations": {"devshare.io/assigned": "true"}}})
+    ns = ["-n", cluster.ns]
+    assert as_agent("patch", "pod", "on-mine", *ns, "--type=merge", "-p", assigned).returncode == 0
+    assert cluster.get_pod("on-mine")["metadata"]["annotations"]["devshare.io/assigned"] == "true"
+    out = as_agent("patch", "pod", "on-other", *ns, "--type=merge", "-p", assigned)
+    assert out.returncode != 0 and f"of node {other}" in out.stderr
+    out = as_agent("patch", "pod", "on-mine", *ns, "--type=merge", "-p", label)
+    assert out.returncode != 0 and "may only set devshare.io/assigned, ALIYUN_COM_GPU_MEM_ASSIGNED" in out.stderr
+    forged = json.dumps({"metadata": {"annotations": {"devshare.io/allocation": "{}"}}})
+    out = as_agent("patch", "pod", "on-mine", *ns, "--type=merge", "-p", forged)
+    assert out.returncode != 0
+
+    # a token bound to no node changes nothing, not even its "own" node
+    unbound = cp.token_kubeconfig("devshare-agent")
+    out = _relabel(unbound, f"{devices}/{mine}")
+    assert out.returncode != 0 and "the devshare agent's token is bound to no node" in out.stderr
+
+
+def _patch(kubeconfig: Path, path: str, body: str, method: str = "PATCH") -> subprocess.CompletedProcess[str]:
+    """A merge PATCH (or another method) with the kubeconfig's token; the answer as kubectl would
+    give it (rc, stdout, stderr)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    cfg = yaml.safe_load(kubeconfig.read_text())
+    cluster, user = cfg["clusters"][0]["cluster"], cfg["users"][0]["user"]
+    ctx = ssl.create_default_context(cafile=cluster["certificate-authority"])
+    kind = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    req = urllib.request.Request(cluster["server"] + path, data=body.encode() if body else None, method=method,
+                                 headers={"Authorization": f"Bearer {user['token']}", "Content-Type": kind})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+            return subprocess.CompletedProcess([path], 0, r.read().decode(), "")
+    except urllib.error.HTTPError as e:
+        return subprocess.CompletedProcess([path], 1, "", e.read().decode(errors="replace"))
+
+
+def _relabel(kubeconfig: Path, path: str) -> subprocess.CompletedProcess[str]:
+    """GET the object and PUT it back with one more label, as the kubeconfig's user."""
+    got = _patch(kubeconfig, path, "", method="GET")
+    if got.returncode:
+        return got
+    obj = json.loads(got.stdout)
+    obj["metadata"].setdefault("labels", {})["probe"] = "1"
+    return _patch(kubeconfig, path, json.dumps(obj), method="PUT")

@@ -9,7 +9,9 @@ import socket
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-from e2e.cluster import SYSTEM_NS, Process, free_port, wait_until
+import pytest
+
+from e2e.cluster import SYSTEM_NS, ControlPlane, Process, free_port, wait_until
 from e2e.conftest import Cluster, allocation
 
 
@@ -75,3 +77,140 @@ def _devices(port: int, node: str) -> list[dict[str, object]]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/inspect", timeout=10) as r:
         data = json.load(r)
     return [d for n in data["nodes"] if n["name"] == node for d in n["devices"]]
+
+
+# --- real kube-scheduler replicas, each with its own sidecar extender following its Lease ------------
+
+HA = "e2e-ha-scheduler"  # the replicas' schedulerName and Lease: beside the session's devshare-scheduler
+LEASE_SECONDS = (4, 3, 1)  # kube-scheduler's leaseDuration, renewDeadline, retryPeriod (short: failovers)
+
+
+class Pair:
+    """One scheduler pod as deploy/scheduler runs it: kube-scheduler (its hostname the pod's name) and
+    the extender beside it with ``--follow-lease``, kube-scheduler talking only to that extender."""
+
+    def __init__(self, cp: ControlPlane, pod_name: str) -> None:
+        self.pod = pod_name
+        self.port = free_port()
+        self.extender = cp.start_extender("--follow-lease", HA, "--pod-name", pod_name,
+                                          name=f"{pod_name}-extender", port=self.port)
+        config = cp.scheduler_config(self.port, scheduler_name=HA, lease_seconds=LEASE_SECONDS,
+                                     file=f"{pod_name}-config.yaml")
+        self.scheduler = cp.start_scheduler(name=f"{pod_name}-kube-scheduler", config=config, hostname=pod_name,
+                                            standby=True)
+
+    def signal(self, sig: int) -> None:
+        for p in (self.scheduler, self.extender):
+            p.signal(sig)
+
+    def stop(self) -> None:
+        for p in (self.scheduler, self.extender):
+            p.stop()
+
+    @property
+    def alive(self) -> bool:
+        return self.scheduler.alive and self.extender.alive
+
+
+def _ha_holder(cp: ControlPlane) -> str:
+    out = cp.kubectl("get", "lease", HA, "-n", SYSTEM_NS, "-o", "jsonpath={.spec.holderIdentity}", check=False)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _leader(cp: ControlPlane, pairs: list[Pair]) -> Pair:
+    def find() -> Pair | None:
+        holder = _ha_holder(cp)
+        return next((p for p in pairs if p.alive and holder.startswith(p.pod + "_")), None)
+    found: Pair = wait_until(find, timeout=60, interval=0.3, what=f"a live replica holding the {HA} Lease")
+    return found
+
+
+def _core_by_card(cluster: Cluster) -> dict[tuple[str, int], int]:
+    used: dict[tuple[str, int], int] = {}
+    for p in cluster.pods():
+        if not p["spec"].get("nodeName") or "devshare.io/allocation" not in (p["metadata"].get("annotations") or {}):
+            continue
+        for c in allocation(p)["containers"]:
+            for d in c["devices"]:
+                card = (p["spec"]["nodeName"], int(d["minor"]))
+                used[card] = used.get(card, 0) + int(d["core"])
+    return used
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_kube_scheduler_replicas_each_with_its_sidecar_fail_over_without_double_booking(
+        cluster: Cluster, n: int) -> None:
+    """Whichever kube-scheduler is active has its binds served by its own sidecar, through a leader
+    SIGSTOPped past its lease (a bind queued in its extender meanwhile is refused when it resumes), a
+    killed leader and a graceful failover; no card is ever booked beyond 100%."""
+    cp = cluster.cp
+    main = cluster.node(f"ha{n}-main", gpus=4)
+    frozen_node = cluster.node(f"ha{n}-frozen", gpus=1)
+    made = iter(range(100))
+    pairs: list[Pair] = []
+
+    def replica() -> Pair:
+        pair = Pair(cp, f"devshare-scheduler-{n}x-{next(made)}")
+        pairs.append(pair)
+        return pair
+
+    def wave(tag: str, count: int = 2, node: str = main, core: str = "30") -> list[str]:
+        names = []
+        for i in range(count):
+            obj = cluster.pod(f"{tag}-{i}", {"koordinator.sh/gpu-core": core, "koordinator.sh/gpu-memory-ratio": core},
+                              scheduler=HA, create=False)
+            obj["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
+            cp.kubectl("create", "-f", "-", input=json.dumps(obj))
+            names.append(obj["metadata"]["name"])
+        for name in names:
+            cluster.wait_bound(name, timeout=90)
+        return names
+
+    try:
+        for _ in range(n):
+            replica()
+        leader = _leader(cp, pairs)
+        bound = wave("start")
+
+        # SIGSTOP of the whole leading pod past its lease; a bind waits in its extender's socket meanwhile
+        queued = cluster.pod("queued", {"koordinator.sh/gpu-core": "60", "koordinator.sh/gpu-memory-ratio": "60"},
+                             scheduler="e2e-manual")
+        queued = cluster.get_pod("queued")
+        leader.signal(signal.SIGSTOP)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(_bind, leader.port, cluster.ns, "queued", queued["metadata"]["uid"], frozen_node)
+            try:
+                new = _leader(cp, [p for p in pairs if p is not leader])
+                bound += wave("during-stop", count=1, node=frozen_node, core="60")  # 60% of the frozen node's card
+            finally:
+                leader.signal(signal.SIGCONT)
+            assert answer.result(timeout=60).startswith("not the leader"), answer.result()
+        # the resumed kube-scheduler finds its lease lost and exits, as in a pod (which is replaced)
+        wait_until(lambda: not leader.scheduler.alive, timeout=60, what="the deposed kube-scheduler exiting")
+        leader.stop()
+        replica()
+        assert _leader(cp, pairs) is new
+        bound += wave("after-stop")
+
+        # SIGKILL of the leading pod: nothing released; another replica takes over once the lease lapses
+        killed = _leader(cp, pairs)
+        killed.signal(signal.SIGKILL)
+        killed.stop()
+        replica()
+        assert _leader(cp, pairs) is not killed
+        bound += wave("after-kill")
+
+        # graceful failover: kube-scheduler releases its Lease on SIGTERM, the next takes over
+        stepping = _leader(cp, pairs)
+        stepping.stop()
+        assert _leader(cp, pairs) is not stepping
+        bound += wave("after-term")
+    finally:
+        for p in pairs:
+            p.stop()
+    assert len(bound) == 9
+    assert not cluster.get_pod("queued")["spec"].get("nodeName")
+    used = _core_by_card(cluster)
+    assert used[(frozen_node, 0)] == 60, used  # not 120: the deposed replica's queued bind was refused
+    assert all(v <= 100 for v in used.values()), used
+    assert sum(used.values()) == 8 * 30 + 60

@@ -40,3 +40,44 @@ def test_pods_without_devices_are_untouched(cluster: Cluster) -> None:
     assert pod["spec"]["schedulerName"] == "default-scheduler"
     assert not (pod["metadata"].get("annotations") or {})
     assert pod["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "100m"}, "requests": {"cpu": "100m"}}
+
+
+FORGED = json.dumps({"node": "NODE", "containers": [{"name": "c0", "devices": [
+    {"type": "gpu", "minor": 0, "id": "GPU-NODE-0", "core": 100, "memory": 17179869184}]}]})
+
+
+def test_users_cannot_write_allocations_on_pods(cluster: Cluster) -> None:
+    """Issue 12: a pod created with spec.nodeName and its own devshare.io/allocation was admitted and
+    counted (GPU 0 at 165%). The allocations webhook refuses it, whoever asks except devshare itself,
+    the opt-out label notwithstanding; on a pod devshare bound, a user may change anything but the
+    allocation annotations, and the node agent may mark it assigned."""
+    cp = cluster.cp
+    node = cluster.node("wh-forge", gpus=1)
+    forged = FORGED.replace("NODE", node)
+    # a device pod pinned to the node with an allocation of its own, opted out of the other webhooks
+    obj = cluster.pod("forged", {"koordinator.sh/gpu-core": "100"}, create=False,
+                      annotations={"devshare.io/allocation": forged}, labels={"devshare.io/webhook": "disabled"})
+    obj["spec"]["nodeName"] = node
+    out = cp.kubectl("create", "-f", "-", input=json.dumps(obj), check=False)
+    assert out.returncode != 0
+    assert 'admission webhook "allocations.webhook.devshare.io" denied the request' in out.stderr
+    assert "devshare.io/allocation may only be written by devshare" in out.stderr
+    # a pod asking for nothing, carrying a dialect's allocation: refused as well
+    plain = cluster.pod("plain-forged", {"cpu": "10m"}, scheduler=None, create=False,
+                        annotations={"scheduling.koordinator.sh/device-allocated": '{"gpu":[{"minor":0}]}'})
+    out = cp.kubectl("create", "-f", "-", input=json.dumps(plain), check=False)
+    assert out.returncode != 0  # both validating webhooks see this one: either answers first
+    assert "scheduling.koordinator.sh/device-allocated may only be written by devshare" in out.stderr
+
+    # a pod devshare placed: its allocation is devshare's
+    cluster.pod("real", {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"})
+    real = cluster.wait_bound("real", timeout=60)
+    assert allocation(real)["containers"][0]["devices"][0]["core"] == 50
+    out = cp.kubectl("annotate", "pod", "real", "-n", cluster.ns, "--overwrite",
+                     f"devshare.io/allocation={forged}", check=False)
+    assert out.returncode != 0 and "may only be changed by devshare" in out.stderr
+    out = cp.kubectl("annotate", "pod", "real", "-n", cluster.ns, "devshare.io/allocation-", check=False)
+    assert out.returncode != 0 and "may only be changed by devshare" in out.stderr
+    cp.kubectl("label", "pod", "real", "-n", cluster.ns, "tier=gold")  # anything else goes
+    assert allocation(cluster.get_pod("real"))["containers"][0]["devices"][0]["core"] == 50
+    assert cluster.inspect()["nodes"][0]["devices"][0]["used"]["core"] == 50

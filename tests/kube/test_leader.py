@@ -165,7 +165,52 @@ async def test_fence_closes_before_the_lease_can_expire() -> None:
         assert reason is not None and reason.startswith("not the leader") and "renew deadline" in reason
 
         writes = PodWrites(backend)
-        writes.fence = a.fence
+        writes.fence = a.check
         error = await writes.bind("default", "p", "node-0", "uid", annotations={"a": "b"})
         assert error.startswith("not the leader") and "nothing was written" in error
         assert backend.store.get("pods", "default/p") is None  # no Binding attempted (it would 404)
+
+
+# ---- LeaseFollower: the extender leads while the kube-scheduler of its own pod holds that Lease ----
+
+def _scheduler_lease(holder: str, renewed: float, duration: int = 15) -> dict[str, object]:
+    from devshare.kube.leader import micro_time
+
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "devshare-scheduler", "namespace": "devshare-system"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": micro_time(renewed)}}
+
+
+async def test_the_follower_leads_only_while_its_own_kube_scheduler_holds_a_fresh_lease() -> None:
+    from devshare.kube.leader import LeaseFollower
+
+    backend = MemoryBackend()
+    clock = Clock()
+    clock.now = 1_700_000_000.0  # the wall clock kube-scheduler's renewTime is written with
+    pod = "devshare-scheduler-5d8c7b9f4-x7k2p"
+    follower = LeaseFollower(backend, pod_name=pod, clock=clock)
+    assert await follower.check() is not None and not follower.is_leader  # no Lease yet
+    await backend.create_lease("devshare-system", _scheduler_lease(f"{pod}_3f0c9a", clock.now))
+    assert await follower.check() is None and follower.is_leader and follower.may_write()
+    clock.now += 9.9  # two thirds of the 15 s lease: still safe to write
+    assert follower.may_write()
+    clock.now += 0.2  # beyond: another kube-scheduler may take over soon; no write goes out
+    reason = follower.fence()
+    assert reason is not None and "last renewed its Lease 10.1 s ago" in reason
+    assert await follower.check() is not None and not follower.is_leader
+    # another pod whose name starts with this one's is not this pod's kube-scheduler
+    lease = await backend.get_lease("devshare-system", "devshare-scheduler")
+    assert lease is not None
+    await backend.replace_lease("devshare-system", {**lease, **_scheduler_lease(f"{pod}2_77aa", clock.now)})
+    reason = await follower.check()
+    assert reason is not None and f"held by {pod}2_77aa" in reason
+
+
+def test_a_long_pod_name_is_matched_as_the_kubelet_cuts_it_into_a_hostname() -> None:
+    from devshare.kube.leader import LeaseFollower, pod_hostname
+
+    name = "a" * 60 + "-b-cdef"  # 67 characters: the hostname is its first 63, without the trailing "-"
+    assert pod_hostname(name) == "a" * 60 + "-b"
+    assert LeaseFollower(MemoryBackend(), pod_name=name).prefix == "a" * 60 + "-b_"
+    with pytest.raises(ValueError, match="pod-name"):
+        LeaseFollower(MemoryBackend(), pod_name="")

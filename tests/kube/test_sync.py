@@ -302,7 +302,7 @@ async def test_restart_rebuilds_the_same_usage(world: World) -> None:
     async with syncing(world.backend) as second:  # a restart: a fresh state over the same cluster
         assert second.state.usage_key() == live
         assert {k: (r.allocation, r.phase) for k, r in second.state.pods.items()} == live_pods
-        assert second.overcommitted == 0
+        assert second.overbooked == 0
         # events about pods it already holds never count them twice
         world.put({**pod("p2", core=100, memory_gib=16, node_name="n2", grants=[(0, 100, 16)]),
                    "status": {"phase": "Running"}})

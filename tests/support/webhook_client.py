@@ -68,6 +68,8 @@ def admission_review(
     namespace: str = "default",
     kind: str = "Pod",
     name: str = "",
+    username: str = "system:serviceaccount:default:test",
+    old: Any = None,
 ) -> dict[str, Any]:
     """An AdmissionReview as the API server sends it for a pod."""
     return {
@@ -82,9 +84,9 @@ def admission_review(
             "name": name,
             "namespace": namespace,
             "operation": operation,
-            "userInfo": {"username": "system:serviceaccount:default:test"},
+            "userInfo": {"username": username},
             "object": pod,
-            "oldObject": None,
+            "oldObject": old,
             "dryRun": False,
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
         },

@@ -38,6 +38,17 @@ def extender(
                      help="Campaign for the Lease; only the leader binds (default: on with a real cluster, off "
                      "with --cluster)."),
     ] = None,
+    follow_lease: Annotated[
+        str | None,
+        typer.Option(help="Lead exactly while the kube-scheduler in this pod holds this Lease (its "
+                     "leaderElection.resourceName, in --namespace) instead of electing a leader of its own: "
+                     "whichever kube-scheduler is active has its binds served (docs/deploy.md). Needs --pod-name."),
+    ] = None,
+    pod_name: Annotated[
+        str | None,
+        typer.Option(envvar="POD_NAME", help="This pod's name (the downward API's metadata.name): kube-scheduler's "
+                     "identity in its Lease starts with it. Read from $POD_NAME when not given."),
+    ] = None,
     config: ConfigOption = None,
     assume_ttl: Annotated[
         float | None, typer.Option(help="Seconds a reservation waits for its bind before its devices are freed "
@@ -84,6 +95,16 @@ def extender(
             raise fail(f"unknown --policy {policy!r}: use one of {', '.join(LIVE_NAMES)}")
         if core_weight is not None and not 0.0 <= core_weight <= 1.0:
             raise fail(f"--core-weight must be between 0 and 1, got {core_weight}")
+        if follow_lease is not None:
+            if cluster is not None:
+                raise fail("--follow-lease follows a kube-scheduler's Lease on a real cluster: it needs --kubeconfig "
+                           "(or the in-cluster configuration), not --cluster")
+            if leader_elect:
+                raise fail("give either --leader-elect (a Lease of the extender's own) or --follow-lease "
+                           "(the kube-scheduler's Lease), not both")
+            if not pod_name:
+                raise fail("--follow-lease needs this pod's name: give --pod-name or set $POD_NAME from the "
+                           "downward API (env: valueFrom: fieldRef: fieldPath: metadata.name)")
         from devshare.config import load_config, with_overrides
 
         cfg = with_overrides(load_config(config), policy=policy, core_weight=core_weight, assume_ttl=assume_ttl)
@@ -131,6 +152,9 @@ def extender(
 
             backend = LiveBackend.connect(kubeconfig, context=context, namespace=namespace)
             options.leader_election = True if leader_elect is None else leader_elect
+            if follow_lease is not None:
+                options.leader_election = False
+                options.follow_lease, options.pod_name = follow_lease, str(pod_name)
     try:
         serve(backend, options, host=host, port=port, tls=tls)
     except OSError as e:

@@ -50,6 +50,13 @@ def webhook(
     reload_interval: Annotated[
         float, typer.Option(help="Seconds between checks of the certificate files for a renewal.")
     ] = 5.0,
+    allocation_writer: Annotated[
+        list[str] | None,
+        typer.Option(help="A username that may write allocation annotations on pods (repeatable; default: "
+                     "devshare's ServiceAccounts system:serviceaccount:devshare-system:devshare-scheduler and "
+                     "...:devshare-agent). Anyone else's pod CREATE carrying them, or UPDATE changing them, "
+                     "is refused."),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     config_file: ConfigOption = None,
 ) -> None:
@@ -100,6 +107,12 @@ def webhook(
             replace_schedulers=tuple(replace_scheduler) if replace_scheduler else REPLACEABLE_SCHEDULERS,
             cluster=source,
         )
+        if allocation_writer:
+            bad = [w for w in allocation_writer if not w.strip()]
+            if bad:
+                raise fail("--allocation-writer must be a username, e.g. "
+                           "system:serviceaccount:devshare-system:devshare-scheduler")
+            config.allocation_writers = tuple(allocation_writer)
     try:
         serve(config, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, reload_interval=reload_interval)
     except OSError as e:

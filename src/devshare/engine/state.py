@@ -322,6 +322,53 @@ class ClusterState:
         self.version += 1
         return reason
 
+    def overbooking(self, alloc: PodAllocation, *, ignore: str | None = None) -> str | None:
+        """Whether ``alloc``, added to what is counted now, would book a card beyond its compute or
+        memory (None when it would not, or when its node or cards are unknown: nothing to judge
+        against). Unlike :meth:`why_not`, health, cordons, containers per card and node CPU do not
+        matter: this is the rule for allocations already written on pods. ``ignore``: a pod key not
+        to count (the same pod's earlier record)."""
+        row = self.row_of.get(alloc.node)
+        if row is None:
+            return None
+        extra: dict[tuple[str, int], list[int]] = {}
+        for _, g in alloc.grants():
+            acc = extra.setdefault((g.type, g.minor), [0, 0])
+            acc[0] += g.core_milli
+            acc[1] += g.memory
+        back = self.pods.get(ignore) if ignore else None
+        for (dtype, minor), (core, mem) in extra.items():
+            t = self.tables.get(dtype)
+            col = t.column_of(row, minor) if t is not None else -1
+            if t is None or col < 0:
+                continue
+            used_core, used_mem = int(t.used_core[row, col]), int(t.used_mem[row, col])
+            if back is not None and back.allocation.node == alloc.node:
+                for _, bg in back.allocation.grants():
+                    if bg.type == dtype and bg.minor == minor:
+                        used_core -= bg.core_milli
+                        used_mem -= bg.memory
+            total_core, total_mem = int(t.total_core[row, col]), int(t.total_mem[row, col])
+            if used_core + core > total_core or (total_mem and used_mem + mem > total_mem):
+                return (f"{dtype} {minor} of node {alloc.node} would hold {(used_core + core) / 10:g}% compute and "
+                        f"{(used_mem + mem) / 2**30:.1f} GiB of {total_core / 10:g}% and {total_mem / 2**30:.1f} GiB "
+                        f"({used_core / 10:g}% and {used_mem / 2**30:.1f} GiB already held)")
+        return None
+
+    def add_bound_checked(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
+        """Record a bound pod's allocation unless it would over-book a card (:meth:`overbooking`):
+        then nothing changes (a record the pod had stays) and the reason is returned. An allocation
+        devshare did not decide (written by hand, or by a deposed replica) is never counted beyond
+        a card's capacity."""
+        old = self.pods.get(pod.key)
+        if old is not None and old.allocation == alloc:
+            return self.add_bound(pod, alloc)
+        reason = self.overbooking(alloc, ignore=pod.key if old is not None else None)
+        if reason is not None:
+            return reason
+        self.add_bound(pod, alloc)
+        return None
+
     # ------------------------------------------------------------------ what-if
     def scratch(self, nodes: Iterable[str]) -> ClusterState:
         """A separate state holding copies of ``nodes``, their devices and the allocations placed on

@@ -1,4 +1,6 @@
-"""Lease-based leader election (``coordination.k8s.io/v1`` Lease), as client-go does it.
+"""Leadership from a ``coordination.k8s.io/v1`` Lease: :class:`LeaderElector` campaigns for its own
+Lease as client-go does it; :class:`LeaseFollower` follows the Lease of the kube-scheduler in the same
+pod (the deployment's default: docs/deploy.md, "Several replicas").
 
 A candidate reads the Lease; it takes it when nobody holds it, or when the holder's record has not
 changed for ``lease_duration`` seconds *as observed locally* (no trust in other clocks). The leader
@@ -179,3 +181,160 @@ class LeaderElector:
         with contextlib.suppress(BackendError):
             await self.backend.replace_lease(self.namespace, {**self._lease, "spec": spec,
                                                               "metadata": meta(self._lease)})
+
+    async def check(self) -> str | None:
+        """The fence before a write (:meth:`fence`; this elector writes the Lease itself, so what it
+        knows locally is current)."""
+        return self.fence()
+
+
+def parse_micro_time(value: object) -> float | None:
+    """Seconds since the epoch of a Kubernetes MicroTime/Time (RFC 3339), or None when unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.strip().replace("Z", "+00:00")
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def pod_hostname(pod_name: str) -> str:
+    """The hostname the kubelet gives a pod's containers: its name, cut to 63 characters (a DNS
+    label) and without a trailing ``-`` or ``.`` (pkg/kubelet, GeneratePodHostNameAndDomain)."""
+    return pod_name[:63].rstrip("-.") if len(pod_name) > 63 else pod_name
+
+
+class LeaseFollower:
+    """Leadership borrowed from the kube-scheduler beside this extender (the same pod): this
+    extender leads exactly while its own kube-scheduler holds the kube-scheduler Lease.
+
+    kube-scheduler's identity in the Lease is ``<hostname>_<uuid>`` and a pod's hostname is its name
+    (:func:`pod_hostname`), which the extender learns from the downward API (``--pod-name``). So the
+    active kube-scheduler always has an extender that binds (it talks only to its sidecar), and no
+    other extender does. The follower never writes the Lease.
+
+    Fencing: the Lease's ``renewTime`` is written by the kube-scheduler of the same pod, so with the
+    same clock as this process: a write may go out only while the holder is this pod's
+    kube-scheduler and its last renewal is less than ``deadline`` seconds old (default two thirds
+    of the Lease's ``leaseDurationSeconds``; any other candidate waits the whole duration, counted
+    from when it saw that renewal, before it takes over). :meth:`check` reads the Lease afresh
+    right before each bind's write; :meth:`may_write` judges from the last read (every
+    ``retry_period``) with the clock of now.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        pod_name: str,
+        name: str = "devshare-scheduler",
+        namespace: str | None = None,
+        retry_period: float = 1.0,
+        deadline_fraction: float = 2 / 3,
+        on_change: Callable[[bool], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not pod_name:
+            raise ValueError("the follower needs its pod's name (--pod-name, from the downward API)")
+        if not 0 < deadline_fraction < 1:
+            raise ValueError("deadline_fraction must be between 0 and 1")
+        self.backend = backend
+        self.pod_name = pod_name
+        self.prefix = pod_hostname(pod_name) + "_"
+        self.identity = pod_name
+        self.name = name
+        self.namespace = namespace or backend.namespace
+        self.retry_period = retry_period
+        self.deadline_fraction = deadline_fraction
+        self.on_change = on_change
+        self.clock = clock
+        self.leading = asyncio.Event()
+        self.transitions = 0
+        self.holder = ""  # the Lease's holder as last read
+        self._renewed: float | None = None  # its renewTime (epoch seconds) as last read
+        self._duration = 15.0
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leading.is_set()
+
+    def _mine(self, holder: str) -> bool:
+        return holder.startswith(self.prefix)
+
+    def _observe(self, lease: dict[str, Any] | None) -> None:
+        spec = (lease or {}).get("spec") or {}
+        self.holder = str(spec.get("holderIdentity") or "")
+        self._renewed = parse_micro_time(spec.get("renewTime"))
+        try:
+            self._duration = float(spec.get("leaseDurationSeconds") or 15.0)
+        except (TypeError, ValueError):
+            self._duration = 15.0
+
+    def _why_not(self) -> str | None:
+        """None when the last read Lease lets this extender write now; otherwise why not."""
+        if not self._mine(self.holder):
+            who = self.holder or "nobody"
+            return (f"not the leader: the kube-scheduler Lease {self.namespace}/{self.name} is held by {who}, "
+                    f"not by this pod's kube-scheduler ({self.prefix}...)")
+        if self._renewed is None:
+            return f"not the leader: the kube-scheduler Lease {self.namespace}/{self.name} has no renewTime"
+        age = self.clock() - self._renewed
+        deadline = self.deadline_fraction * self._duration
+        if age >= deadline:
+            return (f"not the leader: this pod's kube-scheduler last renewed its Lease {age:.1f} s ago, beyond "
+                    f"{deadline:.1f} s of its {self._duration:g} s lease, so another replica may lead now; "
+                    "nothing was written")
+        return None
+
+    def may_write(self) -> bool:
+        return self._why_not() is None
+
+    def fence(self) -> str | None:
+        return self._why_not()
+
+    async def check(self) -> str | None:
+        """Read the Lease afresh and judge: the fence just before a write."""
+        try:
+            lease = await self.backend.get_lease(self.namespace, self.name)
+        except BackendError as e:
+            return f"not the leader: the kube-scheduler Lease could not be read ({e}); nothing was written"
+        self._observe(lease)
+        why = self._why_not()
+        self._set_leader(why is None)
+        return why
+
+    def _set_leader(self, value: bool) -> None:
+        if value == self.is_leader:
+            return
+        if value:
+            self.transitions += 1
+            self.leading.set()
+            log.info("%s leads: its kube-scheduler holds the Lease %s/%s", self.pod_name, self.namespace, self.name)
+        else:
+            self.leading.clear()
+            log.warning("%s no longer leads (Lease %s/%s held by %s)", self.pod_name, self.namespace, self.name,
+                        self.holder or "nobody")
+        if self.on_change is not None:
+            self.on_change(value)
+
+    async def run(self) -> None:
+        """Follow the Lease forever (a read every ``retry_period``)."""
+        try:
+            while True:
+                try:
+                    self._observe(await self.backend.get_lease(self.namespace, self.name))
+                    self._set_leader(self._why_not() is None)
+                except BackendError as e:
+                    log.info("lease %s/%s: read failed: %s", self.namespace, self.name, e)
+                    self._set_leader(self.may_write())
+                await asyncio.sleep(self.retry_period)
+        finally:
+            self._set_leader(False)
+
+    async def release(self) -> None:
+        """Nothing to give up: the Lease is kube-scheduler's."""
+        self._set_leader(False)

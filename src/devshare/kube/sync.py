@@ -14,7 +14,12 @@ Rules for pods:
 - Succeeded/Failed or deleted: ``state.release`` (a pod in flight, "assumed", is released only when
   deleted);
 - pending: left alone (the scheduler reserves it; an annotation on an unbound pod is not truth);
-- a malformed annotation is logged and counted in :attr:`StateSync.malformed`, never fatal.
+- a malformed annotation is logged and counted in :attr:`StateSync.malformed`, never fatal;
+- an allocation that would book a card beyond its compute or memory is refused and not counted
+  (:meth:`ClusterState.add_bound_checked`), logged, counted in :attr:`StateSync.overbooked` and
+  reported by a Warning Event ``DeviceOverbooked`` on the pod; it is judged again at each change of
+  the pod. A (re-)list applies pods in the order they got their node, so the earlier allocation
+  keeps the card after a restart as it did before.
 A re-list keeps the state's assumed pods (their bind may not be visible yet), and releases a bound
 pod missing from the list only once a GET confirms it is gone (it may have been created and bound
 after the list was taken).
@@ -27,6 +32,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from devshare.engine.state import ClusterState
@@ -36,6 +42,7 @@ from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import decode_allocation
 from devshare.model.device import parse_device
 from devshare.model.errors import InvalidInput
+from devshare.model.names import ALLOCATION, GANG_NAME, GROUP_NAME
 from devshare.model.node import parse_node
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
@@ -43,6 +50,20 @@ from devshare.model.request import PodRequest
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+OVERBOOKED_REASON = "DeviceOverbooked"  # the Event on a pod whose allocation was refused
+REFUSED_KEPT = 4096  # refused pods remembered (to report each once)
+
+
+def bound_order(obj: dict[str, Any]) -> tuple[str, str, str]:
+    """When a pod got its node, as well as the API tells (its PodScheduled condition, else its
+    creation), to rebuild in the order the allocations were made: the earlier wins a card."""
+    m = meta(obj)
+    created = str(m.get("creationTimestamp") or "")
+    scheduled = ""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "True":
+            scheduled = str(c.get("lastTransitionTime") or "")
+    return (scheduled or created, created, object_key(obj))
 
 
 class Backoff:
@@ -85,7 +106,16 @@ class StateSync:
         # counters (exported as metrics by the server)
         self.malformed = 0  # bound pods whose allocation annotation could not be used
         self.invalid_objects = 0  # Nodes/Devices that did not parse (the previous view is kept)
-        self.overcommitted = 0  # bound pods recorded although their devices were already full
+        # bound pods whose allocation would have over-booked a card: refused, not counted (each
+        # refusal of a change of the pod counts once; a DeviceOverbooked Event per pod and allocation)
+        self.overbooked = 0
+        self._refused: dict[str, tuple[str, PodAllocation]] = {}
+        self._event_tasks: set[asyncio.Task[None]] = set()
+        # every pod that exists (not deleted, not finished), key -> uid, and the pods of each group
+        # (``<ns>/<group>`` -> keys): a group's plan holds devices only for pods that exist
+        self.pods_present: dict[str, str] = {}
+        self.group_pods: dict[str, set[str]] = {}
+        self._group_of: dict[str, str] = {}
         self.relists = 0  # re-lists after 410 Gone
         self.reconnects = 0  # watch reconnections after a connection error
         self.events = 0  # watch events applied
@@ -202,14 +232,60 @@ class StateSync:
                 for name in [n for n in self.state.devices if n not in present]:
                     self.state.remove_devices(name)
             else:
+                for key in [k for k in self.pods_present if k not in present]:
+                    self._absent(key)
                 vanished = [k for k, r in self.state.pods.items() if k not in present and r.phase != "assumed"]
                 if release_vanished:
                     for key in vanished:
                         self.state.release(key)
                     vanished = []
+        if kind == "pods":
+            items = sorted(items, key=bound_order)
         for obj in items:
             self._apply(kind, "ADDED", obj)
         return vanished
+
+    def _present(self, key: str, uid: str, obj: dict[str, Any]) -> None:
+        self.pods_present[key] = uid
+        m = meta(obj)
+        labels, annotations = m.get("labels"), m.get("annotations")
+        group = (labels.get(GROUP_NAME) if isinstance(labels, dict) else None) or (
+            annotations.get(GANG_NAME) if isinstance(annotations, dict) else None)
+        gkey = f"{m.get('namespace', '')}/{group}" if isinstance(group, str) and group else ""
+        old = self._group_of.get(key, "")
+        if old == gkey:
+            return
+        if old:
+            self._leave(key, old)
+        if gkey:
+            self._group_of[key] = gkey
+            self.group_pods.setdefault(gkey, set()).add(key)
+
+    def _absent(self, key: str) -> None:
+        self.pods_present.pop(key, None)
+        old = self._group_of.pop(key, "")
+        if old:
+            self._leave(key, old)
+
+    def _leave(self, key: str, gkey: str) -> None:
+        members = self.group_pods.get(gkey)
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self.group_pods[gkey]
+
+    def group_exists(self, group: str) -> bool:
+        """Whether any pod of ``group`` (``<ns>/<name>``: the label or gang annotation) exists."""
+        return bool(self.group_pods.get(group))
+
+    def pod_exists(self, key: str, uid: str) -> bool:
+        """Whether the pod ``key`` (of ``uid``, when given) exists, as the watch has it."""
+        known = self.pods_present.get(key)
+        return known is not None and (not uid or not known or known == uid)
+
+    def note_pod(self, obj: dict[str, Any]) -> None:
+        """A pod read from the API server (fresher than the watch so far): applied as a change."""
+        self._apply("pods", "MODIFIED", obj)
 
     def _apply(self, kind: Kind, type_: str, obj: dict[str, Any]) -> None:
         try:
@@ -257,13 +333,13 @@ class StateSync:
         if rec is not None and uid and rec.pod.uid and rec.pod.uid != uid:
             self.state.release(key)  # a new pod under an old name: the old one is gone
             rec = None
-        if type_ == "DELETED":
+        if type_ == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self.state.release_finished(key, uid)
+            self._refused.pop(key, None)
+            if self.pods_present.get(key) in (uid, "") or not uid:
+                self._absent(key)
             return
-        phase = (obj.get("status") or {}).get("phase")
-        if phase in TERMINAL_PHASES:
-            self.state.release_finished(key, uid)
-            return
+        self._present(key, uid, obj)
         node = (obj.get("spec") or {}).get("nodeName")
         if not node:
             # pending: nothing to record. An assumed or bound record is kept: this event may simply be
@@ -299,7 +375,48 @@ class StateSync:
             log.warning("pod %s: request does not parse (%s); recording its allocation anyway", key, e)
             pod = PodRequest(namespace=str(m.get("namespace", "")), name=str(m.get("name", "")),
                              uid=str(m.get("uid") or ""))
-        reason = self.state.add_bound(pod, alloc)
-        if reason is not None:
-            self.overcommitted += 1
-            log.warning("pod %s is bound to devices that were already full: %s", key, reason)
+        reason = self.state.add_bound_checked(pod, alloc)
+        if reason is None:
+            self._refused.pop(key, None)
+            return
+        self.overbooked += 1
+        seen = (str(m.get("uid") or ""), alloc)
+        if self._refused.get(key) == seen:
+            return  # already reported; judged again at each change of the pod
+        self._refused[key] = seen
+        while len(self._refused) > REFUSED_KEPT:
+            self._refused.pop(next(iter(self._refused)))
+        log.warning("pod %s carries an allocation that would over-book its devices; it is not counted: %s",
+                    key, reason)
+        self._report(obj, reason)
+
+    def _report(self, obj: dict[str, Any], reason: str) -> None:
+        """A Warning Event ``DeviceOverbooked`` on the pod (best effort, in the background)."""
+        m = meta(obj)
+        ns, name = str(m.get("namespace", "")), str(m.get("name", ""))
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": ns},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name,
+                               "uid": str(m.get("uid") or "")},
+            "reason": OVERBOOKED_REASON, "type": "Warning",
+            "message": (f"devshare refused the allocation written on this pod (annotation {ALLOCATION}): "
+                        f"{reason}. Its devices are not counted; only devshare's scheduler may write allocations"),
+            "source": {"component": "devshare-extender"}, "reportingComponent": "devshare-extender",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # a one-shot reconcile (no loop): logged and counted only
+        task = loop.create_task(self._send_event(ns, event))
+        self._event_tasks.add(task)
+        task.add_done_callback(self._event_tasks.discard)
+
+    async def _send_event(self, ns: str, event: dict[str, Any]) -> None:
+        try:
+            await self.backend.record_event(ns, event)
+        except BackendError as e:
+            log.info("could not record the %s event of %s/%s: %s", OVERBOOKED_REASON, ns,
+                     event["involvedObject"]["name"], e)

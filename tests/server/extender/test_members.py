@@ -266,3 +266,89 @@ def check_all_or_nothing(runtime: Any, jobs: dict[str, tuple[int, int | None]]) 
         phases = [runtime.state.pods[k].phase if k in runtime.state.pods else None
                   for k in (f"default/{name}-{i}" for i in range(replicas))]
         assert phases.count("bound") in (0, replicas), (name, phases)
+
+
+# ---- a plan holds devices only for pods that exist (issue 12) ----
+
+async def test_a_filter_for_a_pod_that_does_not_exist_holds_nothing() -> None:
+    """One /filter for a pod that does not exist, labelled as a group of 4 x 4 GPUs, held all 16 GPUs
+    of the cluster for the plan's 120 s."""
+    ghost = member(0, replicas=4, gpus=4, group="ghost")
+    backend = backend_of(["host04", "host05"], [])  # 16 GPUs; the pod is never created
+    async with running(backend) as (client, runtime):
+        out = await post(client, "/filter", names_body(ghost, ["host04", "host05"]))
+        assert out["NodeNames"] == []
+        assert "pod default/ghost-0 (uid uid-default-ghost-0) does not exist in the API server" in \
+            out["FailedNodes"]["host04"]
+        scores = await post(client, "/prioritize", names_body(ghost, ["host04", "host05"]))
+        assert {h["Score"] for h in scores} == {0}
+        assert runtime.state.pods == {} and runtime.extender.planner.plans == {}
+        # every GPU is still free: a pod asking for 8 whole GPUs fits on either node
+        big = pod("big", gpus=8)
+        backend.store.put("pods", "default/big", big)
+        await settle(runtime, backend)
+        out = await post(client, "/filter", names_body(big, ["host04", "host05"]))
+        assert sorted(out["NodeNames"]) == ["host04", "host05"]
+
+
+class LaggingPods:
+    """The memory backend with its pod watch ``lag`` seconds late (kube-scheduler saw a new pod
+    before the extender's watch did)."""
+
+    def __init__(self, inner: MemoryBackend, lag: float) -> None:
+        self.inner = inner
+        self.lag = lag
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def watch(self, kind: Any, resource_version: str) -> Any:
+        async for ev in self.inner.watch(kind, resource_version):
+            if kind == "pods":
+                await asyncio.sleep(self.lag)
+            yield ev
+
+
+async def test_a_member_the_watch_has_not_seen_yet_is_read_from_the_api_server() -> None:
+    backend = backend_of(["host04"], [])
+    async with running(LaggingPods(backend, lag=30.0)) as (client, runtime):
+        first = member(0, replicas=2, gpus=2)
+        backend.store.put("pods", "default/job-0", first)  # created; the extender's watch is late
+        out = await post(client, "/filter", names_body(first, ["host04"]))
+        assert out["NodeNames"] == ["host04"], out
+        assert "default/job" in runtime.extender.planner.plans
+
+
+async def test_the_plan_of_a_group_whose_pods_are_all_gone_is_dropped_with_its_holds() -> None:
+    pods = [member(i, replicas=4, gpus=4, group="big") for i in range(2)]
+    backend = backend_of(["host04", "host05"], pods)
+    async with running(backend) as (client, runtime):
+        out = await post(client, "/filter", names_body(pods[0], ["host04", "host05"]))
+        assert out["NodeNames"], out
+        held = [k for k in runtime.state.pods if "#plan#" in k]
+        assert len(held) == 4  # every member's devices are held, under the plan's placeholders
+        backend.delete("pods", "default/big-0")
+        await until(lambda: "default/big-0" not in runtime.sync.pods_present)
+        assert "default/big" in runtime.extender.planner.plans  # big-1 still exists: it may come
+        backend.delete("pods", "default/big-1")
+        await until(lambda: "default/big-1" not in runtime.sync.pods_present)
+        assert runtime.extender.planner.plans == {} and runtime.state.pods == {}
+
+
+async def until(cond: Any) -> None:
+    for _ in range(1000):
+        if cond():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not reached")
+
+
+async def test_holds_for_members_that_vanished_unseen_are_dropped_by_the_periodic_check() -> None:
+    pods = [member(0, replicas=4, gpus=4, group="big")]
+    backend = backend_of(["host04", "host05"], pods)
+    async with running(backend) as (client, runtime):
+        assert (await post(client, "/filter", names_body(pods[0], ["host04", "host05"])))["NodeNames"]
+        assert runtime.state.pods
+        runtime.sync._absent("default/big-0")  # as if its deletion was never seen (a re-list lost it)
+        runtime.extender.expire()
+        assert runtime.extender.planner.plans == {} and runtime.state.pods == {}

@@ -492,6 +492,15 @@ class GroupPlanner:
                     s.held, s.node, s.allocation = None, None, None
                 s.member = None
 
+    def drop(self, group: str) -> bool:
+        """Drop the plan of ``group`` (``<ns>/<name>``: no pod of it exists any more) with every
+        placeholder and unbound claim it held. True when there was one."""
+        plan = self.plans.get(group)
+        if plan is None:
+            return False
+        self._forget_plan(plan)
+        return True
+
     def _forget_plan(self, plan: GroupPlan) -> None:
         for s in plan.slots:
             self._drop(plan, s)

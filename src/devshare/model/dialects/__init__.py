@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from devshare.model import names
 from devshare.model.dialects.aliyun import AliyunDialect
 from devshare.model.dialects.base import ZERO, Dialect
 from devshare.model.dialects.koordinator import KoordinatorDialect
@@ -26,12 +27,15 @@ _resource_names: frozenset[str] = frozenset()
 _owner: dict[str, Dialect] = {}  # resource name -> the dialect it asks in
 _renamers: tuple[Dialect, ...] = ()  # the dialects with webhook renames
 _rank: dict[str, int] = {}  # dialect name -> registration order
+# annotation keys that say where a pod's devices are: devshare's own and the group topology, then each dialect's
+_allocation_keys: frozenset[str] = frozenset({names.ALLOCATION, names.ASSIGNED, names.TOPOLOGY_GPU})
+_allocation_prefixes: tuple[str, ...] = ()
 
 
 def register(dialect: Dialect) -> None:
     """Add a dialect (registration order is the order of :func:`managed_resources`). A resource name
     belongs to one dialect."""
-    global _resource_names, _owner, _renamers, _rank
+    global _resource_names, _owner, _renamers, _rank, _allocation_keys, _allocation_prefixes
     taken = {n: _owner[n].name for n in dialect.resource_names if n in _owner and _owner[n].name != dialect.name}
     if taken:
         raise ValueError(f"dialect {dialect.name}: resource names already read by another dialect: {taken}")
@@ -40,6 +44,8 @@ def register(dialect: Dialect) -> None:
     _owner = {**_owner, **dict.fromkeys(dialect.resource_names, dialect)}
     _renamers = tuple(d for d in DIALECTS.values() if d.renamed_names)
     _rank = {name: i for i, name in enumerate(DIALECTS)}
+    _allocation_keys = _allocation_keys | dialect.allocation_annotations
+    _allocation_prefixes = (*_allocation_prefixes, *dialect.allocation_prefixes)
 
 
 register(KoordinatorDialect())
@@ -53,6 +59,22 @@ DEFAULT = "koordinator"  # the dialect of a pod that asks for no device (PodRequ
 def dialect_of(name: str) -> Dialect | None:
     """The registered dialect named ``name`` (a PodRequest's ``dialect``); None when unknown."""
     return DIALECTS.get(name)
+
+
+def allocation_annotations() -> frozenset[str]:
+    """The annotation keys that say where a pod's devices are: devshare's own, the group topology
+    and each dialect's (what devshare writes at bind, and the node agent's mark). Only devshare's
+    own identities may write them (the validating webhook, devshare.server.webhook.allocations)."""
+    return _allocation_keys
+
+
+def allocation_prefixes() -> tuple[str, ...]:
+    """Key prefixes of allocation annotations (mGPU writes one key per container)."""
+    return _allocation_prefixes
+
+
+def is_allocation_annotation(key: str) -> bool:
+    return key in _allocation_keys or key.startswith(_allocation_prefixes)
 
 
 def resource_names() -> frozenset[str]:

@@ -168,6 +168,7 @@ def aliyun_allocation(
 
 class AliyunDialect(Dialect):
     name = "aliyun"
+    allocation_annotations = frozenset({ALIYUN_IDX, ALIYUN_POD, ALIYUN_DEV, ALIYUN_ASSUME_TIME, ALIYUN_ASSIGNED})
     resource_names = NAMES
     managed_resources = (ALIYUN_GPU_MEM, ALIYUN_GPU_COUNT)
     multi_card_share_needs_label = False

@@ -36,6 +36,9 @@ class Dialect(ABC):
     resource_names: frozenset[str]  # every container resource name that asks in it, all spellings
     managed_resources: tuple[str, ...] = ()  # those nodes advertise and kube-scheduler routes to the extender
     renamed_names: frozenset[str] = frozenset()  # the names :meth:`renames` may rewrite (none: no renames)
+    # the annotation keys (and key prefixes) :meth:`encode` writes: only devshare may write them
+    allocation_annotations: frozenset[str] = frozenset()
+    allocation_prefixes: tuple[str, ...] = ()
     # one container spreading a share over several cards needs seed 000's node label and compute policy
     multi_card_share_needs_label: bool = True
 

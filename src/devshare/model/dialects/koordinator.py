@@ -398,6 +398,7 @@ def _normalise_in_place(out: dict[str, Any]) -> dict[str, Any]:
 
 class KoordinatorDialect(Dialect):
     name = "koordinator"
+    allocation_annotations = frozenset({KOORD_DEVICE_ALLOCATED})
     resource_names = NAMES
     managed_resources = MANAGED
     renamed_names = NAMES

@@ -295,6 +295,8 @@ def decode_mgpu(annotations: dict[str, str]) -> dict[str, list[int]] | None:
 
 class MgpuDialect(Dialect):
     name = "mgpu"
+    allocation_annotations = frozenset({MGPU_ASSUMED})
+    allocation_prefixes = (MGPU_INDEX_PREFIX,)
     resource_names = NAMES
     managed_resources = (MGPU_CORE, MGPU_MEMORY)
 

@@ -88,12 +88,16 @@ def _verb(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.
 
 
 async def _filter(ext: Extender, body: bytes) -> tuple[Any, str]:
-    answer = ext.filter(decode(body, ExtenderArgs))
+    args = decode(body, ExtenderArgs)
+    await ext.look_up_member(args)
+    answer = ext.filter(args)
     return answer, (NOT_READY if answer.error.startswith("not ready") else result_of(answer))
 
 
 async def _prioritize(ext: Extender, body: bytes) -> tuple[Any, str]:
-    return ext.prioritize(decode(body, ExtenderArgs)), OK
+    args = decode(body, ExtenderArgs)
+    await ext.look_up_member(args)
+    return ext.prioritize(args), OK
 
 
 async def _bind(ext: Extender, body: bytes) -> tuple[Any, str]:

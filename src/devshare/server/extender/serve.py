@@ -29,7 +29,7 @@ from devshare.engine.policies import make_policy
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
 from devshare.kube.backend import Backend
-from devshare.kube.leader import LeaderElector
+from devshare.kube.leader import LeaderElector, LeaseFollower
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.persist import SnapshotWriter
 from devshare.kube.sync import StateSync
@@ -47,6 +47,11 @@ class ExtenderOptions:
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     lease_name: str = "devshare-extender"
     lease_timing: tuple[float, float, float] | None = None  # (duration, renew deadline, retry period); tests
+    # follow the Lease of the kube-scheduler in this pod instead of electing a leader of its own:
+    # the Lease's name (in the namespace devshare runs in) and this pod's name (the downward API)
+    follow_lease: str | None = None
+    pod_name: str = ""
+    follow_period: float = 1.0  # seconds between two reads of the followed Lease
     assume_ttl: float = DEFAULT_ASSUME_TTL
     expire_interval: float = 5.0
     save: SnapshotWriter | None = None  # asked to write after each bind, flushed on shutdown (--save)
@@ -68,7 +73,7 @@ class Runtime:
     state: ClusterState
     sync: StateSync
     extender: Extender
-    elector: LeaderElector | None
+    elector: LeaderElector | LeaseFollower | None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -88,8 +93,12 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
     sync = StateSync(backend, state)
     timing = dict(zip(("lease_duration", "renew_deadline", "retry_period"), opts.lease_timing or (), strict=False))
-    elector = (LeaderElector(backend, identity=opts.identity, name=opts.lease_name, **timing)
-               if opts.leader_election else None)
+    elector: LeaderElector | LeaseFollower | None = None
+    if opts.follow_lease:
+        elector = LeaseFollower(backend, pod_name=opts.pod_name, name=opts.follow_lease,
+                                retry_period=opts.follow_period)
+    elif opts.leader_election:
+        elector = LeaderElector(backend, identity=opts.identity, name=opts.lease_name, **timing)
     metrics = ExtenderMetrics()
     extender = Extender(
         state, backend,
@@ -100,11 +109,15 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         assume_ttl=opts.assume_ttl,
         after_bind=opts.save.request if opts.save is not None else None,
         disabled_types=cfg.device_types.disabled() if cfg is not None else frozenset(),
+        pod_exists=sync.pod_exists,
+        group_exists=sync.group_exists,
+        note_pod=sync.note_pod,
     )
     sync.on_change = extender.pod_changed
     if elector is not None:
-        extender.writes.fence = elector.fence  # checked just before each bind's write
+        extender.writes.fence = elector.check  # awaited just before each bind's write
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
+    metrics.registry.register(_SyncCollector(sync))
     if opts.save is not None:
         metrics.registry.register(_SaveCollector(opts.save))
     runtime = Runtime(state, sync, extender, elector)
@@ -237,3 +250,20 @@ class _SaveCollector(Collector):
         yield CounterMetricFamily("devshare_extender_save_failures",
                                   "Failed writes of the --save file (the previous file is kept).",
                                   value=self.saver.failures)
+
+
+class _SyncCollector(Collector):
+    """The state sync's counters of allocations found on pods and not counted."""
+
+    def __init__(self, sync: StateSync) -> None:
+        self.sync = sync
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "devshare_extender_overbooked_allocations",
+            "Allocations found on bound pods that would have booked a card beyond its compute or memory: "
+            "refused and not counted (a DeviceOverbooked Event on the pod).", value=self.sync.overbooked)
+        yield CounterMetricFamily(
+            "devshare_extender_malformed_allocations",
+            "Bound pods whose allocation annotation could not be used (unreadable, or naming another node).",
+            value=self.sync.malformed)

@@ -171,8 +171,16 @@ class Extender:
         clock: Callable[[], float] = time.monotonic,
         after_bind: Callable[[], None] | None = None,
         disabled_types: frozenset[str] = frozenset(),
+        pod_exists: Callable[[str, str], bool] = lambda key, uid: True,
+        group_exists: Callable[[str], bool] = lambda group: True,
+        note_pod: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.state = state
+        # whether a pod (key, uid) exists, as the watch has it, and how to tell it of one read from
+        # the API server: a group's plan holds devices only for members that exist
+        self.pod_exists = pod_exists
+        self.group_exists = group_exists
+        self.note_pod = note_pod
         self.disabled_types = disabled_types  # device types the configuration switches off
         self.backend = backend
         self.scheduler = scheduler or Scheduler(state)
@@ -273,6 +281,43 @@ class Extender:
             return None  # a node the filter did not pass: evaluate afresh
         return nodes.rows, scores_from(r.raw[at])
 
+    # ------------------------------------------------------------------ groups: members that exist
+    async def look_up_member(self, args: ExtenderArgs) -> None:
+        """Before filter and prioritize: a group member the watch does not know yet (just created)
+        is read from the API server, so that :meth:`missing_member` judges it as it is."""
+        if self.note_pod is None or not self.is_synced() or is_null(args.pod):
+            return
+        try:
+            pod, _ = self.parse_raw(bytes(args.pod))
+        except (InvalidInput, BadRequest):
+            return
+        if pod.group is None or self.pod_exists(pod.key, pod.uid):
+            return
+        try:
+            obj = await self.backend.get_pod(pod.namespace, pod.name)
+        except BackendError as e:
+            log.info("group member %s: cannot read it from the API server: %s", pod.key, e)
+            return
+        if obj is not None:
+            self.note_pod(obj)
+
+    def missing_member(self, pod: PodRequest) -> str | None:
+        """Why a group's plan may not hold devices for ``pod`` (None when it exists)."""
+        if self.pod_exists(pod.key, pod.uid):
+            return None
+        return (f"pod {pod.key} (uid {pod.uid or 'none given'}) does not exist in the API server: devshare plans "
+                "a group only for pods that exist, and holds nothing for this one")
+
+    def drop_missing_members(self) -> list[str]:
+        """Members of group plans whose pods no longer exist give their places up, and the plan of a
+        group none of whose pods exists is dropped with every device it held. Returns what went."""
+        gone = [m for plan in list(self.planner.plans.values()) for s in plan.slots
+                if (m := s.member) is not None and not self.pod_exists(m, "")]
+        for key in gone:
+            self.members.deleted(key)
+        plans = [k for k in list(self.planner.plans) if not self.group_exists(k) and self.planner.drop(k)]
+        return gone + [f"the plan of group {k}" for k in plans]
+
     # ------------------------------------------------------------------ filter
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         cands = self.candidates(args)
@@ -289,6 +334,10 @@ class Extender:
         self.lifecycle.arrived(pod)  # the policy learns of each pod once, at its first filter
         if pod.group is not None:
             self._filtered.pop(pod_id[0], None)
+            missing = self.missing_member(pod)
+            if missing is not None:
+                self.metrics.fail("filter", [missing])
+                return self._answer(cands, [], dict.fromkeys(cands.names, event_safe(missing)), {})
             nodes = cands.nodes
             outcome = self.planner.filter(pod, nodes.known.tolist(), now=self.clock())
             outcome.unresolvable.update(dict.fromkeys(nodes.unknown, UNKNOWN_NODE))
@@ -349,6 +398,8 @@ class Extender:
         if not pod.has_devices():
             return encode_priorities(names, [0] * len(names))
         if pod.group is not None:
+            if self.missing_member(pod) is not None:
+                return encode_priorities(names, [0] * len(names))
             planned = self.planner.planned_node(pod, cands.nodes.known.tolist(), now=self.clock())
             return encode_priorities(names, [PLANNED_SCORE if n == planned else 0 for n in names])
         scores = score_nodes(self.scheduler, pod, cands.nodes)
@@ -450,6 +501,8 @@ class Extender:
         if kind == "pods" and type_ == "DELETED":
             self.members.deleted(object_key(obj))
             self.preemptor.done(object_key(obj))
+            if self.planner.plans:
+                self.drop_missing_members()
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
@@ -461,6 +514,10 @@ class Extender:
     def expire(self) -> list[str]:
         """Drop reservations whose bind never completed (not those with a bind in flight)."""
         now = self.clock()
+        if self.is_synced():
+            gone = self.drop_missing_members()
+            if gone:
+                log.info("group members that no longer exist gave up their places: %s", ", ".join(gone))
         plans = self.planner.expire(now)
         if plans:
             log.warning("group plans expired before their members bound (devices released): %s", ", ".join(plans))

@@ -6,7 +6,7 @@ passes on to kube-scheduler."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from devshare.kube.backend import Backend
 from devshare.kube.errors import BackendError
@@ -18,16 +18,16 @@ class PodWrites:
     def __init__(self, backend: Backend, after_bind: Callable[[], None] | None = None) -> None:
         self.backend = backend
         self.after_bind = after_bind  # e.g. save the --cluster file
-        # leader fencing (LeaderElector.fence): why this replica may not write now, checked just
-        # before the write goes out (after every await of the bind), or None
-        self.fence: Callable[[], str | None] | None = None
+        # leader fencing (LeaderElector.check, LeaseFollower.check): why this replica may not write
+        # now, or None; awaited just before the write goes out (after every other await of the bind)
+        self.fence: Callable[[], Awaitable[str | None]] | None = None
 
     async def bind(self, ns: str, name: str, node: str, uid: str, *, annotations: dict[str, str] | None = None,
                    resource_version: str | None = None) -> str:
         """The Binding, carrying the allocation ``annotations`` (the API server writes both at once)
         and the pod's ``resource_version`` as a precondition: a pod that changed since it was read
         (e.g. a user wrote an allocation of their own) is not bound."""
-        fenced = self.fence() if self.fence is not None else None
+        fenced = await self.fence() if self.fence is not None else None
         if fenced:
             return fenced
         try:

@@ -1,8 +1,9 @@
 """The webhook's HTTP application: ``POST /validate``, ``POST /mutate``, ``/metrics``, ``/healthz``,
 ``/readyz``.
 
-Only ``CREATE`` of a Pod that asks for a managed device is judged; every other review (other
-kinds, updates, deletes, pods without devices) is allowed untouched after one cheap check. A body
+``CREATE`` of a Pod that asks for a managed device is judged; so is every CREATE or UPDATE of a
+Pod that carries or changes an allocation annotation (only devshare's own identities may write
+those: :mod:`allocations`); every other review is allowed untouched after one cheap check. A body
 that is not an AdmissionReview gets a 400 with the reason; nothing a client sends gets a 500: a
 failure inside the webhook refuses the pod on /validate (fail closed, with a message saying so)
 and leaves it unchanged on /mutate, and is logged and counted as ``result="error"``.
@@ -22,6 +23,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import requests_devices
 from devshare.server.webhook import metrics as m
+from devshare.server.webhook.allocations import DEFAULT_WRITERS, refuse_allocation_write
+from devshare.server.webhook.allocations import REASON as ALLOCATION_WRITE
 from devshare.server.webhook.cluster import DeviceTypes
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER, REPLACEABLE_SCHEDULERS, mutation
 from devshare.server.webhook.review import (
@@ -48,6 +51,8 @@ class WebhookConfig:
     cluster: DeviceTypes | None = None  # device types in the cluster; None skips that check
     disabled_types: frozenset[str] = frozenset()  # switched off by the configuration file (deviceTypes)
     metrics: m.Metrics = field(default_factory=m.Metrics)
+    # the usernames that may write allocation annotations (devshare's own ServiceAccounts)
+    allocation_writers: Collection[str] = DEFAULT_WRITERS
 
 
 CONFIG = web.AppKey("config", WebhookConfig)
@@ -94,6 +99,12 @@ async def _review(request: web.Request, op: str, decide: Decide, on_error: Calla
 
 
 def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]:
+    if review.kind == "Pod" and not review.sub_resource:
+        refused = refuse_allocation_write(review.operation, review.username, review.object, review.old_object,
+                                          config.allocation_writers)
+        if refused:
+            config.metrics.rejections.labels(ALLOCATION_WRITE).inc()
+            return deny(review, f"devshare: pod {_pod_name(review)}: {refused}"), m.DENIED
     pod = _device_pod(review)
     if pod is None:
         return allow(review), m.SKIPPED
@@ -103,6 +114,11 @@ def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]
     for reason in {p.reason for p in problems}:
         config.metrics.rejections.labels(reason).inc()
     return deny(review, refusal(problems)), m.DENIED
+
+
+def _pod_name(review: Review) -> str:
+    m = with_identity(review.object, review.namespace, review.name)["metadata"]
+    return f"{m['namespace']}/{m['name']}"
 
 
 def _validate_failed(review: Review, e: Exception) -> bytes:

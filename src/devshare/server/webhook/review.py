@@ -49,6 +49,8 @@ class Review:
     name: str
     object: Any  # request.object (a dict for CREATE/UPDATE of a Pod)
     sub_resource: str = ""
+    username: str = ""  # request.userInfo.username: who makes the request
+    old_object: Any = None  # request.oldObject (UPDATE)
 
 
 def _field(obj: dict[str, Any], key: str, where: str) -> str:
@@ -100,6 +102,8 @@ def read_review(body: bytes) -> Review:
             name=_field(request, "name", "request"),
             object=request.get("object"),
             sub_resource=_field(request, "subResource", "request"),
+            username=_field(_user_info(request, uid), "username", "request.userInfo"),
+            old_object=request.get("oldObject"),
         )
     except BadReview as e:
         raise BadReview(str(e), uid) from None
@@ -108,6 +112,15 @@ def read_review(body: bytes) -> Review:
             f"request.object must be the {operation.lower()}d object, got {type(review.object).__name__}", uid
         )
     return review
+
+
+def _user_info(request: dict[str, Any], uid: str) -> dict[str, Any]:
+    info = request.get("userInfo")
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise BadReview("request.userInfo must be an object like {username, groups}", uid)
+    return info
 
 
 def _wrap(review: Review, response: dict[str, Any]) -> bytes:
