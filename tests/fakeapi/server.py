@@ -1,14 +1,15 @@
 """A fake Kubernetes API server (aiohttp, plain HTTP on 127.0.0.1) good enough for lightkube.
 
 It speaks the real REST and watch protocol for the resources devshare uses: nodes, pods (and
-``pods/{name}/binding``), events, leases (``coordination.k8s.io/v1``) and devices
+``pods/{name}/binding``), events, configmaps, leases (``coordination.k8s.io/v1``) and devices
 (``devshare.io/v1alpha1``). Objects live in a :class:`devshare.kube.store.ObjectStore` (a global
 resourceVersion, history for watches, compaction).
 
 Protocol covered:
-- GET list (``metadata.resourceVersion`` on the list), GET item, POST (201, 409 AlreadyExists),
-  PUT (409 Conflict on a stale ``metadata.resourceVersion``), PATCH (merge-patch+json; a
-  strategic-merge-patch+json is applied as a merge patch, exact for maps such as annotations),
+- GET list (``metadata.resourceVersion`` on the list; ``labelSelector`` of ``k=v`` and ``k`` terms),
+  GET item, POST (201, 409 AlreadyExists), PUT (409 Conflict on a stale ``metadata.resourceVersion``),
+  PATCH (merge-patch+json; a strategic-merge-patch+json is applied as a merge patch, exact for maps
+  such as annotations),
   DELETE, POST ``pods/{name}/binding`` (201 Status; 409 when already bound).
 - GET ``?watch=true``: JSON lines ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": ...}``
   after ``resourceVersion`` (no version or "0": synthetic ADDED for what exists, then changes);
@@ -45,8 +46,10 @@ RESOURCES: dict[tuple[str, str, str], bool] = {
     ("", "v1", "events"): True,
     ("devshare.io", "v1alpha1", "devices"): False,
     ("coordination.k8s.io", "v1", "leases"): True,
+    ("", "v1", "configmaps"): True,
 }
-KIND_OF = {"nodes": "Node", "pods": "Pod", "events": "Event", "devices": "Device", "leases": "Lease"}
+KIND_OF = {"nodes": "Node", "pods": "Pod", "events": "Event", "devices": "Device", "leases": "Lease",
+           "configmaps": "ConfigMap"}
 MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
@@ -218,7 +221,8 @@ class FakeApiServer:
         namespaced = RESOURCES[_key_of(plural)]
         key = f"{ns}/{route.name}" if namespaced and route.name else (route.name or "")
         if verb == "list":
-            items = [o for o in self.store.list(plural)[0] if _in_ns(o, ns)]
+            selector = _selector(query.get("labelSelector") or "")
+            items = [o for o in self.store.list(plural)[0] if _in_ns(o, ns) and _matches(o, selector)]
             return json_response({"kind": f"{KIND_OF[plural]}List", "apiVersion": route.api_version,
                                   "metadata": {"resourceVersion": str(self.store.rv)}, "items": items})
         if verb == "watch":
@@ -362,6 +366,20 @@ def _verb(method: str, route: Route | None, query: dict[str, str]) -> str:
             return "watch" if query.get("watch") in ("true", "1") else "list"
         return "get"
     return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method)
+
+
+def _selector(text: str) -> dict[str, str | None]:
+    """A label selector of ``key=value`` and ``key`` (exists) terms, comma-separated (the forms used here)."""
+    out: dict[str, str | None] = {}
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        key, eq, value = term.partition("=")
+        out[key.strip()] = value.strip().lstrip("=") if eq else None
+    return out
+
+
+def _matches(obj: dict[str, Any], selector: dict[str, str | None]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(k in labels and (v is None or labels[k] == v) for k, v in selector.items())
 
 
 def _key_of(plural: str) -> tuple[str, str, str]:

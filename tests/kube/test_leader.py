@@ -148,6 +148,8 @@ async def test_fence_closes_before_the_lease_can_expire() -> None:
     """Between a leader's last renewal and its next, its own clock says when others may take over:
     from ``renew_deadline`` after the renewal was sent, it may not write, though it still believes
     it leads (its loop has not run again: the SIGSTOP of issue 12)."""
+    from devshare.model.allocation import PodAllocation
+    from devshare.model.request import PodRequest
     from devshare.server.extender.writes import PodWrites
 
     now = [100.0]
@@ -166,7 +168,8 @@ async def test_fence_closes_before_the_lease_can_expire() -> None:
 
         writes = PodWrites(backend)
         writes.fence = a.check
-        error = await writes.bind("default", "p", "node-0", "uid", annotations={"a": "b"})
+        error = await writes.bind("default", "p", "node-0", "uid", pod=PodRequest(namespace="default", name="p"),
+                                  allocation=PodAllocation(node="node-0"), annotations={"a": "b"})
         assert error.startswith("not the leader") and "nothing was written" in error
         assert backend.store.get("pods", "default/p") is None  # no Binding attempted (it would 404)
 

@@ -120,6 +120,18 @@ class FlakyBackend:
     async def record_event(self, namespace: str, event: dict[str, Any]) -> None:
         await self.inner.record_event(namespace, event)
 
+    async def list_config_maps(self, namespace: str, label: str) -> list[dict[str, Any]]:
+        return await self.inner.list_config_maps(namespace, label)
+
+    async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self.inner.get_config_map(namespace, name)
+
+    async def create_config_map(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.inner.create_config_map(namespace, obj)
+
+    async def replace_config_map(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.inner.replace_config_map(namespace, obj)
+
     async def close(self) -> None:
         pass  # the inner backend outlives restarts
 
@@ -146,6 +158,23 @@ async def settle(runtime: Runtime, backend: MemoryBackend) -> None:
         if int(runtime.sync.resource_versions.get("pods") or 0) >= _pods_rv(backend):
             return
         await asyncio.sleep(0.002)
+
+
+async def resolve_claims(runtime: Runtime, rounds: int = 50) -> None:
+    """Release every claim of a pod that is not bound (as the leader's sweep does once claims are
+    older than their TTL): claims of binds whose outcome was unknown, e.g. of an extender restarted
+    since. Retried while the backend fails (a flaky one)."""
+    claims = runtime.claims
+    assert claims is not None
+    ttl, claims.ttl = claims.ttl, 0.0
+    try:
+        for _ in range(rounds):
+            await claims.sweep(leading=True)
+            if not claims.stubs and all(c.pod in runtime.state.pods for ledger in claims.ledgers.values()
+                                        for c in ledger.claims.values()):
+                return
+    finally:
+        claims.ttl = ttl
 
 
 def _pods_rv(backend: MemoryBackend) -> int:

@@ -81,6 +81,23 @@ class Backend(Protocol):
         """Create a v1 Event (best effort: callers may ignore failures)."""
         ...
 
+    # ConfigMaps in devshare's own namespace: the per-node claim ledgers (:mod:`devshare.kube.ledger`)
+    async def list_config_maps(self, namespace: str, label: str) -> list[dict[str, Any]]:
+        """The ConfigMaps of ``namespace`` that carry the label ``label`` (``key=value``)."""
+        ...
+
+    async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        ...
+
+    async def create_config_map(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create a ConfigMap. Conflict if it exists."""
+        ...
+
+    async def replace_config_map(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Replace a ConfigMap; its metadata.resourceVersion must be current (else Conflict; NotFound
+        when it was deleted): the compare-and-swap the claim ledger is built on."""
+        ...
+
     async def close(self) -> None:
         ...
 

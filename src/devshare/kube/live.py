@@ -51,6 +51,10 @@ class Event(GenericNamespacedResource):
     _api_info = create_api_info("", "v1", "Event", "events")
 
 
+class ConfigMap(GenericNamespacedResource):
+    _api_info = create_api_info("", "v1", "ConfigMap", "configmaps")
+
+
 class PodBinding(lkres.NamespacedSubResource, Generic):  # type: ignore[misc]
     _api_info = lkres.ApiInfo(
         resource=lkres.ResourceDef("", "v1", "Binding"),
@@ -199,6 +203,27 @@ class LiveBackend:
     async def record_event(self, namespace: str, event: dict[str, Any]) -> None:
         with _translated():
             await self.client.create(Event(**_in(event, namespace)), namespace=namespace)
+
+    async def list_config_maps(self, namespace: str, label: str) -> list[dict[str, Any]]:
+        key, _, value = label.partition("=")
+        with _translated():
+            return [dict(o) async for o in self.client.list(ConfigMap, namespace=namespace, labels={key: value})]
+
+    async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            with _translated():
+                return dict(await self.client.get(ConfigMap, name, namespace=namespace))
+        except NotFound:
+            return None
+
+    async def create_config_map(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        with _translated():
+            return dict(await self.client.create(ConfigMap(**_in(obj, namespace)), namespace=namespace))
+
+    async def replace_config_map(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        # PUT with metadata.resourceVersion: the API server answers 409 when it is not current
+        with _translated():
+            return dict(await self.client.replace(ConfigMap(**_in(obj, namespace)), namespace=namespace))
 
     async def close(self) -> None:
         await self.client.close()

@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -101,6 +101,9 @@ class StateSync:
         self.track_node_resources = track_node_resources
         self._backoff = backoff
         self.on_change = on_change  # called (kind, event type, object) after each applied event
+        # awaited after each (re-)list of pods, before the first one marks the state synced (the
+        # extender reads its claim ledgers there: devshare.server.extender.claims)
+        self.after_pods_listed: Callable[[], Awaitable[None]] | None = None
         self.synced = asyncio.Event()
         self.resource_versions: dict[Kind, str] = {}
         # counters (exported as metrics by the server)
@@ -165,6 +168,8 @@ class StateSync:
             vanished = self.reconcile(kind, result.items, initial=initial)
             self.resource_versions[kind] = result.resource_version
             await self._check_vanished(vanished)
+            if kind == "pods" and self.after_pods_listed is not None:
+                await self.after_pods_listed()
             return
 
     async def _check_vanished(self, keys: list[str]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.state import ClusterState
-from devshare.kube.backend import Backend
+from devshare.kube.backend import Backend, meta
 from devshare.kube.errors import BackendError
 from devshare.model.annotations import encode_annotations
 from devshare.model.request import PodRequest
@@ -89,7 +89,9 @@ class MemberBinds:
         annotations = encode_annotations(pod, m.allocation, now_ns=time.time_ns(),
                                          visible_gpus=list(m.visible_gpus),
                                          device_memory=self.state.gpu_memory(m.node))
-        error = await self.writes.bind(ns, name, m.node, pod.uid, annotations=annotations)
+        error = await self.writes.bind(ns, name, m.node, pod.uid, pod=pod, allocation=m.allocation,
+                                       annotations=annotations,
+                                       resource_version=str(meta(obj).get("resourceVersion") or "") or None)
         if error:
             return await self._failed(m, error)
         self.unbound.pop(m.pod, None)

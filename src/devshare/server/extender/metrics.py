@@ -37,6 +37,8 @@ NOT_READY = "not_ready"
 _CLASSES: tuple[tuple[str, str], ...] = (
     ("not ready", "not-ready"),
     ("not the leader", "not-leader"),
+    ("another devshare replica", "claimed-by-replica"),
+    ("claim ledger", "claim-ledger"),
     ("planned on node", "group-planned-elsewhere"),
     ("no member binds until", "gang-waiting"),
     ("the gang needs", "gang-no-room"),

@@ -30,10 +30,12 @@ from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
 from devshare.kube.backend import Backend
 from devshare.kube.leader import LeaderElector, LeaseFollower
+from devshare.kube.ledger import ClaimLedger
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.persist import SnapshotWriter
 from devshare.kube.sync import StateSync
 from devshare.server.extender.app import make_app
+from devshare.server.extender.claims import Claims, replica_identity
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.service import Extender
 from devshare.server.tls import CertReloader, TLSCollector
@@ -64,6 +66,9 @@ class ExtenderOptions:
     # people, on an address the extender API itself need not be exposed on; 0: none
     metrics_port: int = 0
     client_auth: bool = False  # verbs and /inspect need a verified client certificate (--tls-client-ca)
+    # record each pod's claim in its node's claim ledger (a ConfigMap per node) before its Binding, so
+    # that two replicas binding at once never over-book a card (docs/deploy.md, "Several replicas")
+    claim_ledger: bool = True
 
 
 @dataclass
@@ -74,6 +79,7 @@ class Runtime:
     sync: StateSync
     extender: Extender
     elector: LeaderElector | LeaseFollower | None
+    claims: Claims | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -114,13 +120,20 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         note_pod=sync.note_pod,
     )
     sync.on_change = extender.pod_changed
+    claims: Claims | None = None
+    if opts.claim_ledger:
+        claims = Claims(ClaimLedger(backend), state, identity=replica_identity(opts.pod_name or opts.identity),
+                        ttl=opts.assume_ttl, pod_uid=sync.pods_present.get, note_pod=sync.note_pod)
+        extender.writes.claims = claims
+        sync.after_pods_listed = claims.load
+        metrics.registry.register(_ClaimsCollector(claims))
     if elector is not None:
         extender.writes.fence = elector.check  # awaited just before each bind's write
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
     metrics.registry.register(_SyncCollector(sync))
     if opts.save is not None:
         metrics.registry.register(_SaveCollector(opts.save))
-    runtime = Runtime(state, sync, extender, elector)
+    runtime = Runtime(state, sync, extender, elector, claims)
     app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
     if opts.metrics_port:
@@ -267,3 +280,22 @@ class _SyncCollector(Collector):
             "devshare_extender_malformed_allocations",
             "Bound pods whose allocation annotation could not be used (unreadable, or naming another node).",
             value=self.sync.malformed)
+
+
+class _ClaimsCollector(Collector):
+    """The claim ledger's writes, conflicts and refusals."""
+
+    def __init__(self, claims: Claims) -> None:
+        self.claims = claims
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.claims.counters
+        for name, value, doc in (
+            ("writes", c.writes, "Writes of the claim ledgers that went through (claims, withdrawals, prunings)."),
+            ("conflicts", c.conflicts, "Ledger writes answered 409 (another replica wrote first): read again."),
+            ("refused", c.refused, "Binds refused: the pod did not fit beside the claims in its node's ledger."),
+            ("withdrawn", c.withdrawn, "Claims removed after their Binding failed."),
+            ("pruned", c.pruned, "Claims of pods gone, finished or never bound, removed."),
+            ("absorbed", c.absorbed, "Claims of other replicas recorded in the state before the watch saw them."),
+        ):
+            yield CounterMetricFamily(f"devshare_extender_claim_{name}", doc, value=value)

@@ -481,7 +481,7 @@ class Extender:
         # ---- asynchronous: one write, the Binding with the allocation annotations ----
         done = False
         try:
-            error = await self.writes.bind(ns, name, node, uid, annotations=annotations,
+            error = await self.writes.bind(ns, name, node, uid, pod=pod, allocation=alloc, annotations=annotations,
                                            resource_version=str(m.get("resourceVersion") or "") or None)
             if error:
                 return error
@@ -497,7 +497,11 @@ class Extender:
         return ""
 
     def pod_changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
-        """StateSync's hook: a deleted group member gives up its place in its group's plan."""
+        """StateSync's hook: a deleted group member gives up its place in its group's plan; a pod known
+        from another replica's claim alone is recorded as the watch has it."""
+        claims = self.writes.claims
+        if kind == "pods" and claims is not None and claims.stubs:
+            claims.pod_changed(type_, obj)
         if kind == "pods" and type_ == "DELETED":
             self.members.deleted(object_key(obj))
             self.preemptor.done(object_key(obj))
@@ -530,6 +534,11 @@ class Extender:
         while True:
             await asyncio.sleep(interval)
             self.expire()
+            if self.writes.claims is not None and self.is_synced():
+                try:
+                    await self.writes.claims.sweep(leading=self.is_leader())
+                except Exception:  # never let one surprise stop the expiry
+                    log.exception("sweeping the claim ledgers failed")
 
 
 def result_of(answer: ExtenderFilterResult | ExtenderBindingResult) -> str:
