@@ -111,7 +111,9 @@ class Claims:
         node = alloc.node
         async with self._lock(node):
             try:
-                ledger = self.ledgers.get(node) or await self._read(node)
+                # a ledger not seen yet is written as if it did not exist: a create, answered 409 when
+                # it does (then read), so that a bind costs one request to the ledger either way
+                ledger = self.ledgers.get(node) or NodeLedger(node)
                 for _ in range(ATTEMPTS):
                     claims, pruned = self._decide(ledger, pod, alloc)
                     try:

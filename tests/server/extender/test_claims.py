@@ -1,0 +1,283 @@
+"""Claims before Bindings (:mod:`devshare.server.extender.claims`): replicas that share nothing but
+the API server, each with a state of its own that never hears of the others' binds."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.scheduler import Scheduler
+from devshare.engine.state import ClusterState
+from devshare.kube.errors import BackendError
+from devshare.kube.ledger import Claim, ClaimLedger, object_name
+from devshare.kube.memory import MemoryBackend
+from devshare.kube.sync import StateSync
+from devshare.model.allocation import PodAllocation
+from devshare.model.annotations import encode_annotations
+from devshare.model.codecs import decode_allocation
+from devshare.model.pod import parse_pod
+from devshare.model.request import PodRequest
+from devshare.server.extender.claims import EXPIRED_ANNOTATION, Claims
+from devshare.server.extender.serve import ExtenderOptions
+from support.extender import GiB, cluster, pod, running
+
+NODE = "node-0"
+
+
+class Replica:
+    """One extender's state, lifecycle and claims over a shared backend (its own view: blind)."""
+
+    def __init__(self, backend: Any, name: str, *, clock: Callable[[], float] | None = None) -> None:
+        self.backend = backend
+        self.state = ClusterState()
+        self.sync = StateSync(backend, self.state)
+        inner = backend.inner if isinstance(backend, Jittery) else backend
+        for kind in ("nodes", "devices", "pods"):
+            self.sync.reconcile(kind, inner.store.list(kind)[0], initial=True)
+        self.scheduler = Scheduler(self.state)
+        self.lifecycle = Lifecycle(self.scheduler)
+        self.claims = Claims(ClaimLedger(backend), self.state, identity=name, pod_uid=self.sync.pods_present.get,
+                             note_pod=self.sync.note_pod, **({"clock": clock} if clock else {}))
+
+    async def bind(self, obj: dict[str, Any], node: str = NODE) -> str:
+        """What the extender's bind does: choose and assume, claim, Binding (undone when refused)."""
+        req = parse_pod(obj)
+        alloc = self.scheduler.allocate_on(req, node)
+        if isinstance(alloc, str):
+            return alloc
+        self.lifecycle.assume(req, alloc, now=0.0)
+        refused = await self.claims.claim(req, alloc)
+        if refused:
+            self.lifecycle.forget(req.key, alloc)
+            return refused
+        ann = encode_annotations(req, alloc, now_ns=0, device_memory=self.state.gpu_memory(node))
+        try:
+            await self.backend.bind_pod("default", req.name, node, uid=req.uid, annotations=ann)
+        except BackendError as e:
+            self.lifecycle.forget(req.key, alloc)
+            await self.claims.withdraw(req, alloc)
+            return str(e)
+        self.lifecycle.confirm(req, alloc)
+        return ""
+
+
+class Jittery:
+    """A backend whose every request first waits a random moment: interleavings vary."""
+
+    def __init__(self, inner: MemoryBackend, rng: random.Random) -> None:
+        self.inner = inner
+        self.rng = rng
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr) or name in ("watch", "close"):
+            return attr
+
+        async def jittered(*args: Any, **kw: Any) -> Any:
+            await asyncio.sleep(self.rng.random() * 0.002)
+            return await attr(*args, **kw)
+
+        return jittered
+
+
+def usage(backend: MemoryBackend) -> dict[tuple[str, int], list[int]]:
+    used: dict[tuple[str, int], list[int]] = {}
+    for p in backend.store.objects.get("pods", {}).values():
+        alloc = decode_allocation(p["metadata"].get("annotations") or {})
+        if alloc is None or not p["spec"].get("nodeName"):
+            continue
+        for _, g in alloc.grants():
+            acc = used.setdefault((alloc.node, g.minor), [0, 0])
+            acc[0] += g.core_milli
+            acc[1] += g.memory
+    return used
+
+
+async def ledger_claims(backend: Any, node: str = NODE) -> dict[str, Claim]:
+    return dict((await ClaimLedger(backend).read(node)).claims)
+
+
+# ------------------------------------------------------------------ the invariant, as a property
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1),
+       batches=st.lists(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([25, 40, 50, 60, 100])),
+                                 min_size=1, max_size=5), min_size=1, max_size=6),
+       deletes=st.lists(st.integers(0, 2), max_size=6))
+def test_replicas_binding_at_once_never_over_book_a_card(seed: int, batches: list[list[tuple[int, int]]],
+                                                         deletes: list[int]) -> None:
+    """Three replicas, blind to each other, bind batches of pods to one node of two GPUs at once;
+    between batches a bound pod is deleted and one replica's watch tells it so. Whatever the
+    interleaving: no card holds more than it has, and every bound pod is claimed in the ledger."""
+    asyncio.run(_replicas_scenario(seed, batches, deletes))
+
+
+async def _replicas_scenario(seed: int, batches: list[list[tuple[int, int]]], deletes: list[int]) -> None:
+    rng = random.Random(seed)
+    names = [f"p{b}-{i}" for b, batch in enumerate(batches) for i in range(len(batch))]
+    sizes = {f"p{b}-{i}": size for b, batch in enumerate(batches) for i, (_, size) in enumerate(batch)}
+    inner = cluster(1, gpus=2, pods=[pod(n, core=sizes[n]) for n in names])
+    backend = Jittery(inner, rng)
+    replicas = [Replica(backend, f"r{k}") for k in range(3)]
+    for b, batch in enumerate(batches):
+        objs = [inner.store.get("pods", f"default/p{b}-{i}") for i in range(len(batch))]
+        answers = await asyncio.gather(*(replicas[r].bind(o) for (r, _), o in zip(batch, objs, strict=True)))
+        for (n, minor), (core, mem) in usage(inner).items():
+            assert core <= 1000 and mem <= 16 * GiB, f"{n} gpu {minor}: {core / 10:g}%, {answers}"
+        claims = await ledger_claims(inner)
+        for p in inner.store.objects["pods"].values():
+            if p["spec"].get("nodeName"):
+                key = f"default/{p['metadata']['name']}"
+                assert claims[key].allocation == decode_allocation(p["metadata"]["annotations"]), key
+        if b < len(deletes):
+            bound = sorted(k for k, p in inner.store.objects["pods"].items() if p["spec"].get("nodeName"))
+            if bound:
+                key = rng.choice(bound)
+                uid = inner.store.get("pods", key)["metadata"]["uid"]
+                inner.delete("pods", key)
+                replicas[deletes[b]].state.release_finished(key, uid)  # that replica's watch saw it go
+
+
+# ------------------------------------------------------------------ one write per bind, conflicts
+
+async def test_a_bind_costs_one_write_and_a_conflict_is_read_absorbed_and_refused() -> None:
+    inner = cluster(1, gpus=1, pods=[pod("a", core=60), pod("b", core=60), pod("c", core=40)])
+    a, b = Replica(inner, "a"), Replica(inner, "b")
+    await a.claims.load()
+    await b.claims.load()  # both have read the (empty) ledger: b's copy goes stale when a writes
+    rv0 = inner.store.rv
+    assert await a.bind(inner.store.get("pods", "default/a")) == ""
+    assert inner.store.rv - rv0 == 2  # the claim and the Binding
+    assert a.claims.counters.writes == 1 and a.claims.counters.conflicts == 0
+    # b never heard of a's bind: its write at the stale version gets 409, it reads a's claim and refuses
+    error = await b.bind(inner.store.get("pods", "default/b"))
+    assert "does not fit on node node-0 beside the claims in its claim ledger" in error and "compute free" in error
+    assert b.claims.counters.conflicts == 1 and b.claims.counters.refused == 1
+    assert not inner.store.get("pods", "default/b")["spec"].get("nodeName")
+    # a's claim is now counted in b's state (before b's watch would tell it): b places c beside it
+    assert "default/a" in b.claims.stubs and b.state.pods["default/a"].phase == "bound"
+    assert await b.bind(inner.store.get("pods", "default/c")) == ""
+    assert set(await ledger_claims(inner)) == {"default/a", "default/c"}
+
+
+async def test_a_pod_claimed_by_another_replica_is_not_claimed_again() -> None:
+    inner = cluster(1, gpus=2, pods=[pod("p", core=50)])
+    a, b = Replica(inner, "a"), Replica(inner, "b")
+    req = parse_pod(inner.store.get("pods", "default/p"))
+    alloc = a.scheduler.allocate_on(req, NODE)
+    assert isinstance(alloc, PodAllocation)
+    assert await a.claims.claim(req, alloc) is None  # a's Binding is on its way
+    other = b.scheduler.allocate_on(req, NODE)
+    assert isinstance(other, PodAllocation)
+    error = await b.claims.claim(req, other)
+    assert error is not None and "is being bound by another devshare replica (a claimed devices" in error
+    # a claims it again (a retry): its own claim is replaced
+    assert await a.claims.claim(req, alloc) is None
+    assert (await ledger_claims(inner))["default/p"].by == "a"
+
+
+async def test_claims_of_pods_gone_are_pruned_in_the_next_write_and_withdrawn_claims_release_stubs() -> None:
+    inner = cluster(1, gpus=1, pods=[pod("a", core=100), pod("b", core=100), pod("c", core=100)])
+    a, b = Replica(inner, "a"), Replica(inner, "b")
+
+    async def bind_after_delete(gone: str, name: str) -> None:
+        uid = inner.store.get("pods", f"default/{gone}")["metadata"]["uid"]
+        inner.delete("pods", f"default/{gone}")
+        a.state.release_finished(f"default/{gone}", uid)  # a's watch saw it go; b's did not
+        assert await a.bind(inner.store.get("pods", f"default/{name}")) == ""
+
+    assert await a.bind(inner.store.get("pods", "default/a")) == ""
+    await bind_after_delete("a", "b")
+    assert set(await ledger_claims(inner)) == {"default/b"}  # a's claim pruned in the same write
+    assert a.claims.counters.pruned == 1
+    await b.claims.load()  # b reads the ledgers: it counts b's claim before its watch would tell it
+    assert set(b.claims.stubs) == {"default/b"} and "default/b" in b.state.pods
+    await bind_after_delete("b", "c")
+    await b.claims.sweep(leading=False)
+    assert "default/b" in b.state.pods  # not read again yet: the claim was confirmed moments ago
+    b.claims.stubs["default/b"] = (b.claims.stubs["default/b"][0], 0.0)  # unconfirmed for long: read again
+    await b.claims.sweep(leading=False)
+    assert "default/b" not in b.state.pods and set(b.claims.stubs) == {"default/c"}
+
+
+async def test_a_failed_binding_withdraws_its_claim() -> None:
+    inner = cluster(1, gpus=1, pods=[pod("p", core=60)])
+    a = Replica(inner, "a")
+    obj = inner.store.get("pods", "default/p")
+    inner.store.patch("pods", "default/p", {"spec": {"nodeName": "elsewhere"}})  # bound meanwhile: 409
+    assert "already assigned" in await a.bind(obj)
+    assert await ledger_claims(inner) == {}
+    assert a.claims.counters.withdrawn == 1
+
+
+# ------------------------------------------------------------------ the leader's sweep
+
+async def test_the_sweep_releases_claims_that_never_bound_after_writing_to_their_pod() -> None:
+    now = [1000.0]
+    inner = cluster(1, gpus=2, pods=[pod("stuck", core=50), pod("bound", core=50), pod("gone", core=50)])
+    a = Replica(inner, "a", clock=lambda: now[0])
+    for name in ("stuck", "gone"):  # claims whose Bindings never came (the writer died, say)
+        req = parse_pod(inner.store.get("pods", f"default/{name}"))
+        alloc = a.scheduler.allocate_on(req, NODE)
+        assert isinstance(alloc, PodAllocation)
+        a.lifecycle.assume(req, alloc, now=0.0)
+        assert await a.claims.claim(req, alloc) is None
+    assert await a.bind(inner.store.get("pods", "default/bound")) == ""
+    inner.delete("pods", "default/gone")
+    rv_stuck = inner.store.get("pods", "default/stuck")["metadata"]["resourceVersion"]
+    await a.claims.sweep(leading=True)
+    assert len(await ledger_claims(inner)) == 3  # younger than the TTL: kept
+    now[0] += 61
+    await a.claims.sweep(leading=False)
+    assert len(await ledger_claims(inner)) == 3  # only the leader prunes
+    await a.claims.sweep(leading=True)
+    assert set(await ledger_claims(inner)) == {"default/bound"}
+    stuck = inner.store.get("pods", "default/stuck")
+    # the pod was written to first: a Binding sent with the version read before the claim now fails
+    assert stuck["metadata"]["resourceVersion"] != rv_stuck
+    assert stuck["metadata"]["annotations"][EXPIRED_ANNOTATION].startswith(f"{NODE} ")
+    assert "default/bound" not in [k for k, p in inner.store.objects["pods"].items()
+                                   if EXPIRED_ANNOTATION in (p["metadata"].get("annotations") or {})]
+
+
+async def test_an_unreadable_ledger_refuses_binds_with_how_to_repair_it() -> None:
+    inner = cluster(1, gpus=1, pods=[pod("p", core=60)])
+    inner.store.put("configmaps", f"devshare-system/{object_name(NODE)}", {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": object_name(NODE), "namespace": "devshare-system",
+                     "labels": {"devshare.io/claim-ledger": "v1"}},
+        "data": {"node": NODE, "claims": "not json"}})
+    a = Replica(inner, "a")
+    error = await a.bind(inner.store.get("pods", "default/p"))
+    assert "claim ledger of node node-0 (ConfigMap devshare-system/devshare-claims-node-0) cannot be read" in error
+    assert "until it is repaired or deleted" in error
+
+
+# ------------------------------------------------------------------ the extender: start, watch
+
+async def test_the_extender_counts_claims_at_start_and_then_the_pod_as_the_watch_has_it() -> None:
+    inner = cluster(1, gpus=1, pods=[pod("other", core=70)])
+    writer = Replica(inner, "writer")
+    req: PodRequest = parse_pod(inner.store.get("pods", "default/other"))
+    alloc = writer.scheduler.allocate_on(req, NODE)
+    assert isinstance(alloc, PodAllocation)
+    assert await writer.claims.claim(req, alloc) is None  # its Binding is on its way
+    async with running(inner, ExtenderOptions()) as (client, runtime):
+        rec = runtime.state.pods["default/other"]
+        assert rec.phase == "bound" and rec.allocation == alloc  # counted before it is bound
+        inspect = await (await client.get("/inspect")).json()
+        assert inspect["nodes"][0]["devices"][0]["used"]["core"] == 70
+        ann = encode_annotations(req, alloc, now_ns=0, device_memory=writer.state.gpu_memory(NODE))
+        await inner.bind_pod("default", "other", NODE, uid=req.uid, annotations=ann)
+        for _ in range(200):
+            if runtime.claims is not None and not runtime.claims.stubs:
+                break
+            await asyncio.sleep(0.01)
+        assert runtime.claims is not None and not runtime.claims.stubs
+        assert runtime.state.pods["default/other"].pod.containers  # the pod as parsed, no longer the claim's
