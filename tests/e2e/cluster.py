@@ -299,14 +299,15 @@ class ControlPlane:
                                         "jsonpath={.status.conditions[?(@.type=='Established')].status}"
                                         ).stdout == "True", timeout=60, what="Device CRD established")
 
-    def start_extender(self, *extra: str, name: str = "extender", port: int | None = None) -> Process:
+    def start_extender(self, *extra: str, name: str = "extender", port: int | None = None,
+                       env: dict[str, str] | None = None) -> Process:
         port = port or self.extender_port or free_port()
         if name == "extender":
             self.extender_port = port
         cfg = self.token_kubeconfig("devshare-scheduler")
         proc = self.spawn(name, [*DEVSHARE, "extender", "--kubeconfig", str(cfg), "--namespace", SYSTEM_NS,
                                  "--port", str(port), "--host", "127.0.0.1", *extra],
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         wait_until(lambda: _ok(f"http://127.0.0.1:{port}/readyz") or _dead(proc), timeout=60,
                    what=f"{name} /readyz")
         if not proc.alive:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from devshare.server.extender.serve import SIGSTOP_HOOK
 from e2e.cluster import SYSTEM_NS, ControlPlane, Process, free_port, wait_until
 from e2e.conftest import Cluster, allocation
 
@@ -214,3 +215,61 @@ def test_kube_scheduler_replicas_each_with_its_sidecar_fail_over_without_double_
     assert used[(frozen_node, 0)] == 60, used  # not 120: the deposed replica's queued bind was refused
     assert all(v <= 100 for v in used.values()), used
     assert sum(used.values()) == 8 * 30 + 60
+
+
+# --- two extenders that both lead: only the claim ledger keeps them from booking one card twice ------
+
+def _stopped(proc: Process) -> bool:
+    assert proc.popen is not None
+    with open(f"/proc/{proc.popen.pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_two_extenders_that_both_lead_never_book_one_card_twice(cluster: Cluster) -> None:
+    """Two extender processes, neither electing a leader (two run by hand, or one paused past its
+    lease): extender a is stopped (SIGSTOP, by its test hook) between its fence and its write, with
+    its devices chosen; extender b binds a conflicting pod to the same card meanwhile; a resumes.
+    Then both are asked to bind conflicting pods at the same moment, many times. At most one pod wins
+    each card: the second writer of a node's claim ledger finds the first's claim and refuses."""
+    cp = cluster.cp
+    node = cluster.node("both-1", gpus=1)
+    cards = cluster.node("both-2", gpus=2)
+    ask = {"koordinator.sh/gpu-core": "60", "koordinator.sh/gpu-memory-ratio": "60"}
+    first, second = (cluster.get_pod(cluster.pod(name, ask, scheduler="e2e-manual")["metadata"]["name"])
+                     for name in ("both-a", "both-b"))
+    port_a, port_b = free_port(), free_port()
+    a = cp.start_extender("--no-leader-elect", name="extender-both-a", port=port_a,
+                          env={SIGSTOP_HOOK: f"{cluster.ns}/{first['metadata']['name']}"})
+    b = cp.start_extender("--no-leader-elect", name="extender-both-b", port=port_b)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            paused = pool.submit(_bind, port_a, cluster.ns, first["metadata"]["name"], first["metadata"]["uid"], node)
+            wait_until(lambda: _stopped(a), timeout=30, interval=0.05, what="extender a stopping before its claim")
+            assert _bind(port_b, cluster.ns, second["metadata"]["name"], second["metadata"]["uid"], node) == ""
+            a.signal(signal.SIGCONT)
+            answer = paused.result(timeout=60)
+        assert "does not fit on node both-1 beside the claims in its claim ledger" in answer, answer
+        assert not cluster.get_pod(first["metadata"]["name"])["spec"].get("nodeName")
+        assert _core_by_card(cluster)[(node, 0)] == 60
+
+        # both at once, over and over: pairs of 60% pods on a node of two cards
+        won = 0
+        for i in range(4):
+            pair = [cluster.get_pod(cluster.pod(f"both-{i}-{k}", ask, scheduler="e2e-manual")["metadata"]["name"])
+                    for k in range(3)]
+            with ThreadPoolExecutor(6) as pool:
+                answers = list(pool.map(lambda x: _bind(*x), [
+                    (port, cluster.ns, p["metadata"]["name"], p["metadata"]["uid"], cards)
+                    for p, port in zip(pair, (port_a, port_b, port_a), strict=True)]))
+            won += answers.count("")
+            used = _core_by_card(cluster)
+            assert all(v <= 100 for v in used.values()), (used, answers)
+            assert all(not x or "claim" in x or "does not fit" in x for x in answers), answers
+            for p in pair:  # free the cards for the next round (the extenders see the pods go)
+                cp.kubectl("delete", "pod", p["metadata"]["name"], "-n", cluster.ns, "--grace-period=0", "--force")
+            wait_until(lambda: not any(d["pods"] for port in (port_a, port_b) for d in _devices(port, cards)),
+                       timeout=30, what="both extenders seeing the cards free")
+        assert won >= 4  # each round at least one pod got a card
+    finally:
+        a.stop()
+        b.stop()

@@ -13,6 +13,7 @@ import gc
 import ipaddress
 import logging
 import os
+import signal
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -129,6 +130,9 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         metrics.registry.register(_ClaimsCollector(claims))
     if elector is not None:
         extender.writes.fence = elector.check  # awaited just before each bind's write
+    stop_at = os.environ.get(SIGSTOP_HOOK)
+    if stop_at:
+        extender.writes.before_claim = _stop_before_claim_of(stop_at)
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
     metrics.registry.register(_SyncCollector(sync))
     if opts.save is not None:
@@ -164,6 +168,20 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     return app
+
+
+# A test hook (tests/e2e/test_replicas.py): the extender stops itself (SIGSTOP) when it is about to claim
+# devices for this pod (``namespace/name``), after its leader fence, as a replica paused there would be.
+SIGSTOP_HOOK = "DEVSHARE_TEST_SIGSTOP_BEFORE_CLAIM"
+
+
+def _stop_before_claim_of(key: str) -> Callable[[str], None]:
+    def hook(pod: str) -> None:
+        if pod == key:
+            log.warning("%s: stopping before the claim of pod %s", SIGSTOP_HOOK, pod)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    return hook
 
 
 async def _freeze_when_synced(sync: StateSync) -> None:

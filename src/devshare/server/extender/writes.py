@@ -30,6 +30,9 @@ class PodWrites:
         # now, or None; awaited just before the writes go out (after every other await of the bind)
         self.fence: Callable[[], Awaitable[str | None]] | None = None
         self.claims: Claims | None = None  # the claim ledger, written before each Binding
+        # test hook (serve.py, $DEVSHARE_TEST_SIGSTOP_BEFORE_CLAIM): called with the pod's key after the
+        # fence and before the claim, the window a paused replica would be in
+        self.before_claim: Callable[[str], None] | None = None
 
     async def bind(self, ns: str, name: str, node: str, uid: str, *, pod: PodRequest, allocation: PodAllocation,
                    annotations: dict[str, str] | None = None, resource_version: str | None = None) -> str:
@@ -39,6 +42,8 @@ class PodWrites:
         fenced = await self.fence() if self.fence is not None else None
         if fenced:
             return fenced
+        if self.before_claim is not None:
+            self.before_claim(f"{ns}/{name}")
         if self.claims is not None:
             refused = await self.claims.claim(pod, allocation)
             if refused:
