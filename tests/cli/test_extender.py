@@ -121,3 +121,17 @@ def test_extender_serves_a_cluster_file_and_saves_binds(tmp_path: Path) -> None:
     inspect = RUNNER.invoke(app, ["inspect", "--cluster", str(saved), "-o", "json"])
     pods = [d["pods"] for d in json.loads(inspect.stdout)["nodes"][0]["devices"]]
     assert sorted(x for ps in pods for x in ps) == ["default/bound/main", "default/p/main"]
+
+
+def test_the_claim_ledger_is_on_unless_turned_off_and_then_it_warns(tmp_path: Path, monkeypatch: Any,
+                                                                     caplog: Any) -> None:
+    import devshare.server.extender.serve as serve_module
+
+    seen: list[Any] = []
+    monkeypatch.setattr(serve_module, "serve", lambda backend, options, **kw: seen.append(options))
+    f = write_cluster(tmp_path / "c.yaml", [node("node-0")])
+    assert RUNNER.invoke(app, ["extender", "--cluster", str(f)]).exit_code == 0
+    out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--no-claim-ledger"])
+    assert out.exit_code == 0, out.output
+    assert [o.claim_ledger for o in seen] == [True, False]
+    assert "--no-claim-ledger: binds are not recorded in the claim ledgers" in caplog.text

@@ -49,6 +49,13 @@ def extender(
         typer.Option(envvar="POD_NAME", help="This pod's name (the downward API's metadata.name): kube-scheduler's "
                      "identity in its Lease starts with it. Read from $POD_NAME when not given."),
     ] = None,
+    claim_ledger: Annotated[
+        bool,
+        typer.Option("--claim-ledger/--no-claim-ledger",
+                     help="Record each pod's claim in its node's claim ledger (a ConfigMap in --namespace) before "
+                     "its Binding, so that replicas binding at once never over-book a card (docs/deploy.md). "
+                     "Always on unless turned off here, which is only safe while no other extender binds."),
+    ] = True,
     config: ConfigOption = None,
     assume_ttl: Annotated[
         float | None, typer.Option(help="Seconds a reservation waits for its bind before its devices are freed "
@@ -137,7 +144,11 @@ def extender(
 
         backend: Backend
         options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg,
-                                  metrics_port=metrics_port)
+                                  metrics_port=metrics_port, claim_ledger=claim_ledger)
+        if not claim_ledger:
+            logging.getLogger("devshare.extender").warning(
+                "--no-claim-ledger: binds are not recorded in the claim ledgers; if another extender binds pods "
+                "beside this one (several replicas, one run by hand), two pods can be bound to one card")
         for unhonoured in cfg.not_honoured():
             logging.getLogger("devshare.config").warning("%s", unhonoured)
         if cluster is not None:
