@@ -16,7 +16,13 @@ The last line printed is one JSON object:
 ``{"nodes", "pods", "pods_per_s_alone", "pods_per_s_devshare", "ratio", "binds_refused"}``
 (``binds_refused``: binds the extender answered with an error, from its metrics).
 
+``--ledger-phases on,off,on,off`` measures the claim ledger's cost instead, within one run: one
+devshare phase per item (``--pods`` new pods each, the extender restarted with or without
+``--no-claim-ledger``), each reporting pods/s, the extender's CPU per pod (from /proc) and the API
+requests per pod (kube-apiserver's ``apiserver_request_total``, all clients, by verb and resource).
+
     .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 3000
+    .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 1000 --ledger-phases on,off,on,off
 """
 
 from __future__ import annotations
@@ -155,6 +161,44 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def api_requests(cp: ControlPlane) -> dict[str, float]:
+    """kube-apiserver's request counters, summed by verb and resource (``VERB resource[/sub]``)."""
+    text = cp.kubectl("get", "--raw", "/metrics").stdout
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        head, _, value = line.rpartition(" ")
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', head))
+        resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        key = f"{labels.get('verb', '')} {resource}"
+        out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def devshare_phase(cp: ControlPlane, clock: BoundClock, prefix: str, pods: int, *, ledger: bool,
+                   timeout: float) -> dict[str, Any]:
+    """One devshare phase: the extender (re)started with or without its claim ledger, ``pods`` new pods."""
+    cp.start_extender("--log-level", "warning", *([] if ledger else ["--no-claim-ledger"]))
+    make_pods(cp, prefix, {"nvidia.com/gpu": "1"}, pods, SCHEDULER_NAME)
+    ext = cp.processes["extender"].popen
+    assert ext is not None
+    time.sleep(2)  # the extender's watch takes in the pods just created
+    cpu0, req0 = cpu_seconds(ext.pid), api_requests(cp)
+    sched = cp.start_scheduler()
+    rate = clock.rate(prefix, pods, timeout)
+    cpu1, req1 = cpu_seconds(ext.pid), api_requests(cp)
+    sched.stop()
+    per_pod = {k: round((v - req0.get(k, 0.0)) / pods, 2) for k, v in req1.items()}
+    per_pod = {k: v for k, v in sorted(per_pod.items(), key=lambda kv: -kv[1]) if v >= 0.05}
+    out = {"ledger": ledger, "pods_per_s": round(rate, 1),
+           "extender_cpu_ms_per_pod": round(1000 * (cpu1 - cpu0) / pods, 2),
+           "api_requests_per_pod": round(sum(per_pod.values()), 2), "by_request": per_pod,
+           "binds_refused": refused_binds(cp.extender_port), "extender_ms": latencies(cp.extender_port)}
+    print(json.dumps(out), file=sys.stderr, flush=True)
+    return out
+
+
 def plain_config(cp: ControlPlane) -> Path:
     path = cp.root / "alone-config.yaml"
     import yaml
@@ -173,7 +217,11 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--pods", type=int, default=3000)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--ledger-phases", default="", help="e.g. on,off,on,off: compare the claim ledger on and off")
     args = ap.parse_args()
+    if args.ledger_phases:
+        ledger_phases(args)
+        return
     with tempfile.TemporaryDirectory(prefix="devshare-bench-e2e-") as tmp, control_plane(Path(tmp)) as cp:
         cp.install()
         cp.namespace(NS)
@@ -205,6 +253,23 @@ def main() -> None:
     print(json.dumps({"nodes": args.nodes, "pods": args.pods, "pods_per_s_alone": round(alone, 1),
                       "pods_per_s_devshare": round(with_devshare, 1), "ratio": round(with_devshare / alone, 3),
                       "binds_refused": refused}))
+
+
+def ledger_phases(args: argparse.Namespace) -> None:
+    phases = [p.strip() for p in args.ledger_phases.split(",") if p.strip()]
+    if not phases or any(p not in ("on", "off") for p in phases):
+        raise SystemExit("--ledger-phases: a comma-separated list of on and off")
+    with tempfile.TemporaryDirectory(prefix="devshare-bench-e2e-") as tmp, control_plane(Path(tmp)) as cp:
+        cp.install()
+        cp.namespace(NS)
+        t0 = time.monotonic()
+        make_nodes(cp, args.nodes)
+        print(f"{args.nodes} nodes + devices in {time.monotonic() - t0:.0f}s", file=sys.stderr)
+        clock = BoundClock(cp)
+        results = [devshare_phase(cp, clock, f"ledger-{i}-{p}", args.pods, ledger=p == "on", timeout=args.timeout)
+                   for i, p in enumerate(phases)]
+        clock.stop.set()
+    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "phases": results}))
 
 
 if __name__ == "__main__":
