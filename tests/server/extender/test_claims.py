@@ -42,7 +42,7 @@ class Replica:
             self.sync.reconcile(kind, inner.store.list(kind)[0], initial=True)
         self.scheduler = Scheduler(self.state)
         self.lifecycle = Lifecycle(self.scheduler)
-        self.claims = Claims(ClaimLedger(backend), self.state, identity=name, pod_uid=self.sync.pods_present.get,
+        self.claims = Claims(ClaimLedger(backend), self.state, identity=name,
                              note_pod=self.sync.note_pod, **({"clock": clock} if clock else {}))
 
     async def bind(self, obj: dict[str, Any], node: str = NODE) -> str:

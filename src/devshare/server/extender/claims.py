@@ -14,12 +14,12 @@ compare-and-swap on the ledger's resourceVersion. The write is decided here:
   another replica wrote first: the ledger is read again, absorbed, checked, and written again
   (or the bind refused). So of two replicas binding conflicting pods to one card, the second to
   write sees the first's claim and refuses;
-- claims of pods the watch has seen gone or finished (or replaced by a pod of another uid) are
-  pruned in the same write;
+- claims of pods the watch has seen gone or finished are pruned in the same write;
 - a pod claimed by another replica (a bind of the same pod in flight there) is not claimed again.
 
-Only then the Binding goes out. A Binding that surely failed withdraws its claim (best effort); one
-whose outcome is unknown (the connection broke) keeps it. Claims of pods that never bind are
+Only then the Binding goes out. A Binding that failed withdraws its claim (best effort); when its
+outcome is unknown (the connection broke), the pod is written to first, as below, and a pod found
+bound keeps its claim. Claims of pods that never bind are
 released by the leader's :meth:`Claims.sweep` once older than ``ttl``: it first writes an
 annotation on the pod (``devshare.io/claim-expired``), which changes the pod's resourceVersion, so
 that a Binding still on its way from the claim's writer (sent with the resourceVersion read before
@@ -77,7 +77,6 @@ def replica_identity(name: str) -> str:
 class Claims:
     """The ledger writes of one extender, over its state.
 
-    ``pod_uid(key)``: the uid of the pod ``key`` as the watch has it (None: not known);
     ``note_pod(obj)``: apply a pod read from the API server to the state (the sync's)."""
 
     def __init__(
@@ -87,7 +86,6 @@ class Claims:
         *,
         identity: str,
         ttl: float = 60.0,
-        pod_uid: Callable[[str], str | None] = lambda key: None,
         note_pod: Callable[[dict[str, object]], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -95,7 +93,6 @@ class Claims:
         self.state = state
         self.identity = identity
         self.ttl = ttl
-        self.pod_uid = pod_uid
         self.note_pod = note_pod
         self.clock = clock
         self.ledgers: dict[str, NodeLedger] = {}  # each node's ledger as last read or written
@@ -143,8 +140,9 @@ class Claims:
             raise Refused(f"the claim ledger of node {node} ({self.ledger.where(node)}) cannot be read: "
                           f"{ledger.error}; devshare binds nothing there until it is repaired or deleted")
         held = ledger.claims.get(pod.key)
-        if (held is not None and held.by != self.identity and held.uid == pod.uid
-                and not self._gone(held)):
+        if held is not None and held.by != self.identity and not self._gone(held):
+            # another replica's claim under this name (this pod's, or one of an earlier pod of the name
+            # whose end the watch has not shown yet): never overwritten
             raise Refused(f"pod {pod.key} is being bound by another devshare replica ({held.by} claimed devices "
                           f"of node {node} for it {max(0.0, self.clock() - held.at):.0f} s ago); a claim whose "
                           f"pod never binds is released after {self.ttl:g} s")
@@ -161,12 +159,9 @@ class Claims:
         return kept, pruned
 
     def _gone(self, c: Claim) -> bool:
-        """The claim's pod is surely gone or finished, as the watch has seen it (never a guess: a pod
-        the watch does not know yet may just have been created)."""
-        if self.state.is_finished(c.pod, c.uid):
-            return True
-        uid = self.pod_uid(c.pod)
-        return bool(uid and c.uid and uid != c.uid)  # another pod under its name: the claimed one is gone
+        """The claim's pod is surely gone or finished: the watch has seen it end (never a guess: a pod
+        the watch does not know, or knows under another uid, may just have been created)."""
+        return self.state.is_finished(c.pod, c.uid)
 
     def _reflected(self, c: Claim) -> bool:
         rec = self.state.pods.get(c.pod)

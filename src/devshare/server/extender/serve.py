@@ -124,7 +124,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     claims: Claims | None = None
     if opts.claim_ledger:
         claims = Claims(ClaimLedger(backend), state, identity=replica_identity(opts.pod_name or opts.identity),
-                        ttl=opts.assume_ttl, pod_uid=sync.pods_present.get, note_pod=sync.note_pod)
+                        ttl=opts.assume_ttl, note_pod=sync.note_pod)
         extender.writes.claims = claims
         sync.after_pods_listed = claims.load
         metrics.registry.register(_ClaimsCollector(claims))
