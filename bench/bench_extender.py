@@ -240,7 +240,8 @@ async def drive(host: str, port: int, pods: list[dict[str, Any]], node_names: li
             "failed": failed / max(1, sum(tries))}
 
 
-def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None) -> None:
+def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None,
+             extra: list[str] | None = None) -> None:
     objs = make_cluster(nodes, pods, seed)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cluster.yaml"
@@ -251,7 +252,7 @@ def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str |
         wrap = ["-m", "cProfile", "-o", profile] if profile else []
         proc = subprocess.Popen(
             [sys.executable, *wrap, "-m", "devshare.cli.main", "extender", "--cluster", str(path), "--port", str(port),
-             "--log-level", "warning", *(["--policy", policy] if policy else [])],
+             "--log-level", "warning", *(["--policy", policy] if policy else []), *(extra or [])],
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
             asyncio.run(wait_ready(f"http://127.0.0.1:{port}", proc))
@@ -267,7 +268,7 @@ def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str |
     lat = res["lat"]
     asked = f"{sample} names of a rotating window" if sample else f"all {nodes} names"
     print(f"\n== {nodes} nodes x 8 GPUs, {pods} pods, filter with {asked} (nodeCacheCapable), "
-          f"policy {policy or 'default'} ==")
+          f"policy {policy or 'default'}{' ' + ' '.join(extra) if extra else ''} ==")
     print(f"startup (write file, load, sync): {ready:.1f} s")
     done = max(1, res["bound"])
     print(f"end to end: {done / res['wall']:.0f} pods bound/s ({res['wall']:.2f} s); bound {res['bound']}, "
@@ -372,9 +373,14 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="in-process under cProfile instead of over HTTP")
     ap.add_argument("--policy", default=None,
                     help="the extender's --policy (devshare, binpack, spread); default: the extender's own default")
+    ap.add_argument("--extender-arg", action="append", default=[],
+                    help="passed on to devshare extender (repeatable), e.g. --extender-arg=--no-claim-ledger")
     args = ap.parse_args()
     for n in args.nodes or [1000, 5000]:
-        (run_profile if args.profile else run_http)(n, args.pods, args.sample, args.seed, args.policy)
+        if args.profile:
+            run_profile(n, args.pods, args.sample, args.seed, args.policy)
+        else:
+            run_http(n, args.pods, args.sample, args.seed, args.policy, args.extender_arg)
     print(json.dumps({"note": "client-side latencies include HTTP and JSON on both sides"}))
 
 

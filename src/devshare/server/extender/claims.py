@@ -96,10 +96,11 @@ class Claims:
         self.note_pod = note_pod
         self.clock = clock
         self.ledgers: dict[str, NodeLedger] = {}  # each node's ledger as last read or written
-        self.stubs: dict[str, tuple[PodRequest, float]] = {}  # pods recorded from a claim alone, since
+        # pods recorded in the state from another replica's claim alone (not yet seen bound by the
+        # watch): the request standing for the pod, and when the claim was last read
+        self.stubs: dict[str, tuple[PodRequest, float]] = {}
         self.counters = ClaimCounters()
         self._locks: dict[str, asyncio.Lock] = {}
-        self.loaded = False
 
     # ------------------------------------------------------------------ the bind path
     async def claim(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
@@ -279,7 +280,6 @@ class Claims:
             if ledger.error is not None:
                 log.warning("the claim ledger of node %s cannot be read: %s", ledger.node, ledger.error)
             self._adopt(ledger)
-        self.loaded = True
 
     # ------------------------------------------------------------------ the watch
     def pod_changed(self, type_: str, obj: Mapping[str, object]) -> None:
