@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
-from devshare.kube.errors import BackendError
+from devshare.kube.errors import Unavailable
 from devshare.kube.ledger import Claim, ClaimLedger, object_name
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.sync import StateSync
@@ -25,6 +25,7 @@ from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
 from devshare.server.extender.claims import EXPIRED_ANNOTATION, Claims
 from devshare.server.extender.serve import ExtenderOptions
+from devshare.server.extender.writes import PodWrites
 from support.extender import GiB, cluster, pod, running
 
 NODE = "node-0"
@@ -44,35 +45,38 @@ class Replica:
         self.lifecycle = Lifecycle(self.scheduler)
         self.claims = Claims(ClaimLedger(backend), self.state, identity=name,
                              note_pod=self.sync.note_pod, **({"clock": clock} if clock else {}))
+        self.writes = PodWrites(backend)
+        self.writes.claims = self.claims
 
     async def bind(self, obj: dict[str, Any], node: str = NODE) -> str:
-        """What the extender's bind does: choose and assume, claim, Binding (undone when refused)."""
+        """What the extender's bind does: choose and assume, then the writes (claim, Binding) of
+        :class:`PodWrites`; the reservation undone when they fail."""
         req = parse_pod(obj)
         alloc = self.scheduler.allocate_on(req, node)
         if isinstance(alloc, str):
             return alloc
         self.lifecycle.assume(req, alloc, now=0.0)
-        refused = await self.claims.claim(req, alloc)
-        if refused:
-            self.lifecycle.forget(req.key, alloc)
-            return refused
         ann = encode_annotations(req, alloc, now_ns=0, device_memory=self.state.gpu_memory(node))
-        try:
-            await self.backend.bind_pod("default", req.name, node, uid=req.uid, annotations=ann)
-        except BackendError as e:
+        error = await self.writes.bind("default", req.name, node, req.uid, pod=req, allocation=alloc,
+                                       annotations=ann, resource_version=obj["metadata"]["resourceVersion"])
+        if error:
             self.lifecycle.forget(req.key, alloc)
-            await self.claims.withdraw(req, alloc)
-            return str(e)
+            return error
         self.lifecycle.confirm(req, alloc)
         return ""
 
 
 class Jittery:
-    """A backend whose every request first waits a random moment: interleavings vary."""
+    """A backend whose every request first waits a random moment (interleavings vary), and whose
+    writes fail now and then (``fail_rate``), half of them after they were made (the connection broke
+    on the answer: the caller cannot tell)."""
 
-    def __init__(self, inner: MemoryBackend, rng: random.Random) -> None:
+    WRITES = ("bind_pod", "create_config_map", "replace_config_map", "patch_pod_annotations")
+
+    def __init__(self, inner: MemoryBackend, rng: random.Random, fail_rate: float = 0.0) -> None:
         self.inner = inner
         self.rng = rng
+        self.fail_rate = fail_rate
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
@@ -81,7 +85,13 @@ class Jittery:
 
         async def jittered(*args: Any, **kw: Any) -> Any:
             await asyncio.sleep(self.rng.random() * 0.002)
-            return await attr(*args, **kw)
+            fails = name in self.WRITES and self.rng.random() < self.fail_rate
+            if fails and self.rng.random() < 0.5:
+                raise Unavailable(f"injected: {name} not sent")
+            out = await attr(*args, **kw)
+            if fails:
+                raise Unavailable(f"injected: {name} made, its answer lost")
+            return out
 
         return jittered
 
@@ -112,9 +122,10 @@ async def ledger_claims(backend: Any, node: str = NODE) -> dict[str, Claim]:
        deletes=st.lists(st.integers(0, 2), max_size=6))
 def test_replicas_binding_at_once_never_over_book_a_card(seed: int, batches: list[list[tuple[int, int]]],
                                                          deletes: list[int]) -> None:
-    """Three replicas, blind to each other, bind batches of pods to one node of two GPUs at once;
-    between batches a bound pod is deleted and one replica's watch tells it so. Whatever the
-    interleaving: no card holds more than it has, and every bound pod is claimed in the ledger."""
+    """Three replicas, blind to each other, bind batches of pods to one node of two GPUs at once, one
+    write in ten failing (half of them made though the answer was lost); between batches a bound pod
+    is deleted and one replica's watch tells it so. Whatever the interleaving: no card holds more than
+    it has, and every bound pod is claimed in the ledger."""
     asyncio.run(_replicas_scenario(seed, batches, deletes))
 
 
@@ -123,7 +134,7 @@ async def _replicas_scenario(seed: int, batches: list[list[tuple[int, int]]], de
     names = [f"p{b}-{i}" for b, batch in enumerate(batches) for i in range(len(batch))]
     sizes = {f"p{b}-{i}": size for b, batch in enumerate(batches) for i, (_, size) in enumerate(batch)}
     inner = cluster(1, gpus=2, pods=[pod(n, core=sizes[n]) for n in names])
-    backend = Jittery(inner, rng)
+    backend = Jittery(inner, rng, fail_rate=0.1)
     replicas = [Replica(backend, f"r{k}") for k in range(3)]
     for b, batch in enumerate(batches):
         objs = [inner.store.get("pods", f"default/p{b}-{i}") for i in range(len(batch))]
