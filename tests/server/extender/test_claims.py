@@ -16,6 +16,7 @@ from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.kube.errors import Unavailable
 from devshare.kube.ledger import Claim, ClaimLedger, object_name
+from devshare.kube.live import LiveBackend
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.sync import StateSync
 from devshare.model.allocation import PodAllocation
@@ -26,7 +27,9 @@ from devshare.model.request import PodRequest
 from devshare.server.extender.claims import EXPIRED_ANNOTATION, Claims
 from devshare.server.extender.serve import ExtenderOptions
 from devshare.server.extender.writes import PodWrites
-from support.extender import GiB, cluster, pod, running
+from fakeapi.plugin import fake_api, fake_kubeconfig, live_backend  # noqa: F401
+from fakeapi.server import FakeApiServer
+from support.extender import GiB, cluster, device, node, pod, running
 
 NODE = "node-0"
 
@@ -292,3 +295,27 @@ async def test_the_extender_counts_claims_at_start_and_then_the_pod_as_the_watch
             await asyncio.sleep(0.01)
         assert runtime.claims is not None and not runtime.claims.stubs
         assert runtime.state.pods["default/other"].pod.containers  # the pod as parsed, no longer the claim's
+
+
+async def test_a_re_list_reads_the_claims_again(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:  # noqa: F811
+    """After a 410 the extender lists pods again, and then reads every ledger again: a claim written
+    meanwhile by a replica it never hears from is counted."""
+    for obj in (node(NODE), device(NODE, 1), pod("other", core=70)):
+        fake_api.put(obj)
+    async with running(live_backend, ExtenderOptions()) as (_, runtime):
+        writer = Replica(MemoryBackend(), "writer")  # only its ledger writes go to the fake API server
+        writer.claims.ledger = ClaimLedger(live_backend)
+        writer.sync.reconcile("nodes", [fake_api.get("nodes", NODE)], initial=True)
+        writer.sync.reconcile("devices", [fake_api.get("devices", NODE)], initial=True)
+        req = parse_pod(fake_api.get("pods", "default/other"))
+        alloc = writer.scheduler.allocate_on(req, NODE)
+        assert isinstance(alloc, PodAllocation)
+        assert await writer.claims.claim(req, alloc) is None
+        assert "default/other" not in runtime.state.pods  # nobody told it
+        fake_api.expire_watches()
+        for _ in range(300):
+            if "default/other" in runtime.state.pods:
+                break
+            await asyncio.sleep(0.02)
+        assert runtime.sync.relists >= 1
+        assert runtime.state.pods["default/other"].allocation == alloc
