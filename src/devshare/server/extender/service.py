@@ -351,9 +351,8 @@ class Extender:
             out = out.without(held)
         if not out.passed_idx.size and out.failed:
             self.preemptor.maybe_preempt(pod, list(out.failed))
-        names_json = out.passed_json()
-        # node names hold no whitespace: without it, the bytes any client sends back to prioritize
-        self._remember(Remembered(pod_id, self.clock(), names_json.translate(None, JSON_WHITESPACE), out.passed_rows,
+        names_json = out.passed_json()  # compact JSON: what any client sends back to prioritize, less whitespace
+        self._remember(Remembered(pod_id, self.clock(), names_json, out.passed_rows,
                                   out.raw_scores, out.evaluation, self.state.layout))
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
