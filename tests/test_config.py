@@ -9,12 +9,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from devshare.cli.main import app
-from devshare.config import API_VERSION, KIND, Configuration, load_config, parse_config, with_overrides
+from devshare.config import (
+    API_VERSION,
+    KIND,
+    Configuration,
+    Scheduling,
+    load_config,
+    parse_config,
+    with_overrides,
+)
 from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.devshare import DevsharePolicy
 from devshare.model.errors import InvalidInput
@@ -178,8 +187,9 @@ def test_webhook_refuses_disabled_types() -> None:
 
 def test_the_shipped_configmap_is_valid_and_complete() -> None:
     cfg = load_config(SHIPPED)
-    assert cfg == Configuration()  # shipped with the defaults, every field spelled out
+    # shipped with the defaults, every field spelled out, and the shortlist on (one node per pod)
+    assert cfg == msgspec.structs.replace(Configuration(), scheduling=Scheduling(shortlist=1))
     text = SHIPPED.read_text()
     for field in ("deviceTypes", "nodePolicy", "cardPolicy", "coreWeight", "scheduleMode", "maxContainersPerCard",
-                  "topology", "dfsBudget", "assumeTTLSeconds", "policies"):
+                  "topology", "dfsBudget", "assumeTTLSeconds", "shortlist", "policies"):
         assert f"{field}:" in text, field

@@ -14,6 +14,7 @@ scheduling:
   topology: true
   dfsBudget: 2000
   assumeTTLSeconds: 60
+  shortlist: 0                # filter passes only the best K nodes of a pod without soft wishes (0: all)
 policies:
   binpack: {cardWeight: 0.5}
   devshare: {kappa: 0.05, remainderWeight: 2.0, cpuPack: 0.5, priorWeight: 2.0, coverage: 1.0}
@@ -69,6 +70,9 @@ class Scheduling(_Strict):
     topology: bool = True
     dfs_budget: Positive = 2000
     assume_ttl_seconds: Annotated[float, msgspec.Meta(gt=0.0)] = msgspec.field(name="assumeTTLSeconds", default=60.0)
+    # the extender's filter passes only the best K nodes (by devshare's score) of a pod without soft
+    # wishes (server/extender/shortlist.py); 0: every node that fits
+    shortlist: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class BinpackSettings(_Strict):

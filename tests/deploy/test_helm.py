@@ -21,11 +21,12 @@ import msgspec
 import pytest
 import yaml
 
-from devshare.config import Configuration, parse_config
+from devshare.config import Configuration, load_config, parse_config
 from support import REPO
 
 ROOT = REPO
 CHART = ROOT / "deploy" / "helm" / "devshare"
+SHIPPED = ROOT / "deploy" / "scheduler" / "config" / "devshare-config.yaml"
 NAMESPACE = "devshare-system"
 # helm built from its Go module without the release ldflags assumes Kubernetes v1.20: name a version
 KUBE_VERSION = ("--kube-version", "v1.31.0")
@@ -192,7 +193,7 @@ def test_config_values_become_the_configmap_and_are_validated() -> None:
 def test_default_values_are_the_default_configuration() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert parse_config({"apiVersion": "devshare.io/v1alpha1", "kind": "DevshareConfiguration",
-                         **values["config"]}) == Configuration()
+                         **values["config"]}) == load_config(SHIPPED)  # deploy/'s file: shortlist on
 
 
 def test_values_schema_is_the_configuration_schema() -> None:

@@ -112,6 +112,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         pod_exists=sync.pod_exists,
         group_exists=sync.group_exists,
         note_pod=sync.note_pod,
+        shortlist=cfg.scheduling.shortlist if cfg is not None else 0,
     )
     sync.on_change = extender.pod_changed
     if elector is not None:

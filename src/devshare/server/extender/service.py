@@ -59,6 +59,7 @@ from devshare.server.extender.nodeset import (
 )
 from devshare.server.extender.preemption import Preemptor
 from devshare.server.extender.scores import PLANNED_SCORE, scores_from
+from devshare.server.extender.shortlist import has_soft_wishes
 from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes
 from devshare.server.extender.wire import (
     BadRequest,
@@ -174,8 +175,12 @@ class Extender:
         pod_exists: Callable[[str, str], bool] = lambda key, uid: True,
         group_exists: Callable[[str], bool] = lambda group: True,
         note_pod: Callable[[dict[str, Any]], None] | None = None,
+        shortlist: int = 0,
     ) -> None:
         self.state = state
+        # filter passes only the best ``shortlist`` nodes of a pod without soft wishes (0: every node
+        # that fits); the configuration's scheduling.shortlist, see shortlist.py
+        self.shortlist = shortlist
         # whether a pod (key, uid) exists, as the watch has it, and how to tell it of one read from
         # the API server: a group's plan holds devices only for members that exist
         self.pod_exists = pod_exists
@@ -192,7 +197,8 @@ class Extender:
         self.lifecycle = Lifecycle(self.scheduler, ttl=assume_ttl)  # assume, confirm, forget, expire
         # (key, uid, resourceVersion) -> request; Pod JSON -> request: both bounded by bytes
         self._parsed: ByteLRU[tuple[str, str, str], PodRequest] = ByteLRU(PARSED_BYTES)
-        self._parsed_raw: ByteLRU[bytes, tuple[PodRequest | InvalidInput, PodId]] = ByteLRU(PARSED_BYTES)
+        # Pod JSON -> (request or why it is invalid, id, whether it has soft wishes: shortlist.py)
+        self._parsed_raw: ByteLRU[bytes, tuple[PodRequest | InvalidInput, PodId, bool]] = ByteLRU(PARSED_BYTES)
         # the last filters' results by pod key, for prioritize and bind (kube-scheduler binds in the
         # background: the next pods' filters may come before a pod's bind)
         self._filtered: OrderedDict[str, Remembered] = OrderedDict()
@@ -226,6 +232,12 @@ class Extender:
     def parse_raw(self, raw: bytes) -> tuple[PodRequest, PodId]:
         """The request of a Pod given as JSON bytes, and its id (cached by the bytes: kube-scheduler
         sends the same Pod to filter and to prioritize, and again when it retries)."""
+        req, pod_id, _ = self.parse_raw_wishes(raw)
+        return req, pod_id
+
+    def parse_raw_wishes(self, raw: bytes) -> tuple[PodRequest, PodId, bool]:
+        """:meth:`parse_raw`, and whether the pod has soft wishes kube-scheduler's scoring would weigh
+        (:func:`~devshare.server.extender.shortlist.has_soft_wishes`)."""
         hit = self._parsed_raw.get(raw)
         if hit is None:
             obj = decode_pod(raw)
@@ -239,14 +251,14 @@ class Extender:
                 # kept without its traceback: its frames hold the decoded pod and the request body
                 req = e.with_traceback(None) if len(str(e)) <= MESSAGE_LIMIT else InvalidInput(shorten(str(e)))
                 req.__context__ = None
-            hit = (req, pod_id)
+            hit = (req, pod_id, has_soft_wishes(obj))
             size = len(raw) + sum(map(len, pod_id)) + (len(str(req)) if isinstance(req, InvalidInput)
                                                        else request_size(req))
             self._parsed_raw.put(raw, hit, size)
-        req, pod_id = hit
+        req, pod_id, soft = hit
         if isinstance(req, InvalidInput):
             raise InvalidInput(str(req))  # a fresh error: raising the cached one would hang a traceback on it
-        return req, pod_id
+        return req, pod_id, soft
 
     def candidates(self, args: ExtenderArgs) -> Candidates:
         """Node names from ``NodeNames`` (nodeCacheCapable) or from the ``Nodes`` NodeList."""
@@ -324,7 +336,7 @@ class Extender:
         if not self.is_synced():
             return ExtenderFilterResult(error=NOT_READY)
         try:
-            pod, pod_id = self.parse_raw(bytes(args.pod))
+            pod, pod_id, soft_wishes = self.parse_raw_wishes(bytes(args.pod))
         except InvalidInput as e:
             reason = invalid_request(e)
             self.metrics.fail("filter", [reason])
@@ -351,6 +363,8 @@ class Extender:
             out = out.without(held)
         if not out.passed_idx.size and out.failed:
             self.preemptor.maybe_preempt(pod, list(out.failed))
+        if self.shortlist and not soft_wishes:
+            out = out.best(self.shortlist, self.state.rank)  # kube-scheduler's scores weigh nothing it asked
         names_json = out.passed_json()  # compact JSON: what any client sends back to prioritize, less whitespace
         self._remember(Remembered(pod_id, self.clock(), names_json, out.passed_rows,
                                   out.raw_scores, out.evaluation, self.state.layout))
