@@ -74,6 +74,10 @@ def extender(
     insecure: Annotated[
         bool, typer.Option("--insecure", help="Allow a non-loopback --host without TLS and client certificates.")
     ] = False,
+    scheduler_name: Annotated[
+        str, typer.Option(help="spec.schedulerName of the kube-scheduler profile this extender serves: its pending "
+                          "pods are followed for bind, and nudged when devices free up.")
+    ] = "devshare-scheduler",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
@@ -137,7 +141,7 @@ def extender(
 
         backend: Backend
         options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg,
-                                  metrics_port=metrics_port)
+                                  metrics_port=metrics_port, scheduler_name=scheduler_name)
         for unhonoured in cfg.not_honoured():
             logging.getLogger("devshare.config").warning("%s", unhonoured)
         if cluster is not None:

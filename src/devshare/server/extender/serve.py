@@ -37,6 +37,7 @@ from devshare.server.extender.app import make_app
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.service import Extender
 from devshare.server.tls import CertReloader, TLSCollector
+from devshare.server.webhook.mutate import DEFAULT_SCHEDULER
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,9 @@ class ExtenderOptions:
     # people, on an address the extender API itself need not be exposed on; 0: none
     metrics_port: int = 0
     client_auth: bool = False  # verbs and /inspect need a verified client certificate (--tls-client-ca)
+    # the spec.schedulerName of the kube-scheduler profile this extender serves: its pending pods are
+    # kept from the watch for bind (StateSync.pending_pod) and nudged when devices free up (requeue.py)
+    scheduler_name: str = DEFAULT_SCHEDULER
 
 
 @dataclass
@@ -91,7 +95,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         state = ClusterState()
         settings = Settings(core_weight=opts.core_weight)
         scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
-    sync = StateSync(backend, state)
+    sync = StateSync(backend, state, scheduler_name=opts.scheduler_name)
     timing = dict(zip(("lease_duration", "renew_deadline", "retry_period"), opts.lease_timing or (), strict=False))
     elector: LeaderElector | LeaseFollower | None = None
     if opts.follow_lease:
@@ -113,6 +117,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         group_exists=sync.group_exists,
         note_pod=sync.note_pod,
         shortlist=cfg.scheduling.shortlist if cfg is not None else 0,
+        pending_pod=sync.pending_pod,
     )
     sync.on_change = extender.pod_changed
     if elector is not None:

@@ -176,8 +176,13 @@ class Extender:
         group_exists: Callable[[str], bool] = lambda group: True,
         note_pod: Callable[[dict[str, Any]], None] | None = None,
         shortlist: int = 0,
+        pending_pod: Callable[[str], dict[str, Any] | None] = lambda key: None,
     ) -> None:
         self.state = state
+        # the pending pod ``key`` as the state's watch has it (StateSync.pending_pod): bind decides
+        # from it instead of reading the pod again, when it is the pod kube-scheduler filtered
+        self.pending_pod = pending_pod
+        self.rereads = 0  # binds from the watched pod whose Binding met a changed pod: read and retried
         # filter passes only the best ``shortlist`` nodes of a pod without soft wishes (0: every node
         # that fits); the configuration's scheduling.shortlist, see shortlist.py
         self.shortlist = shortlist
@@ -445,59 +450,88 @@ class Extender:
 
     async def _bind_one(self, ns: str, name: str, node: str, uid: str) -> str:
         key = f"{ns}/{name}"
+        watched = self._watched_pod(key, uid)
+        if watched is not None:
+            error, conflict = await self._bind_from(watched, ns, name, node, uid)
+            if not conflict:
+                return error
+            # the pod changed since the watch delivered it (or is bound): read it once, decide again
+            self.rereads += 1
         try:
             obj = await self.backend.get_pod(ns, name)
         except BackendError as e:
             return f"reading pod {key} from the API server failed: {e}"
         if obj is None:
             return f"pod {key} not found"
+        error, _ = await self._bind_from(obj, ns, name, node, uid)
+        return error
+
+    def _watched_pod(self, key: str, uid: str) -> dict[str, Any] | None:
+        """The pending pod from the state's watch, when it is the very pod kube-scheduler scheduled: the
+        same uid and resourceVersion as in the filter this extender answered for it. The object is the
+        API server's (never the filter's body); the Binding carries its resourceVersion, so a pod that
+        changed since is not bound from it (a 409, then :meth:`_bind_one` reads it afresh)."""
+        obj = self.pending_pod(key)
+        if obj is None:
+            return None
+        m = meta(obj)
+        seen = (key, str(m.get("uid") or ""), str(m.get("resourceVersion") or ""))
+        r = self._filtered.get(key)
+        if r is None or not seen[1] or not seen[2] or r.pod_id != seen or (uid and uid != seen[1]):
+            return None
+        return obj
+
+    async def _bind_from(self, obj: dict[str, Any], ns: str, name: str, node: str, uid: str) -> tuple[str, bool]:
+        """Bind the pod ``obj`` (as the API server has it) to ``node``: the error ("" when bound) and
+        whether the Binding failed on a precondition (409)."""
+        key = f"{ns}/{name}"
         m = meta(obj)
         if uid and m.get("uid") and m.get("uid") != uid:
-            return f"pod {key} has uid {m.get('uid')}, not {uid}: it was deleted and re-created"
+            return f"pod {key} has uid {m.get('uid')}, not {uid}: it was deleted and re-created", False
         bound_to = (obj.get("spec") or {}).get("nodeName")
         if bound_to:
             if bound_to == node and self.members.is_bound(key, node):
-                return ""  # a group member the extender bound itself when its gang reached its quorum
-            return f"pod {key} is already bound to node {bound_to}"
+                return "", False  # a group member the extender bound itself when its gang reached its quorum
+            return f"pod {key} is already bound to node {bound_to}", False
         try:
             # the pod as the API server has it, parsed afresh: never a request cached from a /filter
             # body, which anyone can send with a real pod's name, uid and resourceVersion
             pod = parse_pod(obj)
         except InvalidInput as e:
-            return invalid_request(e)
+            return invalid_request(e), False
         if not pod.has_devices():
             return (f"pod {key} asks for no device devshare manages: devshare binds only the pods it "
-                    "places (kube-scheduler sends it those alone); its own scheduler binds this one")
+                    "places (kube-scheduler sends it those alone); its own scheduler binds this one"), False
         if node not in self.state.nodes:
-            return f"node {node} is not known to devshare (no such Node, or no Device object lists its devices)"
+            return f"node {node} is not known to devshare (no such Node, or no Device object lists its devices)", False
         if pod.group is not None:
-            return await self.members.bind(pod, node, obj)
+            return await self.members.bind(pod, node, obj), False
 
         # ---- synchronous: choose and reserve (no await in between) ----
         stale = self.state.pods.get(key)
         if stale is not None:
             if stale.phase == "bound":
-                return f"pod {key} already holds devices on node {stale.allocation.node}"
+                return f"pod {key} already holds devices on node {stale.allocation.node}", False
             self.lifecycle.forget(key)  # a leftover reservation of an earlier attempt
         r = self._filtered.get(key)
         # the filter's devices are reused only when it judged this very request
         evaluated = r.evaluation if r is not None and r.evaluation is not None and r.evaluation.pod == pod else None
         alloc = self.scheduler.allocate_on(pod, node, evaluated=evaluated)
         if isinstance(alloc, str):
-            return f"pod {key} does not fit on node {node}: {alloc}"
+            return f"pod {key} does not fit on node {node}: {alloc}", False
         try:
             self.lifecycle.assume(pod, alloc, now=self.clock())
         except Conflict as e:
-            return f"pod {key}: {e}"
+            return f"pod {key}: {e}", False
         annotations = encode_annotations(pod, alloc, now_ns=time.time_ns(),
                                          device_memory=self.state.gpu_memory(node))
         # ---- asynchronous: one write, the Binding with the allocation annotations ----
         done = False
         try:
-            error = await self.writes.bind(ns, name, node, uid, annotations=annotations,
-                                           resource_version=str(m.get("resourceVersion") or "") or None)
+            error, conflict = await self.writes.try_bind(ns, name, node, uid, annotations=annotations,
+                                                         resource_version=str(m.get("resourceVersion") or "") or None)
             if error:
-                return error
+                return error, conflict
             done = True
         finally:
             if not done:
@@ -507,7 +541,7 @@ class Extender:
             log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
                         pod.key, reason)
         self.preemptor.done(pod.key)
-        return ""
+        return "", False
 
     def pod_changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
         """StateSync's hook: a deleted group member gives up its place in its group's plan."""

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from devshare.kube.backend import Backend
-from devshare.kube.errors import BackendError
+from devshare.kube.errors import BackendError, Conflict
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +27,21 @@ class PodWrites:
         """The Binding, carrying the allocation ``annotations`` (the API server writes both at once)
         and the pod's ``resource_version`` as a precondition: a pod that changed since it was read
         (e.g. a user wrote an allocation of their own) is not bound."""
+        error, _ = await self.try_bind(ns, name, node, uid, annotations=annotations, resource_version=resource_version)
+        return error
+
+    async def try_bind(self, ns: str, name: str, node: str, uid: str, *, annotations: dict[str, str] | None = None,
+                       resource_version: str | None = None) -> tuple[str, bool]:
+        """:meth:`bind`, and whether it failed on a precondition (409 Conflict: the pod changed since
+        it was read, or is bound already), which reading the pod afresh may resolve."""
         fenced = await self.fence() if self.fence is not None else None
         if fenced:
-            return fenced
+            return fenced, False
         try:
             await self.backend.bind_pod(ns, name, node, uid=uid or None, annotations=annotations,
                                         resource_version=resource_version)
         except BackendError as e:
-            return f"binding pod {ns}/{name} to node {node} failed: {e}"
+            return f"binding pod {ns}/{name} to node {node} failed: {e}", isinstance(e, Conflict)
         if self.after_bind is not None:
             self.after_bind()
-        return ""
+        return "", False
