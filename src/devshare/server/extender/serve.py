@@ -35,6 +35,7 @@ from devshare.kube.persist import SnapshotWriter
 from devshare.kube.sync import StateSync
 from devshare.server.extender.app import make_app
 from devshare.server.extender.metrics import ExtenderMetrics
+from devshare.server.extender.requeue import FREED_AT
 from devshare.server.extender.service import Extender
 from devshare.server.tls import CertReloader, TLSCollector
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER
@@ -124,6 +125,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         extender.writes.fence = elector.check  # awaited just before each bind's write
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
     metrics.registry.register(_SyncCollector(sync))
+    metrics.registry.register(_RequeueCollector(extender))
     if opts.save is not None:
         metrics.registry.register(_SaveCollector(opts.save))
     runtime = Runtime(state, sync, extender, elector)
@@ -138,6 +140,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
             runtime.tasks.append(asyncio.create_task(elector.run(), name="devshare-leader-election"))
         runtime.tasks.append(asyncio.create_task(extender.expire_forever(opts.expire_interval),
                                                  name="devshare-expire-reservations"))
+        runtime.tasks.append(asyncio.create_task(extender.requeue.run(), name="devshare-requeue"))
         if opts.freeze_after_sync:
             runtime.tasks.append(asyncio.create_task(_freeze_when_synced(sync), name="devshare-gc-freeze"))
 
@@ -256,6 +259,22 @@ class _SaveCollector(Collector):
         yield CounterMetricFamily("devshare_extender_save_failures",
                                   "Failed writes of the --save file (the previous file is kept).",
                                   value=self.saver.failures)
+
+
+class _RequeueCollector(Collector):
+    """Pods nudged after devices were freed (server/extender/requeue.py)."""
+
+    def __init__(self, extender: Extender) -> None:
+        self.extender = extender
+
+    def collect(self) -> Iterator[Metric]:
+        requeue = self.extender.requeue
+        yield CounterMetricFamily(
+            "devshare_extender_requeue_nudges",
+            f"Pods refused for devices in use that were annotated {FREED_AT} when devices were freed, so that "
+            "kube-scheduler tries them again.", value=requeue.nudged)
+        yield CounterMetricFamily("devshare_extender_requeue_failures",
+                                  "Nudges of refused pods that failed (logged).", value=requeue.failures)
 
 
 class _SyncCollector(Collector):

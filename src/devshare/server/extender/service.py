@@ -58,6 +58,7 @@ from devshare.server.extender.nodeset import (
     resolve,
 )
 from devshare.server.extender.preemption import Preemptor
+from devshare.server.extender.requeue import Requeue
 from devshare.server.extender.scores import PLANNED_SCORE, scores_from
 from devshare.server.extender.shortlist import has_soft_wishes
 from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes
@@ -214,6 +215,9 @@ class Extender:
         self.writes = PodWrites(backend, after_bind)
         self.members = MemberBinds(state, backend, self.planner, self.writes, self.lifecycle, lambda: self.clock())
         self.preemptor = Preemptor(self.scheduler, backend, lambda: self.clock(), is_leader=lambda: self.is_leader())
+        # pods refused for devices in use are nudged when devices free up (kube-scheduler requeues them)
+        self.requeue = Requeue(backend, pending_pod=lambda key: self.pending_pod(key),
+                               is_leader=lambda: self.is_leader())
 
     # ------------------------------------------------------------------ helpers
     def parse(self, pod: dict[str, Any]) -> PodRequest:
@@ -368,6 +372,9 @@ class Extender:
             out = out.without(held)
         if not out.passed_idx.size and out.failed:
             self.preemptor.maybe_preempt(pod, list(out.failed))
+            self.requeue.refused_pod(pod.key, pod_id[1])  # devices in use: nudged when some free up
+        elif out.passed_idx.size:
+            self.requeue.forget(pod.key)
         if self.shortlist and not soft_wishes:
             out = out.best(self.shortlist, self.state.rank)  # kube-scheduler's scores weigh nothing it asked
         names_json = out.passed_json()  # compact JSON: what any client sends back to prioritize, less whitespace
@@ -541,10 +548,13 @@ class Extender:
             log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
                         pod.key, reason)
         self.preemptor.done(pod.key)
+        self.requeue.forget(pod.key)
         return "", False
 
     def pod_changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
-        """StateSync's hook: a deleted group member gives up its place in its group's plan."""
+        """StateSync's hook: a deleted group member gives up its place in its group's plan; freed
+        devices nudge the pods refused for lack of them (:mod:`requeue`)."""
+        self.requeue.changed(kind, type_, obj)
         if kind == "pods" and type_ == "DELETED":
             self.members.deleted(object_key(obj))
             self.preemptor.done(object_key(obj))
