@@ -222,3 +222,20 @@ def test_requests_are_made_from_lightkubes_configuration(tmp_path: Path) -> None
     assert config is not None
     api = ApiRequests(config)
     assert api.server == "http://127.0.0.1:1" and api.ssl is None
+
+
+def test_the_environments_proxy_is_looked_up_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kc = tmp_path / "kc"
+    kc.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "http://api.example:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    config = KubeConfig.from_file(str(kc)).get()
+    assert config is not None
+    for var in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    assert str(ApiRequests(config).proxy) == "http://proxy.example:3128"
+    monkeypatch.setenv("NO_PROXY", "api.example")
+    assert ApiRequests(config).proxy is None

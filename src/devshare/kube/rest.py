@@ -26,9 +26,11 @@ from typing import Any
 import aiohttp
 import httpx2 as httpx
 import msgspec
+from aiohttp.helpers import get_env_proxy_for_url
 from lightkube.config.client_adapter import user_auth, verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
+from yarl import URL
 
 from devshare.kube.backend import WatchEvent
 from devshare.kube.errors import BackendError, Conflict, Gone, NotFound, Unavailable
@@ -128,6 +130,14 @@ class ApiRequests:
                     if self.server.startswith("https:") else None)
         self.credentials = Credentials(user_auth(user) if user is not None else None)
         self.timeout = timeout
+        # the environment's proxy for the server (HTTPS_PROXY, NO_PROXY), looked up once: aiohttp's
+        # trust_env looks it up (and ~/.netrc) in a worker thread for every request, two thread
+        # hand-offs that cost more CPU than the request itself
+        try:
+            self.proxy: URL | None
+            self.proxy, self.proxy_auth = get_env_proxy_for_url(URL(self.server))
+        except LookupError:
+            self.proxy, self.proxy_auth = None, None
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -135,7 +145,7 @@ class ApiRequests:
             # made on first use: a session belongs to the running event loop
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=self.ssl if self.ssl is not None else True),
-                headers={"Accept": JSON, "User-Agent": "devshare"}, trust_env=True)
+                headers={"Accept": JSON, "User-Agent": "devshare"}, trust_env=False)
         return self._session
 
     async def close(self) -> None:
@@ -157,7 +167,8 @@ class ApiRequests:
                 headers["Authorization"] = header
             try:
                 resp = await session.request(method, self.server + path, params=params, data=body, headers=headers,
-                                             timeout=timeout or aiohttp.ClientTimeout(total=self.timeout))
+                                             timeout=timeout or aiohttp.ClientTimeout(total=self.timeout),
+                                             proxy=self.proxy, proxy_auth=self.proxy_auth)
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
                 raise Unavailable(f"{method} {path}: {type(e).__name__}: {e}" if str(e) else
                                   f"{method} {path}: {type(e).__name__}") from e
