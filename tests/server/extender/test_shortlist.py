@@ -86,6 +86,14 @@ async def test_the_filter_passes_only_the_best_nodes_of_a_pod_without_soft_wishe
         assert out["NodeNames"] == ["node-3", "node-1"]  # best first
 
 
+async def test_with_a_shortlist_failed_nodes_are_sent_only_when_no_node_passes() -> None:
+    async with running(cluster(nodes=6, gpus=4, pods=list(BUSY)), options(1)) as (client, _):
+        out = await post(client, "/filter", names_body(pod("a", gpus=3), NODES))
+        assert out["NodeNames"] == ["node-1"] and out["FailedNodes"] == {}  # node-3 failed: nobody reads why
+        out = await post(client, "/filter", names_body(pod("b", gpus=4), ["node-1", "node-3"]))
+        assert out["NodeNames"] == [] and set(out["FailedNodes"]) == {"node-1", "node-3"}  # the pod's event
+
+
 async def test_a_pod_with_soft_wishes_gets_every_node_that_fits() -> None:
     async with running(cluster(nodes=6, gpus=4, pods=list(BUSY)), options(1)) as (client, _):
         wishes = pod("w", gpus=1)

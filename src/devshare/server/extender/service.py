@@ -382,10 +382,15 @@ class Extender:
                                   out.raw_scores, out.evaluation, self.state.layout))
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
+        failed, unresolvable = out.failed, out.unresolvable
+        if self.shortlist and out.passed_idx.size:
+            # kube-scheduler reads the failed nodes' reasons only when no node passes (the pod's event,
+            # preemption): with a shortlist the answer is the few nodes that pass, not the thousand that fail
+            failed, unresolvable = {}, {}
         if cands.node_list is None:
-            return ExtenderFilterResult(node_names=msgspec.Raw(names_json), failed_nodes=out.failed,
-                                        failed_and_unresolvable_nodes=out.unresolvable)
-        return self._answer(cands, out.passed, out.failed, out.unresolvable)
+            return ExtenderFilterResult(node_names=msgspec.Raw(names_json), failed_nodes=failed,
+                                        failed_and_unresolvable_nodes=unresolvable)
+        return self._answer(cands, out.passed, failed, unresolvable)
 
     def _remember(self, r: Remembered) -> None:
         self._filtered.pop(r.pod_id[0], None)
