@@ -1,9 +1,11 @@
-"""The webhook's HTTP application: ``POST /validate``, ``POST /mutate``, ``/metrics``, ``/healthz``,
-``/readyz``.
+"""The webhook's HTTP application: ``POST /validate``, ``POST /mutate``, ``POST /validate-binding``,
+``/metrics``, ``/healthz``, ``/readyz``.
 
 ``CREATE`` of a Pod that asks for a managed device is judged; so is every CREATE or UPDATE of a
 Pod that carries or changes an allocation annotation (only devshare's own identities may write
-those: :mod:`allocations`); every other review is allowed untouched after one cheap check. A body
+those: :mod:`allocations`); the CREATE of a Binding of a device pod by anyone but devshare is
+refused on ``/validate-binding`` (:mod:`bindings`); every other review is allowed untouched after one
+cheap check. A body
 that is not an AdmissionReview gets a 400 with the reason; nothing a client sends gets a 500: a
 failure inside the webhook refuses the pod on /validate (fail closed, with a message saying so)
 and leaves it unchanged on /mutate, and is logged and counted as ``result="error"``.
@@ -11,9 +13,10 @@ and leaves it unchanged on /mutate, and is logged and counted as ``result="error
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +28,8 @@ from devshare.model.pod import requests_devices
 from devshare.server.webhook import metrics as m
 from devshare.server.webhook.allocations import DEFAULT_WRITERS, refuse_allocation_write
 from devshare.server.webhook.allocations import REASON as ALLOCATION_WRITE
+from devshare.server.webhook.bindings import REASON as FOREIGN_BINDING
+from devshare.server.webhook.bindings import PodSource, is_binding, refuse_binding
 from devshare.server.webhook.cluster import DeviceTypes
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER, REPLACEABLE_SCHEDULERS, mutation
 from devshare.server.webhook.review import (
@@ -53,6 +58,8 @@ class WebhookConfig:
     metrics: m.Metrics = field(default_factory=m.Metrics)
     # the usernames that may write allocation annotations (devshare's own ServiceAccounts)
     allocation_writers: Collection[str] = DEFAULT_WRITERS
+    # where /validate-binding reads the pod a Binding is for (the cluster connection or --cluster file)
+    pods: PodSource | None = None
 
 
 CONFIG = web.AppKey("config", WebhookConfig)
@@ -74,7 +81,7 @@ def _device_pod(review: Review) -> dict[str, Any] | None:
     return with_identity(pod, review.namespace, review.name)
 
 
-Decide = Callable[[Review, WebhookConfig], tuple[bytes, str]]
+Decide = Callable[[Review, WebhookConfig], tuple[bytes, str] | Awaitable[tuple[bytes, str]]]
 
 
 async def _review(request: web.Request, op: str, decide: Decide, on_error: Callable[[Review, Exception], bytes]
@@ -89,7 +96,8 @@ async def _review(request: web.Request, op: str, decide: Decide, on_error: Calla
         config.metrics.reviews.labels(op, m.MALFORMED).inc()
         return web.Response(status=400, body=bad_review_body(e), content_type=JSON)
     try:
-        body, result = decide(review, config)
+        decided = decide(review, config)
+        body, result = await decided if inspect.isawaitable(decided) else decided
     except Exception as e:
         log.exception("%s of %s/%s (uid %s) failed", op, review.namespace, review.name, review.uid)
         body, result = on_error(review, e), m.ERROR
@@ -121,6 +129,17 @@ def _pod_name(review: Review) -> str:
     return f"{m['namespace']}/{m['name']}"
 
 
+async def _decide_binding(review: Review, config: WebhookConfig) -> tuple[bytes, str]:
+    if not is_binding(review.kind, review.operation, review.sub_resource):
+        return allow(review), m.SKIPPED
+    refused = await refuse_binding(review.object, review.namespace, review.name, review.username,
+                                   config.allocation_writers, config.pods, config.scheduler_name)
+    if refused is None:
+        return allow(review), m.ALLOWED
+    config.metrics.rejections.labels(FOREIGN_BINDING).inc()
+    return deny(review, f"devshare: {refused}"), m.DENIED
+
+
 def _validate_failed(review: Review, e: Exception) -> bytes:
     return deny(
         review,
@@ -144,6 +163,15 @@ def _mutate_failed(review: Review, e: Exception) -> bytes:
 
 async def _validate(request: web.Request) -> web.Response:
     return await _review(request, "validate", _decide_validate, _validate_failed)
+
+
+async def _validate_binding(request: web.Request) -> web.Response:
+    return await _review(request, "validate-binding", _decide_binding, _binding_failed)
+
+
+def _binding_failed(review: Review, e: Exception) -> bytes:
+    return deny(review, f"devshare could not check this Binding (internal error: {type(e).__name__}); the "
+                "webhook's log has the details", code=500, reason="InternalError")
 
 
 async def _mutate(request: web.Request) -> web.Response:
@@ -187,6 +215,7 @@ def make_app(config: WebhookConfig | None = None) -> web.Application:
     app[READY] = [False]
     app.router.add_post("/validate", _validate)
     app.router.add_post("/mutate", _mutate)
+    app.router.add_post("/validate-binding", _validate_binding)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
