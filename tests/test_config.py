@@ -68,7 +68,16 @@ def test_every_knob_reaches_the_engine() -> None:
     ({"scheduling": {"coreWeight": 0.2}}, "scheduling.coreWeight: expected int, got float (an integer percent"),
     ({"scheduling": {"coreWeigth": 20}}, "x.yaml: scheduling.coreWeigth: unknown field"),
     ({"bogus": 1}, "x.yaml: bogus: unknown field"),
-    ({"deviceTypes": {"npu": True}}, "x.yaml: deviceTypes.npu: unknown field"),
+    ({"deviceTypes": {"npu": True}}, "x.yaml: deviceTypes.npu: devshare has no dialect for npu devices: give the "
+     "resource names pods ask for them with, e.g. npu: {resources: [koordinator.sh/npu]}"),
+    ({"deviceTypes": {"npu": {"resourcs": ["a.io/npu"]}}}, "x.yaml: deviceTypes.npu.resourcs: unknown field"),
+    ({"deviceTypes": {"npu": {"resources": ["kubernetes.io/npu"]}}}, "deviceTypes.npu.resources: 'kubernetes.io/npu' "
+     "is not an extended resource name kube-scheduler can route to devshare"),
+    ({"deviceTypes": {"npu": {"resources": ["nvidia.com/gpu"]}}},
+     "deviceTypes.npu.resources: nvidia.com/gpu is already read by the nvidia dialect"),
+    ({"deviceTypes": {"gpu": {"resources": ["a.io/gpu"]}}}, "deviceTypes.gpu: gpu's resource names are its dialects'"),
+    ({"deviceTypes": {"NPU": {"resources": ["a.io/npu"]}}}, "deviceTypes.NPU: a device type is a lowercase name"),
+    ({"deviceTypes": {"npu": 1}}, "deviceTypes.npu: expected bool | object, got int"),
     ({"scheduling": {"nodePolicy": "fast"}}, "scheduling.nodePolicy: unknown value 'fast' (use devshare, binpack"),
     ({"scheduling": {"scheduleMode": "uuid"}}, "scheduling.scheduleMode: unknown value 'uuid' (use index or id)"),
     ({"scheduling": {"topology": "yes"}}, "scheduling.topology: expected bool, got str"),
@@ -183,3 +192,54 @@ def test_the_shipped_configmap_is_valid_and_complete() -> None:
     for field in ("deviceTypes", "nodePolicy", "cardPolicy", "coreWeight", "scheduleMode", "maxContainersPerCard",
                   "topology", "dfsBudget", "assumeTTLSeconds", "policies"):
         assert f"{field}:" in text, field
+
+
+NPU_CLUSTER = """
+apiVersion: v1
+kind: Node
+metadata: {name: npu-node}
+---
+apiVersion: devshare.io/v1alpha1
+kind: Device
+metadata: {name: npu-node}
+spec:
+  devices:
+  - {type: npu, minor: 0, id: NPU-0, resources: {koordinator.sh/npu: "100"}}
+"""
+NPU_PODS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: default}
+spec:
+  containers:
+  - {name: main, resources: {limits: {koordinator.sh/npu: "50"}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: default}
+spec:
+  containers:
+  - {name: main, resources: {limits: {koordinator.sh/npu: "60"}}}
+"""
+
+
+def test_a_device_type_without_a_dialect_works_from_the_file_or_is_refused(tmp_path: Path) -> None:
+    """Issue 13: ``koordinator.sh/npu: 50`` was placed with ``devices: []``. Configured, the npu share is
+    placed and reserved (the second pod does not fit beside it); not configured, both are refused and
+    told how to configure the type."""
+    (tmp_path / "cluster.yaml").write_text(NPU_CLUSTER)
+    (tmp_path / "pods.yaml").write_text(NPU_PODS)
+    args = ["schedule", "--cluster", str(tmp_path / "cluster.yaml"), str(tmp_path / "pods.yaml")]
+    r = runner.invoke(app, args)
+    placed = {p["pod"]: p for p in json.loads(r.output)["placements"]}
+    for key in ("default/a", "default/b"):
+        assert placed[key]["node"] is None
+        assert "no dialect of devshare reads: nodes list npu devices" in placed[key]["reason"]
+    cfg = write(tmp_path, doc(deviceTypes={"npu": {"resources": ["koordinator.sh/npu"]}}))
+    r = runner.invoke(app, [*args, "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    a, b = json.loads(r.output)["placements"]
+    assert a["node"] == "npu-node"
+    (device,) = json.loads(a["annotations"]["devshare.io/allocation"])["containers"][0]["devices"]
+    assert (device["type"], device["id"], device["share"]) == ("npu", "NPU-0", 50)
+    assert b["node"] is None and "npu 0: 50% compute free, 60% asked" in b["reason"]

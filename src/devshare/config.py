@@ -4,7 +4,11 @@ versioned, validated YAML document.
 ```yaml
 apiVersion: devshare.io/v1alpha1
 kind: DevshareConfiguration
-deviceTypes: {gpu: true, rdma: true, fpga: true}
+deviceTypes:
+  gpu: true                   # gpu | rdma | fpga: true or false
+  rdma: true
+  fpga: true
+  npu: {resources: [koordinator.sh/npu]}   # a new type: the resource names pods ask it with
 scheduling:
   nodePolicy: devshare        # devshare | binpack | spread
   cardPolicy: binpack         # binpack | spread (with nodePolicy binpack or spread)
@@ -49,15 +53,37 @@ class _Strict(msgspec.Struct, forbid_unknown_fields=True, rename="camel", omit_d
     pass
 
 
-class DeviceTypes(_Strict):
-    """Which device types devshare schedules; a pod asking for a disabled one is refused."""
+class DeviceType(_Strict):
+    """A device type given as a mapping: whether it is scheduled, and (for a type devshare has no
+    dialect for) the resource names pods ask for it with, each a percent of one device."""
 
-    gpu: bool = True
-    rdma: bool = True
-    fpga: bool = True
+    enabled: bool = True
+    resources: list[str] = msgspec.field(default_factory=list)
+
+
+DeviceTypeValue = bool | DeviceType
+TYPE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def _default_types() -> dict[str, DeviceTypeValue]:
+    return dict.fromkeys(DEVICE_TYPES, True)
+
+
+class DeviceTypes:
+    """The ``deviceTypes`` section read: which types are disabled, which are configured."""
+
+    def __init__(self, section: dict[str, DeviceTypeValue]) -> None:
+        self.section = section
 
     def disabled(self) -> frozenset[str]:
-        return frozenset(t for t in DEVICE_TYPES if not getattr(self, t))
+        """Types a pod may not ask for (seed 004's per-type enable switches)."""
+        return frozenset(t for t, v in self.section.items()
+                         if v is False or (isinstance(v, DeviceType) and not v.enabled))
+
+    def configured(self) -> dict[str, tuple[str, ...]]:
+        """Device type -> the resource names the file gives it (types devshare has no dialect for)."""
+        return {t: tuple(v.resources) for t, v in self.section.items() if isinstance(v, DeviceType) and v.resources}
 
 
 class Scheduling(_Strict):
@@ -91,9 +117,22 @@ class Policies(_Strict):
 class Configuration(_Strict):
     api_version: str = msgspec.field(name="apiVersion", default=API_VERSION)
     kind: str = KIND
-    device_types: DeviceTypes = msgspec.field(default_factory=DeviceTypes)
+    device_types_section: dict[str, DeviceTypeValue] = msgspec.field(name="deviceTypes",
+                                                                     default_factory=_default_types)
     scheduling: Scheduling = msgspec.field(default_factory=Scheduling)
     policies: Policies = msgspec.field(default_factory=Policies)
+
+    @property
+    def device_types(self) -> DeviceTypes:
+        return DeviceTypes(self.device_types_section)
+
+    def register(self) -> None:
+        """Make what the file adds to the model known to this process: the resource names of the
+        configured device types (each a dialect, :mod:`devshare.model.dialects.configured`). Called
+        at start by every command that reads the file (extender, schedule, webhook)."""
+        from devshare.model import dialects
+
+        dialects.configure_types(self.device_types.configured())
 
     # --------------------------------------------------------------- what the engine is built from
     def settings(self) -> Any:
@@ -146,6 +185,8 @@ def _full(obj: msgspec.Struct) -> dict[str, Any]:
         value = getattr(obj, field)
         if isinstance(value, msgspec.Struct):
             out[encoded] = _full(value)
+        elif isinstance(value, dict):
+            out[encoded] = msgspec.to_builtins(value)
         elif value is not None:
             out[encoded] = value
     return out
@@ -199,6 +240,7 @@ def parse_config(data: Any, source: str = "configuration") -> Configuration:
                            field=f"{source}: apiVersion")
     if data.get("kind") != KIND:
         raise InvalidInput(f"must be {KIND}, got {data.get('kind')!r}", field=f"{source}: kind")
+    _check_device_types(data.get("deviceTypes"), source)
     try:
         return msgspec.convert(data, Configuration, strict=True)
     except msgspec.ValidationError as e:
@@ -207,6 +249,57 @@ def parse_config(data: Any, source: str = "configuration") -> Configuration:
         if what.startswith("expected") and "got" not in what and value is not None:
             what += f", got {value!r}"
         raise InvalidInput(what + _choices(field), field=f"{source}: {field}") from None
+
+
+def _check_device_types(section: Any, source: str) -> None:
+    """deviceTypes, type by type (msgspec's messages cannot name the key of a mapping's value)."""
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise InvalidInput(f"expected object, got {type(section).__name__}: give each device type true, false or "
+                           "{resources: [...]}", field=f"{source}: deviceTypes")
+    from devshare.model import dialects
+    from devshare.model.dialects.configured import PREFIX
+
+    seen: dict[str, str] = {}
+    for t, value in section.items():
+        where = f"{source}: deviceTypes.{t}"
+        if not isinstance(t, str) or not TYPE_NAME.fullmatch(t):
+            raise InvalidInput("a device type is a lowercase name (letters, digits, '-'), as the Device objects' "
+                               "type", field=where)
+        try:
+            v = msgspec.convert(value, DeviceTypeValue, strict=True)
+        except msgspec.ValidationError as e:
+            inner, what = _problem(str(e))
+            if inner != "(top level)":
+                where = f"{where}.{inner.removeprefix('[...].')}"
+            if what.startswith("expected"):
+                what += ": give true, false or {enabled: true, resources: [...]}"
+            raise InvalidInput(what, field=where) from None
+        if not isinstance(v, DeviceType):
+            if t not in DEVICE_TYPES:
+                raise InvalidInput(f"devshare has no dialect for {t} devices: give the resource names pods ask for "
+                                   f"them with, e.g. {t}: {{resources: [koordinator.sh/{t}]}} (docs/configuration.md)",
+                                   field=where)
+            continue
+        if t in DEVICE_TYPES and v.resources:
+            raise InvalidInput(f"{t}'s resource names are its dialects' (README, Request dialects): resources is "
+                               f"for device types devshare has no dialect for; give {t}: true or false", field=where)
+        if t not in DEVICE_TYPES and not v.resources:
+            raise InvalidInput(f"devshare has no dialect for {t} devices: list the resource names pods ask for them "
+                               f"with in resources, e.g. [koordinator.sh/{t}]", field=where)
+        for name in v.resources:
+            if not RESOURCE_NAME.fullmatch(name) or name.startswith(("kubernetes.io/", "requests.", "limits.")):
+                raise InvalidInput(f"{name!r} is not an extended resource name kube-scheduler can route to devshare: "
+                                   f"give domain/name outside kubernetes.io, e.g. koordinator.sh/{t}",
+                                   field=f"{where}.resources")
+            owner = dialects.owner_of(name)
+            if owner is not None and not owner.name.startswith(PREFIX):
+                raise InvalidInput(f"{name} is already read by the {owner.name} dialect", field=f"{where}.resources")
+            if name in seen:
+                raise InvalidInput(f"{name} is listed for {seen[name]} too: a resource name asks for one device "
+                                   "type", field=f"{where}.resources")
+            seen[name] = t
 
 
 def load_config(path: Path | str | None) -> Configuration:
@@ -253,3 +346,19 @@ def refuse_disabled(device_types: list[str], disabled: frozenset[str]) -> str | 
         return None
     return (f"asks for {', '.join(off)}, which devshare's configuration disables "
             f"(deviceTypes.{off[0]}: false): remove the request or enable the type")
+
+
+def refuse_unconfigured(pod: Any, device_types: frozenset[str] | None) -> str | None:
+    """Why ``pod`` (a v1 Pod dict) is refused for asking a device type some Device object lists but
+    no dialect reads (None when it asks for none): placed, it would reserve nothing."""
+    from devshare.model.pod import unread_device_asks
+
+    asks = unread_device_asks(pod, device_types or frozenset())
+    if not asks:
+        return None
+    name, dtype = asks[0]
+    listed = ", ".join(n for n, _ in asks)
+    return (f"asks for {listed}, which no dialect of devshare reads: nodes list {dtype} devices, but devshare's "
+            f"configuration gives {dtype} no resource names, so the pod would be placed without reserving any. "
+            f"Configure the type (deviceTypes: {{{dtype}: {{resources: [{name}]}}}}, docs/configuration.md) or "
+            "remove the request")

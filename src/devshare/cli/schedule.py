@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from devshare.cli.common import ConfigOption, emit, fail, load_cluster, load_yaml_documents, user_errors
-from devshare.config import load_config, refuse_disabled, with_overrides
+from devshare.config import load_config, refuse_disabled, refuse_unconfigured, with_overrides
 from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.policies import LIVE_NAMES
@@ -80,7 +80,8 @@ class Placer:
         except InvalidInput as e:
             self._record(key, None, str(e))
             return
-        refused = refuse_disabled([d.type for c in pod.containers for d in c.devices], self.disabled)
+        refused = (refuse_disabled([d.type for c in pod.containers for d in c.devices], self.disabled)
+                   or refuse_unconfigured(obj, frozenset(self.state.tables)))
         if refused:
             self._record(key, None, refused)
             return
@@ -167,6 +168,7 @@ def schedule(
         if policy is not None and policy not in LIVE_NAMES:
             raise fail(f"unknown policy {policy!r}: use one of {', '.join(LIVE_NAMES)}")
         cfg = with_overrides(load_config(config), policy=policy)
+        cfg.register()
         pod_objs = pods_of(pods)
         state = asyncio.run(load_state(load_cluster(cluster), state=cfg.state()))
         placer = Placer(state, Scheduler(state, policy=cfg.policy(), settings=cfg.settings()),

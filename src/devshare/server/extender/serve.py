@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from devshare.config import Configuration
+from devshare.config import Configuration, refuse_unconfigured
 from devshare.engine.handlers.base import Settings
 from devshare.engine.policies import make_policy
 from devshare.engine.scheduler import Scheduler
@@ -84,6 +84,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     opts = options or ExtenderOptions()
     cfg = opts.config
     if cfg is not None:
+        cfg.register()
         state = cfg.state()
         settings = cfg.settings()
         scheduler = Scheduler(state, policy=cfg.policy(), settings=settings)
@@ -112,6 +113,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         pod_exists=sync.pod_exists,
         group_exists=sync.group_exists,
         note_pod=sync.note_pod,
+        refuse=lambda pod, _: refuse_unconfigured(pod, frozenset(state.tables)),
     )
     sync.on_change = extender.pod_changed
     if elector is not None:

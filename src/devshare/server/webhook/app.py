@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from devshare.config import refuse_unconfigured
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import requests_devices
 from devshare.server.webhook import metrics as m
@@ -41,7 +42,7 @@ from devshare.server.webhook.review import (
     patch,
     read_review,
 )
-from devshare.server.webhook.validate import judge, refusal, with_identity
+from devshare.server.webhook.validate import DEVICE_TYPE, judge, refusal, with_identity
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,10 @@ def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]
             return deny(review, f"devshare: pod {_pod_name(review)}: {refused}"), m.DENIED
     pod = _device_pod(review)
     if pod is None:
+        unconfigured = _unconfigured(review, config)
+        if unconfigured:
+            config.metrics.rejections.labels(DEVICE_TYPE).inc()
+            return deny(review, f"devshare: {unconfigured}"), m.DENIED
         return allow(review), m.SKIPPED
     problems = judge(pod, config.cluster, config.disabled_types)
     if not problems:
@@ -122,6 +127,14 @@ def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]
     for reason in {p.reason for p in problems}:
         config.metrics.rejections.labels(reason).inc()
     return deny(review, refusal(problems)), m.DENIED
+
+
+def _unconfigured(review: Review, config: WebhookConfig) -> str | None:
+    """A pod CREATE asking no device devshare reads may still ask for a type some node has (its
+    Device objects) that no dialect reads: refused, rather than placed reserving nothing."""
+    if review.kind != "Pod" or review.operation != "CREATE" or review.sub_resource or config.cluster is None:
+        return None
+    return refuse_unconfigured(review.object, config.cluster.known_types())
 
 
 def _pod_name(review: Review) -> str:
