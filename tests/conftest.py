@@ -56,8 +56,10 @@ def webhook_config(server: ServerThread) -> WebhookConfig:
 @pytest.fixture(autouse=True)
 def _no_configured_types_leak() -> Iterator[None]:
     """A configuration file read in-process (``devshare schedule --config`` through CliRunner,
-    ``build_app``) registers its device types' resource names in the dialect registry; each test
-    starts and ends without them."""
+    ``build_app``) registers its device types' resource names and its schedule mode in the dialect
+    registry; each test starts and ends without them."""
     yield
     if any(n.startswith("type:") for n in dialects.DIALECTS):
         dialects.configure_types({})
+    if any(d.schedule_mode != "index" for d in dialects.DIALECTS.values()):
+        dialects.configure_schedule_mode("index")

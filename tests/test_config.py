@@ -243,3 +243,58 @@ def test_a_device_type_without_a_dialect_works_from_the_file_or_is_refused(tmp_p
     (device,) = json.loads(a["annotations"]["devshare.io/allocation"])["containers"][0]["devices"]
     assert (device["type"], device["id"], device["share"]) == ("npu", "NPU-0", 50)
     assert b["node"] is None and "npu 0: 50% compute free, 60% asked" in b["reason"]
+
+
+MGPU_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: mgpu, namespace: default}
+spec:
+  containers:
+  - {name: main, resources: {limits: {vke.volcengine.com/mgpu-core: "30", vke.volcengine.com/mgpu-memory: "1024"}}}
+"""
+
+
+def test_seed_000_switches_reach_the_scheduler(tmp_path: Path) -> None:
+    """MGPUEnable (dialects.mgpu), MGPUScheduleMode (scheduleMode: id writes the GPUs' UUIDs in the mGPU
+    annotations), MGPUMaxContainersPerCard, MGPUWeightOfCore and MGPUPolicy, through devshare schedule."""
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(MGPU_POD)
+    args = ["schedule", "--cluster", "examples/cluster.yaml", str(pods)]
+    off = write(tmp_path, doc(dialects={"mgpu": False}), "off.yaml")
+    (placed,) = json.loads(runner.invoke(app, [*args, "--config", str(off)]).output)["placements"]
+    assert placed["node"] is None
+    assert placed["reason"] == (
+        "asks for vke.volcengine.com/mgpu-core, vke.volcengine.com/mgpu-memory in the mgpu dialect, which devshare's "
+        "configuration disables (dialects.mgpu: false (seed 000's MGPUEnable: false)): ask in an enabled dialect, "
+        "or enable it")
+    by_id = write(tmp_path, doc(scheduling={"scheduleMode": "id"}), "id.yaml")
+    (placed,) = json.loads(runner.invoke(app, [*args, "--config", str(by_id)]).output)["placements"]
+    ann = placed["annotations"]
+    (device,) = json.loads(ann["devshare.io/allocation"])["containers"][0]["devices"]
+    assert device["id"].startswith("GPU-")
+    assert ann["vke.volcengine.com/gpu-index-container-main"] == device["id"]
+    (placed,) = json.loads(runner.invoke(app, args).output)["placements"]
+    assert placed["annotations"]["vke.volcengine.com/gpu-index-container-main"] == str(device["minor"])
+    cfg = parse_config(doc(dialects={"mgpu": False},
+                           scheduling={"maxContainersPerCard": 4, "coreWeight": 20, "cardPolicy": "spread"}))
+    assert cfg.disabled_dialects() == {"mgpu"} and cfg.state().max_containers == 4
+    assert cfg.settings().core_weight == pytest.approx(0.2) and not cfg.settings().card_binpack
+    (problem,) = judge(yaml.safe_load(MGPU_POD), None, frozenset(), cfg.disabled_dialects())
+    assert "dialects.mgpu: false" in problem.message and problem.reason == "dialect"
+
+
+def test_unknown_dialect_switch_is_named() -> None:
+    with pytest.raises(InvalidInput, match=r"x.yaml: dialects.volcano: unknown dialect: use one of koordinator, "
+                                           r"nvidia, mgpu, aliyun"):
+        parse_config(doc(dialects={"volcano": False}), "x.yaml")
+
+
+async def test_the_extender_refuses_a_disabled_dialect() -> None:
+    from support.extender import cluster, names_body, post, running
+
+    pod = yaml.safe_load(MGPU_POD)
+    cfg = parse_config(doc(dialects={"mgpu": False}))
+    async with running(cluster(1, pods=[pod]), ExtenderOptions(config=cfg)) as (client, _):
+        out = await post(client, "/filter", names_body(pod, ["node-0"]))
+        assert out["NodeNames"] == [] and "dialects.mgpu: false" in out["FailedAndUnresolvableNodes"]["node-0"]

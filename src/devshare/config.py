@@ -9,9 +9,10 @@ deviceTypes:
   rdma: true
   fpga: true
   npu: {resources: [koordinator.sh/npu]}   # a new type: the resource names pods ask it with
+dialects: {koordinator: true, nvidia: true, mgpu: true, aliyun: true}   # mgpu: seed 000's MGPUEnable
 scheduling:
   nodePolicy: devshare        # devshare | binpack | spread
-  cardPolicy: binpack         # binpack | spread (with nodePolicy binpack or spread)
+  cardPolicy: auto            # auto (the node policy's own) | binpack | spread: seed 000's card-level MGPUPolicy
   coreWeight: 50              # seed 000's MGPUWeightOfCore: percent, 20 means 0.2
   scheduleMode: index         # seed 000's MGPUScheduleMode: index | id
   maxContainersPerCard: 16    # seed 000's MGPUMaxContainersPerCard
@@ -42,6 +43,7 @@ from devshare.model.errors import InvalidInput, yaml_error
 API_VERSION = "devshare.io/v1alpha1"
 KIND = "DevshareConfiguration"
 DEVICE_TYPES = ("gpu", "rdma", "fpga")
+DIALECTS = ("koordinator", "nvidia", "mgpu", "aliyun")  # the dialects the switches of ``dialects`` name
 
 Percent = Annotated[int, msgspec.Meta(ge=0, le=100)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
@@ -88,7 +90,7 @@ class DeviceTypes:
 
 class Scheduling(_Strict):
     node_policy: Literal["devshare", "binpack", "spread"] = "devshare"
-    card_policy: Literal["binpack", "spread"] = "binpack"
+    card_policy: Literal["auto", "binpack", "spread"] = "auto"
     core_weight: Percent = 50
     schedule_mode: Literal["index", "id"] = "index"
     max_containers_per_card: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
@@ -119,6 +121,7 @@ class Configuration(_Strict):
     kind: str = KIND
     device_types_section: dict[str, DeviceTypeValue] = msgspec.field(name="deviceTypes",
                                                                      default_factory=_default_types)
+    dialects: dict[str, bool] = msgspec.field(default_factory=lambda: dict.fromkeys(DIALECTS, True))
     scheduling: Scheduling = msgspec.field(default_factory=Scheduling)
     policies: Policies = msgspec.field(default_factory=Policies)
 
@@ -126,13 +129,24 @@ class Configuration(_Strict):
     def device_types(self) -> DeviceTypes:
         return DeviceTypes(self.device_types_section)
 
+    def disabled_dialects(self) -> frozenset[str]:
+        """Dialects whose pods are refused (``dialects.mgpu: false`` is seed 000's ``MGPUEnable: false``)."""
+        return frozenset(d for d, on in self.dialects.items() if not on)
+
+    def card_binpack(self) -> bool:
+        """The card level: binpack, unless the file says spread (or ``auto`` under node spread)."""
+        s = self.scheduling
+        return s.card_policy == "binpack" or (s.card_policy == "auto" and s.node_policy != "spread")
+
     def register(self) -> None:
         """Make what the file adds to the model known to this process: the resource names of the
-        configured device types (each a dialect, :mod:`devshare.model.dialects.configured`). Called
+        configured device types (each a dialect, :mod:`devshare.model.dialects.configured`) and how
+        dialect annotations name devices (``scheduleMode``, seed 000's MGPUScheduleMode). Called
         at start by every command that reads the file (extender, schedule, webhook)."""
         from devshare.model import dialects
 
         dialects.configure_types(self.device_types.configured())
+        dialects.configure_schedule_mode(self.scheduling.schedule_mode)
 
     # --------------------------------------------------------------- what the engine is built from
     def settings(self) -> Any:
@@ -140,7 +154,7 @@ class Configuration(_Strict):
         from devshare.engine.handlers.base import Settings
 
         s = self.scheduling
-        return Settings(core_weight=s.core_weight / 100, card_binpack=s.card_policy == "binpack",
+        return Settings(core_weight=s.core_weight / 100, card_binpack=self.card_binpack(),
                         node_binpack=s.node_policy != "spread", dfs_budget=s.dfs_budget, topology=s.topology)
 
     def policy(self) -> Any:
@@ -150,8 +164,9 @@ class Configuration(_Strict):
 
         s = self.scheduling
         own = self.policies.devshare if s.node_policy == "devshare" else self.policies.binpack
-        return make_policy(s.node_policy, settings=self.settings(), card_binpack=s.card_policy == "binpack",
-                           options=_given(own))
+        # auto: the node policy's own cards; binpack or spread: seed 000's card level under any node policy
+        card = None if s.card_policy == "auto" else s.card_policy == "binpack"
+        return make_policy(s.node_policy, settings=self.settings(), card_binpack=card, options=_given(own))
 
     def state(self) -> Any:
         """An empty :class:`ClusterState` with this configuration's limits."""
@@ -161,11 +176,7 @@ class Configuration(_Strict):
 
     def not_honoured(self) -> list[str]:
         """Settings accepted and passed on, that this version does not act on yet (logged at start)."""
-        out = []
-        if self.scheduling.schedule_mode != "index":
-            out.append("scheduling.scheduleMode: id is not implemented yet; devices are still recorded by index "
-                       "(the canonical annotation carries both index and id)")
-        return out
+        return []
 
     def to_yaml(self) -> str:
         """The whole configuration, defaults included (msgspec's encoders leave defaults out), as YAML."""
@@ -224,7 +235,7 @@ def _choices(field: str) -> str:
     """How to fix a field, for messages."""
     choices = {
         "scheduling.nodePolicy": "use devshare, binpack or spread",
-        "scheduling.cardPolicy": "use binpack or spread",
+        "scheduling.cardPolicy": "use auto, binpack or spread",
         "scheduling.scheduleMode": "use index or id",
         "scheduling.coreWeight": "an integer percent, 0 to 100: 20 means 0.2, as seed 000's MGPUWeightOfCore",
     }
@@ -241,6 +252,7 @@ def parse_config(data: Any, source: str = "configuration") -> Configuration:
     if data.get("kind") != KIND:
         raise InvalidInput(f"must be {KIND}, got {data.get('kind')!r}", field=f"{source}: kind")
     _check_device_types(data.get("deviceTypes"), source)
+    _check_dialects(data.get("dialects"), source)
     try:
         return msgspec.convert(data, Configuration, strict=True)
     except msgspec.ValidationError as e:
@@ -249,6 +261,20 @@ def parse_config(data: Any, source: str = "configuration") -> Configuration:
         if what.startswith("expected") and "got" not in what and value is not None:
             what += f", got {value!r}"
         raise InvalidInput(what + _choices(field), field=f"{source}: {field}") from None
+
+
+def _check_dialects(section: Any, source: str) -> None:
+    """dialects: the registry's names only (a typo must not leave a dialect silently on)."""
+    from devshare.model import dialects
+    from devshare.model.dialects.configured import PREFIX
+
+    if not isinstance(section, dict):
+        return  # msgspec names the wrong type
+    known = [d for d in dialects.DIALECTS if not d.startswith(PREFIX)]
+    for name in section:
+        if name not in known:
+            raise InvalidInput(f"unknown dialect: use one of {', '.join(known)} (a configured device type is "
+                               "switched with deviceTypes.<type>.enabled)", field=f"{source}: dialects.{name}")
 
 
 def _check_device_types(section: Any, source: str) -> None:
@@ -339,6 +365,25 @@ def with_overrides(cfg: Configuration, *, policy: str | None = None, core_weight
     return msgspec.structs.replace(cfg, scheduling=s)
 
 
+def refuse_dialects(pod: Any, disabled: frozenset[str]) -> str | None:
+    """Why ``pod`` (a v1 Pod dict) is refused for asking in a dialect the configuration disables
+    (``dialects.<name>: false``; ``mgpu`` is seed 000's ``MGPUEnable``); None when it does not."""
+    if not disabled:
+        return None
+    from devshare.model import dialects
+    from devshare.model.pod import asked_resource_names
+
+    off = [(n, d.name) for n in asked_resource_names(pod) if (d := dialects.owner_of(n)) is not None
+           and d.name in disabled]
+    if not off:
+        return None
+    what = ", ".join(n for n, _ in off)
+    which = sorted({d for _, d in off})
+    seed = " (seed 000's MGPUEnable: false)" if "mgpu" in which else ""
+    return (f"asks for {what} in the {', '.join(which)} dialect, which devshare's configuration disables "
+            f"(dialects.{which[0]}: false{seed}): ask in an enabled dialect, or enable it")
+
+
 def refuse_disabled(device_types: list[str], disabled: frozenset[str]) -> str | None:
     """Why a pod asking for these device types is refused, or None."""
     off = sorted(set(device_types) & disabled)
@@ -362,3 +407,11 @@ def refuse_unconfigured(pod: Any, device_types: frozenset[str] | None) -> str | 
             f"configuration gives {dtype} no resource names, so the pod would be placed without reserving any. "
             f"Configure the type (deviceTypes: {{{dtype}: {{resources: [{name}]}}}}, docs/configuration.md) or "
             "remove the request")
+
+
+def refuse_pod(pod: Any, *, disabled_dialects: frozenset[str], device_types: frozenset[str] | None) -> str | None:
+    """What the configuration refuses of a pod before any node is looked at, besides disabled device
+    types (:func:`refuse_disabled`, on the parsed request): a disabled dialect, a device type with
+    Device objects (``device_types``) that no dialect reads. The extender's filter, ``devshare
+    schedule`` and the webhook ask it."""
+    return refuse_dialects(pod, disabled_dialects) or refuse_unconfigured(pod, device_types)

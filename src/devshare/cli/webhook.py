@@ -110,6 +110,7 @@ def webhook(
             source, pods = WatchedDeviceTypes(backend), backend
         config = WebhookConfig(
             disabled_types=settings.device_types.disabled(),
+            disabled_dialects=settings.disabled_dialects(),
             scheduler_name=scheduler_name,
             replace_schedulers=tuple(replace_scheduler) if replace_scheduler else REPLACEABLE_SCHEDULERS,
             cluster=source,

@@ -67,16 +67,13 @@ def requests_devices(pod: Any) -> bool:
     return False
 
 
-def unread_device_asks(pod: Any, device_types: frozenset[str]) -> list[tuple[str, str]]:
-    """(resource name, device type) for every name a container of ``pod`` asks (non-zero) that no
-    dialect reads but that names one of ``device_types`` (``koordinator.sh/npu``, ``example.com/npu-core``
-    for ``npu``): a type with Device objects and no dialect or configuration, which would otherwise be
-    placed reserving nothing. Names only; never raises."""
+def asked_resource_names(pod: Any) -> list[str]:
+    """Every resource name a container of ``pod`` (init containers too) asks with a non-zero value,
+    in order, once each. Names only; never raises."""
     spec = pod.get("spec") if isinstance(pod, dict) else None
-    if not isinstance(spec, dict) or not device_types:
-        return []
-    known = dialects.resource_names()
-    out: list[tuple[str, str]] = []
+    out: list[str] = []
+    if not isinstance(spec, dict):
+        return out
     for key in ("containers", "initContainers"):
         containers = spec.get(key)
         for c in containers if isinstance(containers, list) else []:
@@ -84,12 +81,27 @@ def unread_device_asks(pod: Any, device_types: frozenset[str]) -> list[tuple[str
             for part in ("requests", "limits"):
                 d = res.get(part) if isinstance(res, dict) else None
                 for k, v in d.items() if isinstance(d, dict) else ():
-                    if not isinstance(k, str) or k in known or v in _ZERO or "/" not in k:
-                        continue
-                    leaf = k.rsplit("/", 1)[1].lower()
-                    dtype = next((t for t in device_types if leaf == t or leaf.startswith(t + "-")), None)
-                    if dtype is not None and (k, dtype) not in out:
-                        out.append((k, dtype))
+                    if isinstance(k, str) and v not in _ZERO and k not in out:
+                        out.append(k)
+    return out
+
+
+def unread_device_asks(pod: Any, device_types: frozenset[str]) -> list[tuple[str, str]]:
+    """(resource name, device type) for every name a container of ``pod`` asks (non-zero) that no
+    dialect reads but that names one of ``device_types`` (``koordinator.sh/npu``, ``example.com/npu-core``
+    for ``npu``): a type with Device objects and no dialect or configuration, which would otherwise be
+    placed reserving nothing. Names only; never raises."""
+    if not device_types:
+        return []
+    known = dialects.resource_names()
+    out: list[tuple[str, str]] = []
+    for k in asked_resource_names(pod):
+        if k in known or "/" not in k:
+            continue
+        leaf = k.rsplit("/", 1)[1].lower()
+        dtype = next((t for t in sorted(device_types) if leaf == t or leaf.startswith(t + "-")), None)
+        if dtype is not None:
+            out.append((k, dtype))
     return out
 
 

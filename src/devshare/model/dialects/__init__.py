@@ -82,6 +82,18 @@ def configure_types(types: dict[str, tuple[str, ...]]) -> None:
         raise
 
 
+SCHEDULE_MODES = ("index", "id")
+
+
+def configure_schedule_mode(mode: str) -> None:
+    """Seed 000's ``MGPUScheduleMode``: dialect annotations that list devices name them by index
+    (minor) or by id (UUID). Only dialects whose node side reads either honour it (mGPU)."""
+    if mode not in SCHEDULE_MODES:
+        raise ValueError(f"unknown schedule mode {mode!r}: use index or id")
+    for d in DIALECTS.values():
+        d.schedule_mode = mode
+
+
 def owner_of(resource_name: str) -> Dialect | None:
     """The dialect that reads ``resource_name`` (None: no dialect does)."""
     return _owner.get(resource_name)
@@ -172,5 +184,5 @@ def normalise_resources(resources: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["DEFAULT", "DIALECTS", "Dialect", "configure_types", "dialect_of", "dialects_in", "managed_resources",
+__all__ = ["DEFAULT", "DIALECTS", "Dialect", "configure_schedule_mode", "configure_types", "dialect_of", "dialects_in", "managed_resources",
            "normalise_resources", "owner_of", "pod_dialects", "register", "resource_names", "unregister"]

@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from devshare.config import Configuration, refuse_unconfigured
+from devshare.config import Configuration, refuse_pod
 from devshare.engine.handlers.base import Settings
 from devshare.engine.policies import make_policy
 from devshare.engine.scheduler import Scheduler
@@ -93,6 +93,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         settings = Settings(core_weight=opts.core_weight)
         scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
     sync = StateSync(backend, state)
+    off_dialects = cfg.disabled_dialects() if cfg is not None else frozenset()
     timing = dict(zip(("lease_duration", "renew_deadline", "retry_period"), opts.lease_timing or (), strict=False))
     elector: LeaderElector | LeaseFollower | None = None
     if opts.follow_lease:
@@ -113,7 +114,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         pod_exists=sync.pod_exists,
         group_exists=sync.group_exists,
         note_pod=sync.note_pod,
-        refuse=lambda pod, _: refuse_unconfigured(pod, frozenset(state.tables)),
+        refuse=lambda pod, _: refuse_pod(pod, disabled_dialects=off_dialects, device_types=frozenset(state.tables)),
     )
     sync.on_change = extender.pod_changed
     if elector is not None:

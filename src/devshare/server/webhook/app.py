@@ -56,6 +56,7 @@ class WebhookConfig:
     replace_schedulers: Collection[str] = REPLACEABLE_SCHEDULERS  # names not chosen "on purpose"
     cluster: DeviceTypes | None = None  # device types in the cluster; None skips that check
     disabled_types: frozenset[str] = frozenset()  # switched off by the configuration file (deviceTypes)
+    disabled_dialects: frozenset[str] = frozenset()  # and dialects (dialects.mgpu: false is MGPUEnable: false)
     metrics: m.Metrics = field(default_factory=m.Metrics)
     # the usernames that may write allocation annotations (devshare's own ServiceAccounts)
     allocation_writers: Collection[str] = DEFAULT_WRITERS
@@ -121,7 +122,7 @@ def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]
             config.metrics.rejections.labels(DEVICE_TYPE).inc()
             return deny(review, f"devshare: {unconfigured}"), m.DENIED
         return allow(review), m.SKIPPED
-    problems = judge(pod, config.cluster, config.disabled_types)
+    problems = judge(pod, config.cluster, config.disabled_types, config.disabled_dialects)
     if not problems:
         return allow(review), m.ALLOWED
     for reason in {p.reason for p in problems}:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from devshare.config import refuse_disabled, refuse_unconfigured
+from devshare.config import refuse_dialects, refuse_disabled, refuse_unconfigured
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod, validate_pod
 from devshare.server.webhook.cluster import DeviceTypes
@@ -25,11 +25,12 @@ from devshare.server.webhook.cluster import DeviceTypes
 REQUEST = "request"
 NODE_NAME = "node-name"
 DEVICE_TYPE = "device-type"
+DIALECT = "dialect"
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    reason: str  # REQUEST | NODE_NAME | DEVICE_TYPE
+    reason: str  # REQUEST | NODE_NAME | DEVICE_TYPE | DIALECT
     message: str
 
 
@@ -57,10 +58,14 @@ def _reason(message: str) -> str:
 
 
 def judge(pod: dict[str, Any], cluster: DeviceTypes | None = None,
-          disabled: frozenset[str] = frozenset()) -> list[Problem]:
+          disabled: frozenset[str] = frozenset(), disabled_dialects: frozenset[str] = frozenset()) -> list[Problem]:
     """Every reason to refuse ``pod`` (a pod that asks for managed devices); empty = allowed.
-    ``disabled``: device types the configuration file switches off (deviceTypes)."""
+    ``disabled``: device types the configuration file switches off (deviceTypes); ``disabled_dialects``:
+    dialects it switches off (dialects)."""
     problems = [Problem(_reason(p), p) for p in validate_pod(pod)]
+    off = refuse_dialects(pod, disabled_dialects)
+    if off:
+        problems.append(Problem(DIALECT, off))
     known = cluster.known_types() if cluster is not None else None
     unconfigured = refuse_unconfigured(pod, known)
     if unconfigured:
