@@ -91,6 +91,15 @@ class ClusterState:
         models = [m for m in (t.models[row] if t is not None and row < len(t.models) else []) if m]
         return models[0] if models else ""
 
+    def card_model(self, table: DeviceTable, row: int, col: int) -> str:
+        """One card's type: its model as the Device object gives it, else the node's GPU model label."""
+        models = table.models[row] if row < len(table.models) else []
+        model = models[col] if col < len(models) else ""
+        if model:
+            return model
+        info = self.nodes.get(self.name_of.get(row, ""))
+        return info.gpu_model if info is not None and info.gpu_model else ""
+
     # ------------------------------------------------------------------ nodes and devices
     def table(self, device_type: str) -> DeviceTable:
         t = self.tables.get(device_type)
@@ -250,8 +259,10 @@ class ClusterState:
                         used_mem -= bg.memory
                         used_slots -= 1
             total_core, total_mem = int(t.total_core[row, col]), int(t.total_mem[row, col])
+            sel = pod.gpu_selection if dtype == names.GPU else None
+            excluded = sel is not None and not sel.allows(t.ids[row][col], self.card_model(t, row, col))
             card = Card(True, bool(t.healthy[row, col]), bool(t.blocked[row, col]), total_core, total_mem,
-                        total_core - used_core, total_mem - used_mem, used_slots)
+                        total_core - used_core, total_mem - used_mem, used_slots, excluded)
             code = card_reason(card, Ask(core, mem, bool(whole), slots, self.max_containers))
             if code:
                 return describe(code, f"{dtype} {minor}", total_core=total_core, total_mem=total_mem,

@@ -11,6 +11,9 @@
   a ``nodeSelector`` on the node label ``devshare.io/gpu-model``, and required node affinity ``In``
   on that label (when every term constrains it; terms are ORed). All given sources must agree:
   the allowed models are the ones every source allows.
+- GPU selection: HAMi's annotations ``nvidia.com/use-gpuuuid``, ``nouse-gpuuuid``, ``use-gputype``,
+  ``nouse-gputype`` (comma-separated; ids exact, types case-insensitive substrings of the card's
+  model), for the GPUs of every dialect (:class:`~devshare.model.request.GpuSelection`).
 - Group: labels ``gputopology.scheduling.koordinator.sh/name`` + ``/replica`` (seed 003); gang:
   annotations ``gang.scheduling.koordinator.sh/name`` + ``/min-available``. With both, they must
   agree. A gang alone makes a group of that name and size.
@@ -36,6 +39,7 @@ from devshare.model.request import (
     MAX_MEMORY,
     ContainerRequest,
     DeviceRequest,
+    GpuSelection,
     GroupRef,
     PodRequest,
 )
@@ -203,6 +207,29 @@ def _gpu_models(spec: dict[str, Any], annotations: dict[str, str], problems: Pro
             + ": make them agree",
         )
     return tuple(allowed)
+
+
+def _gpu_selection(annotations: dict[str, str], problems: Problems) -> GpuSelection | None:
+    """HAMi's GPU selection annotations (``nvidia.com/use-gpuuuid`` and the others), checked."""
+    if not any(k in annotations for k in names.GPU_SELECTION):
+        return None
+    lists: dict[str, tuple[str, ...]] = {}
+    for key in names.GPU_SELECTION:
+        raw = annotations.get(key)
+        if raw is None:
+            continue
+        entries, msg = validation.selection_list(key, raw)
+        if msg:
+            problems.add(f"annotation {key}", msg)
+            continue
+        lists[key] = entries
+    sel = GpuSelection(use_ids=lists.get(names.GPU_USE_UUID, ()), avoid_ids=lists.get(names.GPU_NOUSE_UUID, ()),
+                       use_types=lists.get(names.GPU_USE_TYPE, ()), avoid_types=lists.get(names.GPU_NOUSE_TYPE, ()))
+    for what, use, avoid in (("uuid", sel.use_ids, sel.avoid_ids), ("type", sel.use_types, sel.avoid_types)):
+        msg = validation.selection_overlap(what, use, avoid)
+        if msg:
+            problems.add("GPU selection", msg)
+    return sel if lists else None
 
 
 def _group(labels: dict[str, str], annotations: dict[str, str], problems: Problems) -> GroupRef | None:
@@ -373,6 +400,7 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
         dialect=dialect,
         compute_policy=policy,
         gpu_models=_gpu_models(spec, annotations, problems),
+        gpu_selection=_gpu_selection(annotations, problems),
         cpu_milli=cpu,
         memory_bytes=memory,
         priority=priority,
