@@ -189,8 +189,8 @@ def test_the_shipped_configmap_is_valid_and_complete() -> None:
     cfg = load_config(SHIPPED)
     assert cfg == Configuration()  # shipped with the defaults, every field spelled out
     text = SHIPPED.read_text()
-    for field in ("deviceTypes", "nodePolicy", "cardPolicy", "coreWeight", "scheduleMode", "maxContainersPerCard",
-                  "topology", "dfsBudget", "assumeTTLSeconds", "policies"):
+    for field in ("deviceTypes", "dialects", "nodePolicy", "cardPolicy", "coreWeight", "scheduleMode",
+                  "maxContainersPerCard", "topology", "dfsBudget", "assumeTTLSeconds", "policies", "quotas"):
         assert f"{field}:" in text, field
 
 
@@ -298,3 +298,30 @@ async def test_the_extender_refuses_a_disabled_dialect() -> None:
     async with running(cluster(1, pods=[pod]), ExtenderOptions(config=cfg)) as (client, _):
         out = await post(client, "/filter", names_body(pod, ["node-0"]))
         assert out["NodeNames"] == [] and "dialects.mgpu: false" in out["FailedAndUnresolvableNodes"]["node-0"]
+
+
+async def test_namespace_quotas_from_the_file_reach_the_extender() -> None:
+    from support.extender import bind, cluster, names_body, pod, post, running
+
+    cfg = parse_config(doc(quotas={"team-a": {"gpuCore": 60}}))
+    pods = [pod("a", core=40, ns="team-a"), pod("b", core=40, ns="team-a"), pod("c", core=40, ns="team-b")]
+    async with running(cluster(2, pods=pods), ExtenderOptions(config=cfg)) as (client, _):
+        assert await bind(client, "a", "node-0", ns="team-a") == ""
+        out = await post(client, "/filter", names_body(pods[1], ["node-0", "node-1"]))
+        assert out["NodeNames"] == []
+        assert out["FailedAndUnresolvableNodes"]["node-0"] == (
+            "namespace team-a: gpu core quota 60 percent used 40 percent, asks 40 percent")
+        assert "gpu core quota" in await bind(client, "b", "node-1", ns="team-a")
+        assert await bind(client, "c", "node-1", ns="team-b") == ""
+
+
+def test_bad_quotas_are_named() -> None:
+    with pytest.raises(InvalidInput, match=r"x.yaml: quotas.team-a.gpuMemory: 'lots' is not a Kubernetes quantity"):
+        parse_config(doc(quotas={"team-a": {"gpuMemory": "lots"}}), "x.yaml")
+    with pytest.raises(InvalidInput, match=r"x.yaml: quotas.team-a.gpuCore: expected int >= 0, got -5"):
+        parse_config(doc(quotas={"team-a": {"gpuCore": -5}}), "x.yaml")
+    with pytest.raises(InvalidInput, match=r"x.yaml: quotas.Team_A: a namespace name is a DNS label"):
+        parse_config(doc(quotas={"Team_A": {"gpuCore": 5}}), "x.yaml")
+    q = parse_config(doc(quotas={"team-a": {"gpuCore": 250, "gpuMemory": "64Gi"}})).namespace_quotas()
+    assert q.limits["team-a"].core_milli == 2500 and q.limits["team-a"].memory == 64 * 2**30
+    assert Configuration().namespace_quotas() is None

@@ -22,6 +22,8 @@ scheduling:
 policies:
   binpack: {cardWeight: 0.5}
   devshare: {kappa: 0.05, remainderWeight: 2.0, cpuPack: 0.5, priorWeight: 2.0, coverage: 1.0}
+quotas:                       # per-namespace GPU quotas, summed over every dialect
+  team-a: {gpuCore: 200, gpuMemory: 64Gi}
 ```
 
 Decoded with msgspec into typed structs, strictly: an unknown field, a wrong type or a value out of
@@ -65,6 +67,7 @@ class DeviceType(_Strict):
 
 DeviceTypeValue = bool | DeviceType
 TYPE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
@@ -116,6 +119,24 @@ class Policies(_Strict):
     devshare: DevshareSettings = msgspec.field(default_factory=DevshareSettings)
 
 
+class NamespaceQuota(_Strict):
+    """One namespace's GPU quota: compute in percent of one GPU (200 = two GPUs' worth) and memory
+    (a quantity: 64Gi), each summed over every dialect its pods ask in; either may be left out."""
+
+    gpu_core: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    gpu_memory: str | int | None = None
+
+    def memory_bytes(self) -> int | None:
+        from devshare.model.quantity import parse_quantity
+
+        if self.gpu_memory is None:
+            return None
+        q = parse_quantity(self.gpu_memory)
+        if q < 0 or q.denominator != 1:
+            raise InvalidInput(f"must be a whole number of bytes >= 0, got {self.gpu_memory!r}")
+        return int(q)
+
+
 class Configuration(_Strict):
     api_version: str = msgspec.field(name="apiVersion", default=API_VERSION)
     kind: str = KIND
@@ -124,6 +145,7 @@ class Configuration(_Strict):
     dialects: dict[str, bool] = msgspec.field(default_factory=lambda: dict.fromkeys(DIALECTS, True))
     scheduling: Scheduling = msgspec.field(default_factory=Scheduling)
     policies: Policies = msgspec.field(default_factory=Policies)
+    quotas: dict[str, NamespaceQuota] = msgspec.field(default_factory=dict)
 
     @property
     def device_types(self) -> DeviceTypes:
@@ -167,6 +189,15 @@ class Configuration(_Strict):
         # auto: the node policy's own cards; binpack or spread: seed 000's card level under any node policy
         card = None if s.card_policy == "auto" else s.card_policy == "binpack"
         return make_policy(s.node_policy, settings=self.settings(), card_binpack=card, options=_given(own))
+
+    def namespace_quotas(self) -> Any:
+        """The engine's :class:`~devshare.engine.quotas.Quotas` (None when the file sets none)."""
+        from devshare.engine.quotas import Quota, Quotas
+
+        if not self.quotas:
+            return None
+        return Quotas({ns: Quota(core_milli=q.gpu_core * 10 if q.gpu_core is not None else None,
+                                 memory=q.memory_bytes()) for ns, q in self.quotas.items()})
 
     def state(self) -> Any:
         """An empty :class:`ClusterState` with this configuration's limits."""
@@ -253,14 +284,40 @@ def parse_config(data: Any, source: str = "configuration") -> Configuration:
         raise InvalidInput(f"must be {KIND}, got {data.get('kind')!r}", field=f"{source}: kind")
     _check_device_types(data.get("deviceTypes"), source)
     _check_dialects(data.get("dialects"), source)
+    _check_quotas(data.get("quotas"), source)
     try:
-        return msgspec.convert(data, Configuration, strict=True)
+        cfg = msgspec.convert(data, Configuration, strict=True)
     except msgspec.ValidationError as e:
         field, what = _problem(str(e))
         value = _value_at(data, field)
         if what.startswith("expected") and "got" not in what and value is not None:
             what += f", got {value!r}"
         raise InvalidInput(what + _choices(field), field=f"{source}: {field}") from None
+    for ns, quota in cfg.quotas.items():
+        if not NAMESPACE.fullmatch(ns):
+            raise InvalidInput("a namespace name is a DNS label (lowercase letters, digits, '-')",
+                               field=f"{source}: quotas.{ns}")
+        try:
+            quota.memory_bytes()
+        except InvalidInput as e:
+            raise InvalidInput(f"{e.message} (a quantity such as 64Gi)", field=f"{source}: quotas.{ns}.gpuMemory") from None
+    return cfg
+
+
+def _check_quotas(section: Any, source: str) -> None:
+    """quotas, namespace by namespace (msgspec's messages cannot name the key of a mapping's value)."""
+    if not isinstance(section, dict):
+        return  # msgspec names the wrong type
+    for ns, value in section.items():
+        try:
+            msgspec.convert(value, NamespaceQuota, strict=True)
+        except msgspec.ValidationError as e:
+            inner, what = _problem(str(e))
+            where = f"quotas.{ns}" + (f".{inner}" if inner != "(top level)" else "")
+            value_at = _value_at(value, inner) if isinstance(value, dict) else value
+            if what.startswith("expected") and "got" not in what and value_at is not None:
+                what += f", got {value_at!r}"
+            raise InvalidInput(what, field=f"{source}: {where}") from None
 
 
 def _check_dialects(section: Any, source: str) -> None:

@@ -174,7 +174,8 @@ def schedule(
         cfg.register()
         pod_objs = pods_of(pods)
         state = asyncio.run(load_state(load_cluster(cluster), state=cfg.state()))
-        placer = Placer(state, Scheduler(state, policy=cfg.policy(), settings=cfg.settings()),
+        placer = Placer(state, Scheduler(state, policy=cfg.policy(), settings=cfg.settings(),
+                                         quotas=cfg.namespace_quotas()),
                         disabled=cfg.device_types.disabled(), disabled_dialects=cfg.disabled_dialects())
         for obj in pod_objs:
             placer.place(obj)

@@ -87,7 +87,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         cfg.register()
         state = cfg.state()
         settings = cfg.settings()
-        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings)
+        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings, quotas=cfg.namespace_quotas())
     else:
         state = ClusterState()
         settings = Settings(core_weight=opts.core_weight)
