@@ -300,7 +300,8 @@ def parse_config(data: Any, source: str = "configuration") -> Configuration:
         try:
             quota.memory_bytes()
         except InvalidInput as e:
-            raise InvalidInput(f"{e.message} (a quantity such as 64Gi)", field=f"{source}: quotas.{ns}.gpuMemory") from None
+            raise InvalidInput(f"{e.message} (a quantity such as 64Gi)",
+                               field=f"{source}: quotas.{ns}.gpuMemory") from None
     return cfg
 
 

@@ -183,7 +183,8 @@ class Scheduler:
             scores[live] = self.policy.choose(view).scores
         result = PodEvaluation(pod, rows, codes, scores, parts, node_reasons, state.row_version[rows])
         if quotas is not None and live.size:
-            for i, reason in quotas.refuse_per_row(state, pod, rows, live, lambda i: result.allocation(state, i)).items():
+            over_rows = quotas.refuse_per_row(state, pod, rows, live, lambda i: result.allocation(state, i))
+            for i, reason in over_rows.items():
                 codes[i] = UNRESOLVABLE
                 node_reasons[i] = reason
                 result.fresh = True

@@ -87,9 +87,9 @@ class GpuSelection(msgspec.Struct, frozen=True, kw_only=True):
 
     def describe(self) -> str:
         """The annotations, for messages: ``nvidia.com/use-gputype: A100; nvidia.com/nouse-gpuuuid: GPU-1``."""
-        parts = [(k, v) for k, v in (("nvidia.com/use-gpuuuid", self.use_ids), ("nvidia.com/nouse-gpuuuid", self.avoid_ids),
-                                     ("nvidia.com/use-gputype", self.use_types),
-                                     ("nvidia.com/nouse-gputype", self.avoid_types)) if v]
+        lists = (("nvidia.com/use-gpuuuid", self.use_ids), ("nvidia.com/nouse-gpuuuid", self.avoid_ids),
+                 ("nvidia.com/use-gputype", self.use_types), ("nvidia.com/nouse-gputype", self.avoid_types))
+        parts = [(k, v) for k, v in lists if v]
         return "; ".join(f"{k}: {','.join(v)}" for k, v in parts)
 
 

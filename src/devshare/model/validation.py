@@ -115,8 +115,9 @@ def selection_list(key: str, raw: str) -> tuple[tuple[str, ...], str | None]:
     """A comma-separated list of GPU ids or types: each entry non-empty (spaces around it dropped)."""
     entries = [e.strip() for e in raw.split(",")]
     if not any(entries):
+        example = "GPU-98583a5c-c155-9cf6-f955-03c189d3dbfb" if "uuid" in key else "A100,H100"
         return (), (f"is empty: list the GPU {'ids' if 'uuid' in key else 'types'}, comma-separated "
-                    f"(e.g. {'GPU-98583a5c-c155-9cf6-f955-03c189d3dbfb' if 'uuid' in key else 'A100,H100'}), or remove it")
+                    f"(e.g. {example}), or remove it")
     if not all(entries):
         return (), f"has an empty entry in {raw!r}: separate the entries with single commas"
     if "uuid" in key and any(any(ch.isspace() for ch in e) for e in entries):

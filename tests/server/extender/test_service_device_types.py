@@ -26,7 +26,8 @@ def npu_cluster(*pods: dict[str, Any]) -> MemoryBackend:
 
 
 def npu_pod(name: str, share: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "uid": f"uid-default-{name}"},
+    meta = {"name": name, "namespace": "default", "uid": f"uid-default-{name}"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {NPU: share}}}]}}
 
 

@@ -10,8 +10,8 @@ from devshare.engine.handlers.base import UNRESOLVABLE, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
 from devshare.engine.policies.binpack import binpack_for
 from devshare.engine.policies.protocol import Choice, FitView, Policy
-from devshare.engine.state import ClusterState
 from devshare.engine.rowwise import sum_per_row
+from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
 from devshare.engine.topology import TopologySolver, solver_for
 from devshare.model import names

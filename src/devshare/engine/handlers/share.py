@@ -146,7 +146,7 @@ class ShareHandler(DeviceHandler):
         c_codes, c_reason = self.constraints(ctx, rows)
         codes = c_codes.copy()
         allowed = self.allowed(ctx, table)
-        ctx.cache[(self.type, "allowed")] = allowed
+        ctx.cache[f"{self.type} allowed"] = allowed
         reasons = self._never_fits(ctx, table, rows, needs, codes)
         g = Gather(table, rows, allowed)
         if len(needs) == 1:
@@ -166,7 +166,7 @@ class ShareHandler(DeviceHandler):
         for i in np.flatnonzero(too_few).tolist():
             reasons[i] = (f"node has {int(n_dev[i])} {self.type} device(s), a container asks for {biggest}"
                           if n_dev[i] else f"node has no {self.type} devices")
-        allowed = ctx.cache.get((self.type, "allowed"))
+        allowed = ctx.cache.get(f"{self.type} allowed")
         sel = ctx.pod.gpu_selection if allowed is not None else None
         for _, req in needs:
             n_big = state.per_layout((self.type, "large enough", req, sel),
@@ -205,7 +205,7 @@ class ShareHandler(DeviceHandler):
                 return reasons[i]
             if codes[i] == UNRESOLVABLE:
                 return c_reason(i)
-            allowed = ctx.cache.get((self.type, "allowed"))
+            allowed = ctx.cache.get(f"{self.type} allowed")
             return f"needs {describe_ask(self.type, req)}; {describe_cards(table, int(rows[i]), req, mc, allowed)}"
 
         def grant(i: int) -> Grants:
@@ -294,7 +294,7 @@ class ShareHandler(DeviceHandler):
             return self.refine(ctx, view, policy.choose(view))
 
         declared = policy_key(policy, pod, req)  # what of the pod and of its model the policy reads
-        if declared is not None and ctx.cache.get((self.type, "allowed")) is not None:
+        if declared is not None and ctx.cache.get(f"{self.type} allowed") is not None:
             declared = (declared, pod.gpu_selection)  # its fitting cards depend on its selection too
         if declared is None:
             choice = compute(ok)
@@ -325,7 +325,7 @@ class ShareHandler(DeviceHandler):
         n = table.count(row)
         tot_mem = table.total_mem[row, :n]
         usable = table.usable()[row, :n]
-        allowed = ctx.cache.get((self.type, "allowed"))
+        allowed = ctx.cache.get(f"{self.type} allowed")
         if allowed is not None:
             usable = usable & allowed[row, :n]
         return search(

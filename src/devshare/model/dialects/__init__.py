@@ -184,5 +184,6 @@ def normalise_resources(resources: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["DEFAULT", "DIALECTS", "Dialect", "configure_schedule_mode", "configure_types", "dialect_of", "dialects_in", "managed_resources",
-           "normalise_resources", "owner_of", "pod_dialects", "register", "resource_names", "unregister"]
+__all__ = ["DEFAULT", "DIALECTS", "Dialect", "configure_schedule_mode", "configure_types", "dialect_of", "dialects_in",
+           "managed_resources", "normalise_resources", "owner_of", "pod_dialects", "register", "resource_names",
+           "unregister"]
