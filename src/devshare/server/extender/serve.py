@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from devshare.config import Configuration
+from devshare.config import Configuration, refuse_pod
 from devshare.engine.handlers.base import Settings
 from devshare.engine.policies import make_policy
 from devshare.engine.scheduler import Scheduler
@@ -89,14 +89,16 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     opts = options or ExtenderOptions()
     cfg = opts.config
     if cfg is not None:
+        cfg.register()
         state = cfg.state()
         settings = cfg.settings()
-        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings)
+        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings, quotas=cfg.namespace_quotas())
     else:
         state = ClusterState()
         settings = Settings(core_weight=opts.core_weight)
         scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
     sync = StateSync(backend, state, scheduler_name=opts.scheduler_name)
+    off_dialects = cfg.disabled_dialects() if cfg is not None else frozenset()
     timing = dict(zip(("lease_duration", "renew_deadline", "retry_period"), opts.lease_timing or (), strict=False))
     elector: LeaderElector | LeaseFollower | None = None
     if opts.follow_lease:
@@ -119,6 +121,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         note_pod=sync.note_pod,
         shortlist=cfg.scheduling.shortlist if cfg is not None else 0,
         pending_pod=sync.pending_pod,
+        refuse=lambda pod, _: refuse_pod(pod, disabled_dialects=off_dialects, device_types=frozenset(state.tables)),
     )
     sync.on_change = extender.pod_changed
     if elector is not None:

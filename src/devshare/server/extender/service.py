@@ -178,6 +178,7 @@ class Extender:
         note_pod: Callable[[dict[str, Any]], None] | None = None,
         shortlist: int = 0,
         pending_pod: Callable[[str], dict[str, Any] | None] = lambda key: None,
+        refuse: Callable[[dict[str, Any], PodRequest], str | None] | None = None,
     ) -> None:
         self.state = state
         # the pending pod ``key`` as the state's watch has it (StateSync.pending_pod): bind decides
@@ -193,6 +194,7 @@ class Extender:
         self.group_exists = group_exists
         self.note_pod = note_pod
         self.disabled_types = disabled_types  # device types the configuration switches off
+        self.refuse = refuse  # what the configuration refuses of a pod before any node (devshare.config)
         self.backend = backend
         self.scheduler = scheduler or Scheduler(state)
         self.is_synced = is_synced
@@ -234,6 +236,9 @@ class Extender:
             refused = refuse_disabled([d.type for c in req.containers for d in c.devices], self.disabled_types)
             if refused:
                 raise InvalidInput(refused)
+        refused = self.refuse(pod, req) if self.refuse is not None else None
+        if refused:
+            raise InvalidInput(refused)
         if rv:
             self._parsed.put(cache_key, req, request_size(req) + sum(map(len, cache_key)))
         return req
