@@ -12,14 +12,23 @@ watch:
   configuration (filter, prioritize and bind through the extender, which runs with its
   ServiceAccount's identity).
 
+Where the time goes, per phase (on stderr, and under ``"alone"`` / ``"devshare"`` in the JSON):
+CPU milliseconds per pod bound of each process (etcd, kube-apiserver, kube-scheduler, the extender;
+user + system from /proc/PID/stat, from just before kube-scheduler starts until the last pod is
+bound) and API requests per pod (the API server's ``apiserver_request_total`` before and after, by
+verb and resource; the benchmark's own watch is one of them). ``--profile FILE`` records the
+extender with py-spy during the devshare phase (a speedscope JSON) when ``py-spy`` is installed
+(``pip install py-spy``; not a dependency of devshare).
+
 The last line printed is one JSON object:
-``{"nodes", "pods", "pods_per_s_alone", "pods_per_s_devshare", "ratio", "binds_refused"}``
-(``binds_refused``: binds the extender answered with an error, from its metrics).
+``{"nodes", "pods", "pods_per_s_alone", "pods_per_s_devshare", "ratio", "binds_refused", "alone", "devshare"}``
+(``binds_refused``: binds the extender answered with an error, from its metrics; ``alone`` and
+``devshare``: ``{"cpu_ms_per_pod": {process: ms}, "requests_per_pod": n, "requests": {"VERB resource": n}}``).
 
 ``--ledger-phases on,off,on,off`` measures the claim ledger's cost instead, within one run: one
 devshare phase per item (``--pods`` new pods each, the extender restarted with or without
-``--no-claim-ledger``), each reporting pods/s, the extender's CPU per pod (from /proc) and the API
-requests per pod (kube-apiserver's ``apiserver_request_total``, all clients, by verb and resource).
+``--no-claim-ledger``), each reporting pods/s, CPU per pod of each process and the API requests per
+pod, as above.
 
     .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 3000
     .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 1000 --ledger-phases on,off,on,off
@@ -31,6 +40,9 @@ import argparse
 import json
 import os
 import re
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -161,40 +173,118 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+PROCESSES = ("etcd", "kube-apiserver", "kube-scheduler", "extender")
+
+
+class Phase:
+    """CPU seconds of each control-plane process and the API server's request counters, from
+    :meth:`start` to :meth:`stop`, per pod bound."""
+
+    def __init__(self, cp: ControlPlane, scheduler: str) -> None:
+        self.cp = cp
+        self.names = {"etcd": "etcd", "kube-apiserver": "kube-apiserver", "kube-scheduler": scheduler,
+                      "extender": "extender"}
+        self.cpu0: dict[str, float] = {}
+        self.requests0: dict[str, float] = {}
+
+    def _pids(self) -> dict[str, int]:
+        out = {}
+        for label, name in self.names.items():
+            proc = self.cp.processes.get(name)
+            if proc is not None and proc.alive and proc.popen is not None:
+                out[label] = proc.popen.pid
+        return out
+
+    def _cpu(self) -> dict[str, float]:
+        return {label: cpu_seconds(pid) for label, pid in self._pids().items()}
+
+    def start(self) -> None:
+        """Before kube-scheduler starts: the processes already running (kube-scheduler then counts from 0)."""
+        self.cpu0 = self._cpu()
+        self.requests0 = api_requests(self.cp)
+
+    def stop(self, pods: int) -> dict[str, Any]:
+        cpu = self._cpu()
+        requests = api_requests(self.cp)
+        delta = {k: v - self.requests0.get(k, 0.0) for k, v in requests.items()}
+        delta = {k: v for k, v in sorted(delta.items(), key=lambda kv: -kv[1]) if v >= 1}
+        return {
+            "cpu_ms_per_pod": {label: round(1000 * (cpu[label] - self.cpu0.get(label, 0.0)) / pods, 2)
+                               for label in PROCESSES if label in cpu},
+            "requests_per_pod": round(sum(delta.values()) / pods, 2),
+            "requests": {k: int(v) for k, v in list(delta.items())[:12]},
+        }
+
+
+REQUEST_LINE = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
 def api_requests(cp: ControlPlane) -> dict[str, float]:
-    """kube-apiserver's request counters, summed by verb and resource (``VERB resource[/sub]``)."""
-    text = cp.kubectl("get", "--raw", "/metrics").stdout
+    """The API server's requests so far, by ``VERB resource[/subresource]`` (its /metrics)."""
+    text = cp.kubectl("get", "--raw", "/metrics", timeout=60).stdout
     out: dict[str, float] = {}
     for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
+        m = REQUEST_LINE.match(line)
+        if not m:
             continue
-        head, _, value = line.rpartition(" ")
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', head))
-        resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
-        key = f"{labels.get('verb', '')} {resource}"
-        out[key] = out.get(key, 0.0) + float(value)
+        labels = dict(LABEL.findall(m.group(1)))
+        what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        key = f"{labels.get('verb', '?')} {what or labels.get('component', '?')}"
+        out[key] = out.get(key, 0.0) + float(m.group(2))
     return out
 
 
-def devshare_phase(cp: ControlPlane, clock: BoundClock, prefix: str, pods: int, *, ledger: bool,
-                   timeout: float) -> dict[str, Any]:
-    """One devshare phase: the extender (re)started with or without its claim ledger, ``pods`` new pods."""
+def py_spy() -> str | None:
+    """The py-spy executable (beside this Python, or on PATH), or None."""
+    here = Path(sys.executable).with_name("py-spy")
+    return str(here) if here.exists() else shutil.which("py-spy")
+
+
+def start_profile(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
+    exe = py_spy()
+    if exe is None:
+        print("--profile: py-spy is not installed (pip install py-spy); no profile written", file=sys.stderr)
+        return None
+    return subprocess.Popen([exe, "record", "--pid", str(pid), "--output", str(out), "--format", "speedscope",
+                             "--rate", "250", "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def stop_profile(proc: subprocess.Popen[bytes] | None, out: Path) -> None:
+    if proc is None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    if out.exists():
+        print(f"extender profile: {out}", file=sys.stderr)
+    else:
+        print(f"py-spy wrote no profile: {err.decode(errors='replace')[-500:]}", file=sys.stderr)
+
+
+def report(name: str, rate: float, phase: dict[str, Any]) -> None:
+    cpu = ", ".join(f"{k} {v}" for k, v in phase["cpu_ms_per_pod"].items())
+    print(f"{name}: {rate:.1f} pods/s; CPU ms per pod: {cpu}; API requests per pod: {phase['requests_per_pod']} "
+          f"({', '.join(f'{k} {v}' for k, v in list(phase['requests'].items())[:6])})", file=sys.stderr)
+
+
+def ledger_phase(cp: ControlPlane, clock: BoundClock, prefix: str, pods: int, *, ledger: bool,
+                 timeout: float) -> dict[str, Any]:
+    """One devshare phase of ``--ledger-phases``: the extender (re)started with or without its claim
+    ledger, ``pods`` new pods; CPU and API requests per pod as :class:`Phase` counts them."""
     cp.start_extender("--log-level", "warning", *([] if ledger else ["--no-claim-ledger"]))
     make_pods(cp, prefix, {"nvidia.com/gpu": "1"}, pods, SCHEDULER_NAME)
-    ext = cp.processes["extender"].popen
-    assert ext is not None
     time.sleep(2)  # the extender's watch takes in the pods just created
-    cpu0, req0 = cpu_seconds(ext.pid), api_requests(cp)
+    phase = Phase(cp, "kube-scheduler")
+    phase.start()
     sched = cp.start_scheduler()
     rate = clock.rate(prefix, pods, timeout)
-    cpu1, req1 = cpu_seconds(ext.pid), api_requests(cp)
-    sched.stop()
-    per_pod = {k: round((v - req0.get(k, 0.0)) / pods, 2) for k, v in req1.items()}
-    per_pod = {k: v for k, v in sorted(per_pod.items(), key=lambda kv: -kv[1]) if v >= 0.05}
-    out = {"ledger": ledger, "pods_per_s": round(rate, 1),
-           "extender_cpu_ms_per_pod": round(1000 * (cpu1 - cpu0) / pods, 2),
-           "api_requests_per_pod": round(sum(per_pod.values()), 2), "by_request": per_pod,
+    out = {"ledger": ledger, "pods_per_s": round(rate, 1), **phase.stop(pods),
            "binds_refused": refused_binds(cp.extender_port), "extender_ms": latencies(cp.extender_port)}
+    sched.stop()
     print(json.dumps(out), file=sys.stderr, flush=True)
     return out
 
@@ -217,6 +307,8 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--pods", type=int, default=3000)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="record the extender with py-spy during the devshare phase into this file (speedscope)")
     ap.add_argument("--ledger-phases", default="", help="e.g. on,off,on,off: compare the claim ledger on and off")
     args = ap.parse_args()
     if args.ledger_phases:
@@ -231,28 +323,35 @@ def main() -> None:
         clock = BoundClock(cp)
 
         make_pods(cp, "alone", {PLAIN: "1"}, args.pods, SCHEDULER_NAME)
+        phase = Phase(cp, "kube-scheduler-alone")
+        phase.start()
         sched = cp.start_scheduler(config=plain_config(cp), name="kube-scheduler-alone")
         alone = clock.rate("alone", args.pods, args.timeout)
+        alone_phase = phase.stop(args.pods)
         sched.stop()
-        print(f"alone: {alone:.1f} pods/s", file=sys.stderr)
+        report("alone", alone, alone_phase)
 
         cp.start_extender("--log-level", "warning")
         make_pods(cp, "devshare", {"nvidia.com/gpu": "1"}, args.pods, SCHEDULER_NAME)
         print("devshare: scheduling", file=sys.stderr, flush=True)
         ext = cp.processes["extender"].popen
         assert ext is not None
-        cpu0 = cpu_seconds(ext.pid)
+        time.sleep(2)  # the extender's watch takes in the pods just made (not the scheduling's cost)
+        phase = Phase(cp, "kube-scheduler")
+        phase.start()
+        profiler = start_profile(ext.pid, args.profile) if args.profile is not None else None
         cp.start_scheduler()
         with_devshare = clock.rate("devshare", args.pods, args.timeout)
-        ext_ms = 1000 * (cpu_seconds(ext.pid) - cpu0) / args.pods
-        print(f"extender CPU per pod: {ext_ms:.1f} ms", file=sys.stderr)
-        print(f"devshare: {with_devshare:.1f} pods/s", file=sys.stderr)
+        devshare_phase = phase.stop(args.pods)
+        if args.profile is not None:
+            stop_profile(profiler, args.profile)
+        report("devshare", with_devshare, devshare_phase)
         refused = refused_binds(cp.extender_port)
         print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
         clock.stop.set()
     print(json.dumps({"nodes": args.nodes, "pods": args.pods, "pods_per_s_alone": round(alone, 1),
                       "pods_per_s_devshare": round(with_devshare, 1), "ratio": round(with_devshare / alone, 3),
-                      "binds_refused": refused}))
+                      "binds_refused": refused, "alone": alone_phase, "devshare": devshare_phase}))
 
 
 def ledger_phases(args: argparse.Namespace) -> None:
@@ -266,7 +365,7 @@ def ledger_phases(args: argparse.Namespace) -> None:
         make_nodes(cp, args.nodes)
         print(f"{args.nodes} nodes + devices in {time.monotonic() - t0:.0f}s", file=sys.stderr)
         clock = BoundClock(cp)
-        results = [devshare_phase(cp, clock, f"ledger-{i}-{p}", args.pods, ledger=p == "on", timeout=args.timeout)
+        results = [ledger_phase(cp, clock, f"ledger-{i}-{p}", args.pods, ledger=p == "on", timeout=args.timeout)
                    for i, p in enumerate(phases)]
         clock.stop.set()
     print(json.dumps({"nodes": args.nodes, "pods": args.pods, "phases": results}))

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from devshare.model import dialects
 from devshare.server.tls import CertReloader, ServingCert, make_serving_cert
 from devshare.server.webhook.app import WebhookConfig, make_app
 from devshare.server.webhook.cluster import StaticDeviceTypes
@@ -50,3 +51,15 @@ def webhook_config(server: ServerThread) -> WebhookConfig:
     from devshare.server.webhook.app import CONFIG
 
     return server.app[CONFIG]
+
+
+@pytest.fixture(autouse=True)
+def _no_configured_types_leak() -> Iterator[None]:
+    """A configuration file read in-process (``devshare schedule --config`` through CliRunner,
+    ``build_app``) registers its device types' resource names and its schedule mode in the dialect
+    registry; each test starts and ends without them."""
+    yield
+    if any(n.startswith("type:") for n in dialects.DIALECTS):
+        dialects.configure_types({})
+    if any(d.schedule_mode != "index" for d in dialects.DIALECTS.values()):
+        dialects.configure_schedule_mode("index")

@@ -9,12 +9,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from devshare.cli.main import app
-from devshare.config import API_VERSION, KIND, Configuration, load_config, parse_config, with_overrides
+from devshare.config import (
+    API_VERSION,
+    KIND,
+    Configuration,
+    Scheduling,
+    load_config,
+    parse_config,
+    with_overrides,
+)
 from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.devshare import DevsharePolicy
 from devshare.model.errors import InvalidInput
@@ -68,7 +77,16 @@ def test_every_knob_reaches_the_engine() -> None:
     ({"scheduling": {"coreWeight": 0.2}}, "scheduling.coreWeight: expected int, got float (an integer percent"),
     ({"scheduling": {"coreWeigth": 20}}, "x.yaml: scheduling.coreWeigth: unknown field"),
     ({"bogus": 1}, "x.yaml: bogus: unknown field"),
-    ({"deviceTypes": {"npu": True}}, "x.yaml: deviceTypes.npu: unknown field"),
+    ({"deviceTypes": {"npu": True}}, "x.yaml: deviceTypes.npu: devshare has no dialect for npu devices: give the "
+     "resource names pods ask for them with, e.g. npu: {resources: [koordinator.sh/npu]}"),
+    ({"deviceTypes": {"npu": {"resourcs": ["a.io/npu"]}}}, "x.yaml: deviceTypes.npu.resourcs: unknown field"),
+    ({"deviceTypes": {"npu": {"resources": ["kubernetes.io/npu"]}}}, "deviceTypes.npu.resources: 'kubernetes.io/npu' "
+     "is not an extended resource name kube-scheduler can route to devshare"),
+    ({"deviceTypes": {"npu": {"resources": ["nvidia.com/gpu"]}}},
+     "deviceTypes.npu.resources: nvidia.com/gpu is already read by the nvidia dialect"),
+    ({"deviceTypes": {"gpu": {"resources": ["a.io/gpu"]}}}, "deviceTypes.gpu: gpu's resource names are its dialects'"),
+    ({"deviceTypes": {"NPU": {"resources": ["a.io/npu"]}}}, "deviceTypes.NPU: a device type is a lowercase name"),
+    ({"deviceTypes": {"npu": 1}}, "deviceTypes.npu: expected bool | object, got int"),
     ({"scheduling": {"nodePolicy": "fast"}}, "scheduling.nodePolicy: unknown value 'fast' (use devshare, binpack"),
     ({"scheduling": {"scheduleMode": "uuid"}}, "scheduling.scheduleMode: unknown value 'uuid' (use index or id)"),
     ({"scheduling": {"topology": "yes"}}, "scheduling.topology: expected bool, got str"),
@@ -178,8 +196,143 @@ def test_webhook_refuses_disabled_types() -> None:
 
 def test_the_shipped_configmap_is_valid_and_complete() -> None:
     cfg = load_config(SHIPPED)
-    assert cfg == Configuration()  # shipped with the defaults, every field spelled out
+    # shipped with the defaults, every field spelled out, and the shortlist on (one node per pod)
+    assert cfg == msgspec.structs.replace(Configuration(), scheduling=Scheduling(shortlist=1))
     text = SHIPPED.read_text()
-    for field in ("deviceTypes", "nodePolicy", "cardPolicy", "coreWeight", "scheduleMode", "maxContainersPerCard",
-                  "topology", "dfsBudget", "assumeTTLSeconds", "policies"):
+    for field in ("deviceTypes", "dialects", "nodePolicy", "cardPolicy", "coreWeight", "scheduleMode",
+                  "maxContainersPerCard", "topology", "dfsBudget", "assumeTTLSeconds", "shortlist", "policies",
+                  "quotas"):
         assert f"{field}:" in text, field
+
+
+NPU_CLUSTER = """
+apiVersion: v1
+kind: Node
+metadata: {name: npu-node}
+---
+apiVersion: devshare.io/v1alpha1
+kind: Device
+metadata: {name: npu-node}
+spec:
+  devices:
+  - {type: npu, minor: 0, id: NPU-0, resources: {koordinator.sh/npu: "100"}}
+"""
+NPU_PODS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: default}
+spec:
+  containers:
+  - {name: main, resources: {limits: {koordinator.sh/npu: "50"}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: default}
+spec:
+  containers:
+  - {name: main, resources: {limits: {koordinator.sh/npu: "60"}}}
+"""
+
+
+def test_a_device_type_without_a_dialect_works_from_the_file_or_is_refused(tmp_path: Path) -> None:
+    """Issue 13: ``koordinator.sh/npu: 50`` was placed with ``devices: []``. Configured, the npu share is
+    placed and reserved (the second pod does not fit beside it); not configured, both are refused and
+    told how to configure the type."""
+    (tmp_path / "cluster.yaml").write_text(NPU_CLUSTER)
+    (tmp_path / "pods.yaml").write_text(NPU_PODS)
+    args = ["schedule", "--cluster", str(tmp_path / "cluster.yaml"), str(tmp_path / "pods.yaml")]
+    r = runner.invoke(app, args)
+    placed = {p["pod"]: p for p in json.loads(r.output)["placements"]}
+    for key in ("default/a", "default/b"):
+        assert placed[key]["node"] is None
+        assert "no dialect of devshare reads: nodes list npu devices" in placed[key]["reason"]
+    cfg = write(tmp_path, doc(deviceTypes={"npu": {"resources": ["koordinator.sh/npu"]}}))
+    r = runner.invoke(app, [*args, "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    a, b = json.loads(r.output)["placements"]
+    assert a["node"] == "npu-node"
+    (device,) = json.loads(a["annotations"]["devshare.io/allocation"])["containers"][0]["devices"]
+    assert (device["type"], device["id"], device["share"]) == ("npu", "NPU-0", 50)
+    assert b["node"] is None and "npu 0: 50% compute free, 60% asked" in b["reason"]
+
+
+MGPU_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: mgpu, namespace: default}
+spec:
+  containers:
+  - {name: main, resources: {limits: {vke.volcengine.com/mgpu-core: "30", vke.volcengine.com/mgpu-memory: "1024"}}}
+"""
+
+
+def test_seed_000_switches_reach_the_scheduler(tmp_path: Path) -> None:
+    """MGPUEnable (dialects.mgpu), MGPUScheduleMode (scheduleMode: id writes the GPUs' UUIDs in the mGPU
+    annotations), MGPUMaxContainersPerCard, MGPUWeightOfCore and MGPUPolicy, through devshare schedule."""
+    pods = tmp_path / "pods.yaml"
+    pods.write_text(MGPU_POD)
+    args = ["schedule", "--cluster", "examples/cluster.yaml", str(pods)]
+    off = write(tmp_path, doc(dialects={"mgpu": False}), "off.yaml")
+    (placed,) = json.loads(runner.invoke(app, [*args, "--config", str(off)]).output)["placements"]
+    assert placed["node"] is None
+    assert placed["reason"] == (
+        "asks for vke.volcengine.com/mgpu-core, vke.volcengine.com/mgpu-memory in the mgpu dialect, which devshare's "
+        "configuration disables (dialects.mgpu: false (seed 000's MGPUEnable: false)): ask in an enabled dialect, "
+        "or enable it")
+    by_id = write(tmp_path, doc(scheduling={"scheduleMode": "id"}), "id.yaml")
+    (placed,) = json.loads(runner.invoke(app, [*args, "--config", str(by_id)]).output)["placements"]
+    ann = placed["annotations"]
+    (device,) = json.loads(ann["devshare.io/allocation"])["containers"][0]["devices"]
+    assert device["id"].startswith("GPU-")
+    assert ann["vke.volcengine.com/gpu-index-container-main"] == device["id"]
+    (placed,) = json.loads(runner.invoke(app, args).output)["placements"]
+    assert placed["annotations"]["vke.volcengine.com/gpu-index-container-main"] == str(device["minor"])
+    cfg = parse_config(doc(dialects={"mgpu": False},
+                           scheduling={"maxContainersPerCard": 4, "coreWeight": 20, "cardPolicy": "spread"}))
+    assert cfg.disabled_dialects() == {"mgpu"} and cfg.state().max_containers == 4
+    assert cfg.settings().core_weight == pytest.approx(0.2) and not cfg.settings().card_binpack
+    (problem,) = judge(yaml.safe_load(MGPU_POD), None, frozenset(), cfg.disabled_dialects())
+    assert "dialects.mgpu: false" in problem.message and problem.reason == "dialect"
+
+
+def test_unknown_dialect_switch_is_named() -> None:
+    with pytest.raises(InvalidInput, match=r"x.yaml: dialects.volcano: unknown dialect: use one of koordinator, "
+                                           r"nvidia, mgpu, aliyun"):
+        parse_config(doc(dialects={"volcano": False}), "x.yaml")
+
+
+async def test_the_extender_refuses_a_disabled_dialect() -> None:
+    from support.extender import cluster, names_body, post, running
+
+    pod = yaml.safe_load(MGPU_POD)
+    cfg = parse_config(doc(dialects={"mgpu": False}))
+    async with running(cluster(1, pods=[pod]), ExtenderOptions(config=cfg)) as (client, _):
+        out = await post(client, "/filter", names_body(pod, ["node-0"]))
+        assert out["NodeNames"] == [] and "dialects.mgpu: false" in out["FailedAndUnresolvableNodes"]["node-0"]
+
+
+async def test_namespace_quotas_from_the_file_reach_the_extender() -> None:
+    from support.extender import bind, cluster, names_body, pod, post, running
+
+    cfg = parse_config(doc(quotas={"team-a": {"gpuCore": 60}}))
+    pods = [pod("a", core=40, ns="team-a"), pod("b", core=40, ns="team-a"), pod("c", core=40, ns="team-b")]
+    async with running(cluster(2, pods=pods), ExtenderOptions(config=cfg)) as (client, _):
+        assert await bind(client, "a", "node-0", ns="team-a") == ""
+        out = await post(client, "/filter", names_body(pods[1], ["node-0", "node-1"]))
+        assert out["NodeNames"] == []
+        assert out["FailedAndUnresolvableNodes"]["node-0"] == (
+            "namespace team-a: gpu core quota 60 percent used 40 percent, asks 40 percent")
+        assert "gpu core quota" in await bind(client, "b", "node-1", ns="team-a")
+        assert await bind(client, "c", "node-1", ns="team-b") == ""
+
+
+def test_bad_quotas_are_named() -> None:
+    with pytest.raises(InvalidInput, match=r"x.yaml: quotas.team-a.gpuMemory: 'lots' is not a Kubernetes quantity"):
+        parse_config(doc(quotas={"team-a": {"gpuMemory": "lots"}}), "x.yaml")
+    with pytest.raises(InvalidInput, match=r"x.yaml: quotas.team-a.gpuCore: expected int >= 0, got -5"):
+        parse_config(doc(quotas={"team-a": {"gpuCore": -5}}), "x.yaml")
+    with pytest.raises(InvalidInput, match=r"x.yaml: quotas.Team_A: a namespace name is a DNS label"):
+        parse_config(doc(quotas={"Team_A": {"gpuCore": 5}}), "x.yaml")
+    q = parse_config(doc(quotas={"team-a": {"gpuCore": 250, "gpuMemory": "64Gi"}})).namespace_quotas()
+    assert q.limits["team-a"].core_milli == 2500 and q.limits["team-a"].memory == 64 * 2**30
+    assert Configuration().namespace_quotas() is None

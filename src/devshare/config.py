@@ -4,19 +4,27 @@ versioned, validated YAML document.
 ```yaml
 apiVersion: devshare.io/v1alpha1
 kind: DevshareConfiguration
-deviceTypes: {gpu: true, rdma: true, fpga: true}
+deviceTypes:
+  gpu: true                   # gpu | rdma | fpga: true or false
+  rdma: true
+  fpga: true
+  npu: {resources: [koordinator.sh/npu]}   # a new type: the resource names pods ask it with
+dialects: {koordinator: true, nvidia: true, mgpu: true, aliyun: true}   # mgpu: seed 000's MGPUEnable
 scheduling:
   nodePolicy: devshare        # devshare | binpack | spread
-  cardPolicy: binpack         # binpack | spread (with nodePolicy binpack or spread)
+  cardPolicy: auto            # auto (the node policy's own) | binpack | spread: seed 000's card-level MGPUPolicy
   coreWeight: 50              # seed 000's MGPUWeightOfCore: percent, 20 means 0.2
   scheduleMode: index         # seed 000's MGPUScheduleMode: index | id
   maxContainersPerCard: 16    # seed 000's MGPUMaxContainersPerCard
   topology: true
   dfsBudget: 2000
   assumeTTLSeconds: 60
+  shortlist: 0                # filter passes only the best K nodes of a pod without soft wishes (0: all)
 policies:
   binpack: {cardWeight: 0.5}
   devshare: {kappa: 0.05, remainderWeight: 2.0, cpuPack: 0.5, priorWeight: 2.0, coverage: 1.0}
+quotas:                       # per-namespace GPU quotas, summed over every dialect
+  team-a: {gpuCore: 200, gpuMemory: 64Gi}
 ```
 
 Decoded with msgspec into typed structs, strictly: an unknown field, a wrong type or a value out of
@@ -38,6 +46,7 @@ from devshare.model.errors import InvalidInput, yaml_error
 API_VERSION = "devshare.io/v1alpha1"
 KIND = "DevshareConfiguration"
 DEVICE_TYPES = ("gpu", "rdma", "fpga")
+DIALECTS = ("koordinator", "nvidia", "mgpu", "aliyun")  # the dialects the switches of ``dialects`` name
 
 Percent = Annotated[int, msgspec.Meta(ge=0, le=100)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
@@ -49,26 +58,52 @@ class _Strict(msgspec.Struct, forbid_unknown_fields=True, rename="camel", omit_d
     pass
 
 
-class DeviceTypes(_Strict):
-    """Which device types devshare schedules; a pod asking for a disabled one is refused."""
+class DeviceType(_Strict):
+    """A device type given as a mapping: whether it is scheduled, and (for a type devshare has no
+    dialect for) the resource names pods ask for it with, each a percent of one device."""
 
-    gpu: bool = True
-    rdma: bool = True
-    fpga: bool = True
+    enabled: bool = True
+    resources: list[str] = msgspec.field(default_factory=list)
+
+
+DeviceTypeValue = bool | DeviceType
+TYPE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def _default_types() -> dict[str, DeviceTypeValue]:
+    return dict.fromkeys(DEVICE_TYPES, True)
+
+
+class DeviceTypes:
+    """The ``deviceTypes`` section read: which types are disabled, which are configured."""
+
+    def __init__(self, section: dict[str, DeviceTypeValue]) -> None:
+        self.section = section
 
     def disabled(self) -> frozenset[str]:
-        return frozenset(t for t in DEVICE_TYPES if not getattr(self, t))
+        """Types a pod may not ask for (seed 004's per-type enable switches)."""
+        return frozenset(t for t, v in self.section.items()
+                         if v is False or (isinstance(v, DeviceType) and not v.enabled))
+
+    def configured(self) -> dict[str, tuple[str, ...]]:
+        """Device type -> the resource names the file gives it (types devshare has no dialect for)."""
+        return {t: tuple(v.resources) for t, v in self.section.items() if isinstance(v, DeviceType) and v.resources}
 
 
 class Scheduling(_Strict):
     node_policy: Literal["devshare", "binpack", "spread"] = "devshare"
-    card_policy: Literal["binpack", "spread"] = "binpack"
+    card_policy: Literal["auto", "binpack", "spread"] = "auto"
     core_weight: Percent = 50
     schedule_mode: Literal["index", "id"] = "index"
     max_containers_per_card: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
     topology: bool = True
     dfs_budget: Positive = 2000
     assume_ttl_seconds: Annotated[float, msgspec.Meta(gt=0.0)] = msgspec.field(name="assumeTTLSeconds", default=60.0)
+    # the extender's filter passes only the best K nodes (by devshare's score) of a pod without soft
+    # wishes (server/extender/shortlist.py); 0: every node that fits
+    shortlist: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class BinpackSettings(_Strict):
@@ -88,12 +123,56 @@ class Policies(_Strict):
     devshare: DevshareSettings = msgspec.field(default_factory=DevshareSettings)
 
 
+class NamespaceQuota(_Strict):
+    """One namespace's GPU quota: compute in percent of one GPU (200 = two GPUs' worth) and memory
+    (a quantity: 64Gi), each summed over every dialect its pods ask in; either may be left out."""
+
+    gpu_core: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    gpu_memory: str | int | None = None
+
+    def memory_bytes(self) -> int | None:
+        from devshare.model.quantity import parse_quantity
+
+        if self.gpu_memory is None:
+            return None
+        q = parse_quantity(self.gpu_memory)
+        if q < 0 or q.denominator != 1:
+            raise InvalidInput(f"must be a whole number of bytes >= 0, got {self.gpu_memory!r}")
+        return int(q)
+
+
 class Configuration(_Strict):
     api_version: str = msgspec.field(name="apiVersion", default=API_VERSION)
     kind: str = KIND
-    device_types: DeviceTypes = msgspec.field(default_factory=DeviceTypes)
+    device_types_section: dict[str, DeviceTypeValue] = msgspec.field(name="deviceTypes",
+                                                                     default_factory=_default_types)
+    dialects: dict[str, bool] = msgspec.field(default_factory=lambda: dict.fromkeys(DIALECTS, True))
     scheduling: Scheduling = msgspec.field(default_factory=Scheduling)
     policies: Policies = msgspec.field(default_factory=Policies)
+    quotas: dict[str, NamespaceQuota] = msgspec.field(default_factory=dict)
+
+    @property
+    def device_types(self) -> DeviceTypes:
+        return DeviceTypes(self.device_types_section)
+
+    def disabled_dialects(self) -> frozenset[str]:
+        """Dialects whose pods are refused (``dialects.mgpu: false`` is seed 000's ``MGPUEnable: false``)."""
+        return frozenset(d for d, on in self.dialects.items() if not on)
+
+    def card_binpack(self) -> bool:
+        """The card level: binpack, unless the file says spread (or ``auto`` under node spread)."""
+        s = self.scheduling
+        return s.card_policy == "binpack" or (s.card_policy == "auto" and s.node_policy != "spread")
+
+    def register(self) -> None:
+        """Make what the file adds to the model known to this process: the resource names of the
+        configured device types (each a dialect, :mod:`devshare.model.dialects.configured`) and how
+        dialect annotations name devices (``scheduleMode``, seed 000's MGPUScheduleMode). Called
+        at start by every command that reads the file (extender, schedule, webhook)."""
+        from devshare.model import dialects
+
+        dialects.configure_types(self.device_types.configured())
+        dialects.configure_schedule_mode(self.scheduling.schedule_mode)
 
     # --------------------------------------------------------------- what the engine is built from
     def settings(self) -> Any:
@@ -101,7 +180,7 @@ class Configuration(_Strict):
         from devshare.engine.handlers.base import Settings
 
         s = self.scheduling
-        return Settings(core_weight=s.core_weight / 100, card_binpack=s.card_policy == "binpack",
+        return Settings(core_weight=s.core_weight / 100, card_binpack=self.card_binpack(),
                         node_binpack=s.node_policy != "spread", dfs_budget=s.dfs_budget, topology=s.topology)
 
     def policy(self) -> Any:
@@ -111,8 +190,18 @@ class Configuration(_Strict):
 
         s = self.scheduling
         own = self.policies.devshare if s.node_policy == "devshare" else self.policies.binpack
-        return make_policy(s.node_policy, settings=self.settings(), card_binpack=s.card_policy == "binpack",
-                           options=_given(own))
+        # auto: the node policy's own cards; binpack or spread: seed 000's card level under any node policy
+        card = None if s.card_policy == "auto" else s.card_policy == "binpack"
+        return make_policy(s.node_policy, settings=self.settings(), card_binpack=card, options=_given(own))
+
+    def namespace_quotas(self) -> Any:
+        """The engine's :class:`~devshare.engine.quotas.Quotas` (None when the file sets none)."""
+        from devshare.engine.quotas import Quota, Quotas
+
+        if not self.quotas:
+            return None
+        return Quotas({ns: Quota(core_milli=q.gpu_core * 10 if q.gpu_core is not None else None,
+                                 memory=q.memory_bytes()) for ns, q in self.quotas.items()})
 
     def state(self) -> Any:
         """An empty :class:`ClusterState` with this configuration's limits."""
@@ -122,11 +211,7 @@ class Configuration(_Strict):
 
     def not_honoured(self) -> list[str]:
         """Settings accepted and passed on, that this version does not act on yet (logged at start)."""
-        out = []
-        if self.scheduling.schedule_mode != "index":
-            out.append("scheduling.scheduleMode: id is not implemented yet; devices are still recorded by index "
-                       "(the canonical annotation carries both index and id)")
-        return out
+        return []
 
     def to_yaml(self) -> str:
         """The whole configuration, defaults included (msgspec's encoders leave defaults out), as YAML."""
@@ -146,6 +231,8 @@ def _full(obj: msgspec.Struct) -> dict[str, Any]:
         value = getattr(obj, field)
         if isinstance(value, msgspec.Struct):
             out[encoded] = _full(value)
+        elif isinstance(value, dict):
+            out[encoded] = msgspec.to_builtins(value)
         elif value is not None:
             out[encoded] = value
     return out
@@ -183,7 +270,7 @@ def _choices(field: str) -> str:
     """How to fix a field, for messages."""
     choices = {
         "scheduling.nodePolicy": "use devshare, binpack or spread",
-        "scheduling.cardPolicy": "use binpack or spread",
+        "scheduling.cardPolicy": "use auto, binpack or spread",
         "scheduling.scheduleMode": "use index or id",
         "scheduling.coreWeight": "an integer percent, 0 to 100: 20 means 0.2, as seed 000's MGPUWeightOfCore",
     }
@@ -199,14 +286,108 @@ def parse_config(data: Any, source: str = "configuration") -> Configuration:
                            field=f"{source}: apiVersion")
     if data.get("kind") != KIND:
         raise InvalidInput(f"must be {KIND}, got {data.get('kind')!r}", field=f"{source}: kind")
+    _check_device_types(data.get("deviceTypes"), source)
+    _check_dialects(data.get("dialects"), source)
+    _check_quotas(data.get("quotas"), source)
     try:
-        return msgspec.convert(data, Configuration, strict=True)
+        cfg = msgspec.convert(data, Configuration, strict=True)
     except msgspec.ValidationError as e:
         field, what = _problem(str(e))
         value = _value_at(data, field)
         if what.startswith("expected") and "got" not in what and value is not None:
             what += f", got {value!r}"
         raise InvalidInput(what + _choices(field), field=f"{source}: {field}") from None
+    for ns, quota in cfg.quotas.items():
+        if not NAMESPACE.fullmatch(ns):
+            raise InvalidInput("a namespace name is a DNS label (lowercase letters, digits, '-')",
+                               field=f"{source}: quotas.{ns}")
+        try:
+            quota.memory_bytes()
+        except InvalidInput as e:
+            raise InvalidInput(f"{e.message} (a quantity such as 64Gi)",
+                               field=f"{source}: quotas.{ns}.gpuMemory") from None
+    return cfg
+
+
+def _check_quotas(section: Any, source: str) -> None:
+    """quotas, namespace by namespace (msgspec's messages cannot name the key of a mapping's value)."""
+    if not isinstance(section, dict):
+        return  # msgspec names the wrong type
+    for ns, value in section.items():
+        try:
+            msgspec.convert(value, NamespaceQuota, strict=True)
+        except msgspec.ValidationError as e:
+            inner, what = _problem(str(e))
+            where = f"quotas.{ns}" + (f".{inner}" if inner != "(top level)" else "")
+            value_at = _value_at(value, inner) if isinstance(value, dict) else value
+            if what.startswith("expected") and "got" not in what and value_at is not None:
+                what += f", got {value_at!r}"
+            raise InvalidInput(what, field=f"{source}: {where}") from None
+
+
+def _check_dialects(section: Any, source: str) -> None:
+    """dialects: the registry's names only (a typo must not leave a dialect silently on)."""
+    from devshare.model import dialects
+    from devshare.model.dialects.configured import PREFIX
+
+    if not isinstance(section, dict):
+        return  # msgspec names the wrong type
+    known = [d for d in dialects.DIALECTS if not d.startswith(PREFIX)]
+    for name in section:
+        if name not in known:
+            raise InvalidInput(f"unknown dialect: use one of {', '.join(known)} (a configured device type is "
+                               "switched with deviceTypes.<type>.enabled)", field=f"{source}: dialects.{name}")
+
+
+def _check_device_types(section: Any, source: str) -> None:
+    """deviceTypes, type by type (msgspec's messages cannot name the key of a mapping's value)."""
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise InvalidInput(f"expected object, got {type(section).__name__}: give each device type true, false or "
+                           "{resources: [...]}", field=f"{source}: deviceTypes")
+    from devshare.model import dialects
+    from devshare.model.dialects.configured import PREFIX
+
+    seen: dict[str, str] = {}
+    for t, value in section.items():
+        where = f"{source}: deviceTypes.{t}"
+        if not isinstance(t, str) or not TYPE_NAME.fullmatch(t):
+            raise InvalidInput("a device type is a lowercase name (letters, digits, '-'), as the Device objects' "
+                               "type", field=where)
+        try:
+            v = msgspec.convert(value, DeviceTypeValue, strict=True)
+        except msgspec.ValidationError as e:
+            inner, what = _problem(str(e))
+            if inner != "(top level)":
+                where = f"{where}.{inner.removeprefix('[...].')}"
+            if what.startswith("expected"):
+                what += ": give true, false or {enabled: true, resources: [...]}"
+            raise InvalidInput(what, field=where) from None
+        if not isinstance(v, DeviceType):
+            if t not in DEVICE_TYPES:
+                raise InvalidInput(f"devshare has no dialect for {t} devices: give the resource names pods ask for "
+                                   f"them with, e.g. {t}: {{resources: [koordinator.sh/{t}]}} (docs/configuration.md)",
+                                   field=where)
+            continue
+        if t in DEVICE_TYPES and v.resources:
+            raise InvalidInput(f"{t}'s resource names are its dialects' (README, Request dialects): resources is "
+                               f"for device types devshare has no dialect for; give {t}: true or false", field=where)
+        if t not in DEVICE_TYPES and not v.resources:
+            raise InvalidInput(f"devshare has no dialect for {t} devices: list the resource names pods ask for them "
+                               f"with in resources, e.g. [koordinator.sh/{t}]", field=where)
+        for name in v.resources:
+            if not RESOURCE_NAME.fullmatch(name) or name.startswith(("kubernetes.io/", "requests.", "limits.")):
+                raise InvalidInput(f"{name!r} is not an extended resource name kube-scheduler can route to devshare: "
+                                   f"give domain/name outside kubernetes.io, e.g. koordinator.sh/{t}",
+                                   field=f"{where}.resources")
+            owner = dialects.owner_of(name)
+            if owner is not None and not owner.name.startswith(PREFIX):
+                raise InvalidInput(f"{name} is already read by the {owner.name} dialect", field=f"{where}.resources")
+            if name in seen:
+                raise InvalidInput(f"{name} is listed for {seen[name]} too: a resource name asks for one device "
+                                   "type", field=f"{where}.resources")
+            seen[name] = t
 
 
 def load_config(path: Path | str | None) -> Configuration:
@@ -246,6 +427,25 @@ def with_overrides(cfg: Configuration, *, policy: str | None = None, core_weight
     return msgspec.structs.replace(cfg, scheduling=s)
 
 
+def refuse_dialects(pod: Any, disabled: frozenset[str]) -> str | None:
+    """Why ``pod`` (a v1 Pod dict) is refused for asking in a dialect the configuration disables
+    (``dialects.<name>: false``; ``mgpu`` is seed 000's ``MGPUEnable``); None when it does not."""
+    if not disabled:
+        return None
+    from devshare.model import dialects
+    from devshare.model.pod import asked_resource_names
+
+    off = [(n, d.name) for n in asked_resource_names(pod) if (d := dialects.owner_of(n)) is not None
+           and d.name in disabled]
+    if not off:
+        return None
+    what = ", ".join(n for n, _ in off)
+    which = sorted({d for _, d in off})
+    seed = " (seed 000's MGPUEnable: false)" if "mgpu" in which else ""
+    return (f"asks for {what} in the {', '.join(which)} dialect, which devshare's configuration disables "
+            f"(dialects.{which[0]}: false{seed}): ask in an enabled dialect, or enable it")
+
+
 def refuse_disabled(device_types: list[str], disabled: frozenset[str]) -> str | None:
     """Why a pod asking for these device types is refused, or None."""
     off = sorted(set(device_types) & disabled)
@@ -253,3 +453,27 @@ def refuse_disabled(device_types: list[str], disabled: frozenset[str]) -> str | 
         return None
     return (f"asks for {', '.join(off)}, which devshare's configuration disables "
             f"(deviceTypes.{off[0]}: false): remove the request or enable the type")
+
+
+def refuse_unconfigured(pod: Any, device_types: frozenset[str] | None) -> str | None:
+    """Why ``pod`` (a v1 Pod dict) is refused for asking a device type some Device object lists but
+    no dialect reads (None when it asks for none): placed, it would reserve nothing."""
+    from devshare.model.pod import unread_device_asks
+
+    asks = unread_device_asks(pod, device_types or frozenset())
+    if not asks:
+        return None
+    name, dtype = asks[0]
+    listed = ", ".join(n for n, _ in asks)
+    return (f"asks for {listed}, which no dialect of devshare reads: nodes list {dtype} devices, but devshare's "
+            f"configuration gives {dtype} no resource names, so the pod would be placed without reserving any. "
+            f"Configure the type (deviceTypes: {{{dtype}: {{resources: [{name}]}}}}, docs/configuration.md) or "
+            "remove the request")
+
+
+def refuse_pod(pod: Any, *, disabled_dialects: frozenset[str], device_types: frozenset[str] | None) -> str | None:
+    """What the configuration refuses of a pod before any node is looked at, besides disabled device
+    types (:func:`refuse_disabled`, on the parsed request): a disabled dialect, a device type with
+    Device objects (``device_types``) that no dialect reads. The extender's filter, ``devshare
+    schedule`` and the webhook ask it."""
+    return refuse_dialects(pod, disabled_dialects) or refuse_unconfigured(pod, device_types)

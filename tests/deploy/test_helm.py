@@ -21,11 +21,12 @@ import msgspec
 import pytest
 import yaml
 
-from devshare.config import Configuration, parse_config
+from devshare.config import Configuration, load_config, parse_config
 from support import REPO
 
 ROOT = REPO
 CHART = ROOT / "deploy" / "helm" / "devshare"
+SHIPPED = ROOT / "deploy" / "scheduler" / "config" / "devshare-config.yaml"
 NAMESPACE = "devshare-system"
 # helm built from its Go module without the release ldflags assumes Kubernetes v1.20: name a version
 KUBE_VERSION = ("--kube-version", "v1.31.0")
@@ -189,10 +190,21 @@ def test_config_values_become_the_configmap_and_are_validated() -> None:
         assert r.returncode != 0 and "config" in r.stderr, (bad, r.stderr)
 
 
+@needs_helm
+def test_a_configured_device_type_is_routed_to_the_extender() -> None:
+    """config.deviceTypes.<type>.resources also become managedResources of kube-scheduler's extender."""
+    objs = {key(o): o for o in render("config.deviceTypes.npu.resources={koordinator.sh/npu,example.com/npu}")}
+    cfg = parse_config(yaml.safe_load(objs[f"ConfigMap/{NAMESPACE}/devshare-config"]["data"]["devshare-config.yaml"]))
+    assert cfg.device_types.configured() == {"npu": ("koordinator.sh/npu", "example.com/npu")}
+    sched = yaml.safe_load(objs[f"ConfigMap/{NAMESPACE}/devshare-scheduler-config"]["data"]["scheduler-config.yaml"])
+    managed = [m["name"] for m in sched["extenders"][0]["managedResources"]]
+    assert managed[-2:] == ["koordinator.sh/npu", "example.com/npu"]
+
+
 def test_default_values_are_the_default_configuration() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert parse_config({"apiVersion": "devshare.io/v1alpha1", "kind": "DevshareConfiguration",
-                         **values["config"]}) == Configuration()
+                         **values["config"]}) == load_config(SHIPPED)  # deploy/'s file: shortlist on
 
 
 def test_values_schema_is_the_configuration_schema() -> None:
@@ -230,3 +242,24 @@ def test_grafana_dashboard_configmap() -> None:
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["devshare-dashboard.json"]) == json.loads(
         (ROOT / "deploy" / "grafana" / "devshare-dashboard.json").read_text())
+
+
+@needs_helm
+def test_devshares_identities_follow_the_release_namespace() -> None:
+    """In another namespace the webhook is told devshare's ServiceAccounts there (--allocation-writer), and
+    the bindings webhook's matchConditions leave those out: only they write allocations and bind device pods."""
+    r = helm("template", "devshare", str(CHART), "--namespace", "gpu-sched", *KUBE_VERSION,
+             "--set", "webhook.caBundle=Q0E=")
+    assert r.returncode == 0, r.stderr
+    objs = {key(o): o for o in yaml.safe_load_all(r.stdout) if o}
+    (container,) = objs["Deployment/gpu-sched/devshare-webhook"]["spec"]["template"]["spec"]["containers"]
+    writers = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--allocation-writer=")]
+    assert writers == ["system:serviceaccount:gpu-sched:devshare-scheduler",
+                       "system:serviceaccount:gpu-sched:devshare-agent"]
+    hooks = objs["ValidatingWebhookConfiguration//devshare-webhook"]["webhooks"]
+    (binding,) = [h for h in hooks if h["name"] == "bindings.webhook.devshare.io"]
+    assert all(w in binding["matchConditions"][0]["expression"] for w in writers)
+    assert binding["clientConfig"]["service"]["path"] == "/validate-binding"
+    default = {key(o): o for o in render()}
+    (container,) = default[f"Deployment/{NAMESPACE}/devshare-webhook"]["spec"]["template"]["spec"]["containers"]
+    assert not [a for a in container["args"] if a.startswith("--allocation-writer")]  # the webhook's defaults

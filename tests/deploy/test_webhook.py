@@ -60,6 +60,32 @@ def test_the_allocations_webhook_sees_every_pod_carrying_an_allocation_annotatio
         assert cond["expression"].count(f"k.startsWith('{prefix}')") == 2
 
 
+def test_the_bindings_webhook_sees_every_binding_but_devshares() -> None:
+    """Seed 001's upgrade webhook: Binding CREATEs (pods/binding and the older bindings resource) go to
+    /validate-binding, except those of the identities the webhook lets write allocations (its default
+    --allocation-writer list), which matchConditions leave out; the webhook may read pods."""
+    from devshare.server.webhook.allocations import DEFAULT_WRITERS
+
+    d = docs("deployment.yaml")
+    service = d["Service/devshare-webhook"]
+    validate = docs("webhooks.yaml")["ValidatingWebhookConfiguration/devshare-webhook"]["webhooks"]
+    hook = next(h for h in validate if h["name"] == "bindings.webhook.devshare.io")
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                              "resources": ["pods/binding", "bindings"], "scope": "Namespaced"}]
+    assert "objectSelector" not in hook
+    (ns,) = hook["namespaceSelector"]["matchExpressions"]
+    assert ns["operator"] == "NotIn" and {"kube-system", service["metadata"]["namespace"]} <= set(ns["values"])
+    assert hook["clientConfig"]["service"]["path"] == "/validate-binding"
+    assert hook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
+    (cond,) = hook["matchConditions"]
+    listed = cond["expression"].split("[", 1)[1].split("]", 1)[0]
+    assert {x.strip().strip("'") for x in listed.split(",")} == set(DEFAULT_WRITERS)
+    assert cond["expression"].startswith("!(request.userInfo.username in [")
+    rules = d["ClusterRole/devshare-webhook"]["rules"]
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]} in rules
+
+
 def test_deployment_serves_what_the_service_targets() -> None:
     d = docs("deployment.yaml")
     deployment = d["Deployment/devshare-webhook"]

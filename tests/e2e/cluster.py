@@ -305,8 +305,11 @@ class ControlPlane:
         if name == "extender":
             self.extender_port = port
         cfg = self.token_kubeconfig("devshare-scheduler")
+        # deploy/'s configuration file, as its Deployment mounts it (the ConfigMap devshare-config)
+        shipped = DEPLOY / "scheduler" / "config" / "devshare-config.yaml"
+        config = [] if "--config" in extra else ["--config", str(shipped)]
         proc = self.spawn(name, [*DEVSHARE, "extender", "--kubeconfig", str(cfg), "--namespace", SYSTEM_NS,
-                                 "--port", str(port), "--host", "127.0.0.1", *extra],
+                                 "--port", str(port), "--host", "127.0.0.1", *config, *extra],
                           env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         wait_until(lambda: _ok(f"http://127.0.0.1:{port}/readyz") or _dead(proc), timeout=60,
                    what=f"{name} /readyz")

@@ -1,11 +1,11 @@
 """The extender killed and started again rebuilds the same usage from the pods' annotations; a pod
-deleted, or finished (phase Succeeded or Failed), frees its devices."""
+deleted, or finished (phase Succeeded or Failed), frees its devices, and the pod waiting for them is
+scheduled: the extender nudges it once its own state has freed them (server/extender/requeue.py),
+whatever order kube-scheduler and the extender saw the deletion in."""
 
 from __future__ import annotations
 
 import signal
-
-import pytest
 
 from e2e.cluster import wait_until
 from e2e.conftest import Cluster, allocation
@@ -16,10 +16,6 @@ def _usage(cluster: Cluster) -> list[tuple[str, int, dict[str, object], list[str
                   for n in cluster.inspect()["nodes"] for d in n["devices"])
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap (docs/extender.md): kube-scheduler may retry the pending pod on the deletion before the "
-    "extender's watch has seen it; the pod is then parked, and since NodeAffinity also rejected it (the "
-    "other tests' nodes), only a node event NodeAffinity cares about or the 5-minute flush brings it back"))
 def test_deleted_and_finished_pods_free_their_devices(cluster: Cluster) -> None:
     cluster.node("free-1", gpus=1)
     whole = {"nvidia.com/gpu": "1"}

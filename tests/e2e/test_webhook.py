@@ -81,3 +81,59 @@ def test_users_cannot_write_allocations_on_pods(cluster: Cluster) -> None:
     cp.kubectl("label", "pod", "real", "-n", cluster.ns, "tier=gold")  # anything else goes
     assert allocation(cluster.get_pod("real"))["containers"][0]["devices"][0]["core"] == 50
     assert cluster.inspect()["nodes"][0]["devices"][0]["used"]["core"] == 50
+
+
+def test_only_devshare_binds_device_pods(cluster: Cluster) -> None:
+    """Seed 001's upgrade webhook: a Binding of a device pod made by anyone but devshare (the cluster
+    admin through pods/binding, a ServiceAccount allowed to bind through the older bindings resource)
+    is refused by bindings.webhook.devshare.io, so a second scheduler cannot hand out cards devshare
+    never counted; a pod asking for no device is bound by anyone allowed to, and devshare's own
+    scheduler still binds device pods."""
+    cp, ns = cluster.cp, cluster.ns
+    node = cluster.node("wh-bind", gpus=1)
+    gpu = {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"}
+    # device pods that name another scheduler on purpose (none runs here: the test plays it)
+    cluster.pod("theirs", gpu, scheduler="volcano")
+
+    def binding(pod: str) -> str:
+        return json.dumps({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": ns},
+                           "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+
+    out = cp.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/theirs/binding", "-f", "-",
+                     input=binding("theirs"), check=False)
+    assert out.returncode != 0
+    assert 'admission webhook "bindings.webhook.devshare.io" denied the request' in out.stderr
+    assert f"pod {ns}/theirs asks for koordinator.sh/gpu-core, koordinator.sh/gpu-memory-ratio" in out.stderr
+    assert "not by e2e-admin" in out.stderr
+
+    # a ServiceAccount allowed by RBAC to bind pods (as a second scheduler's is)
+    cp.apply([
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "binder", "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "binder", "namespace": ns},
+         "rules": [{"apiGroups": [""], "resources": ["pods/binding", "bindings"], "verbs": ["create"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "binder", "namespace": ns},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "binder"},
+         "subjects": [{"kind": "ServiceAccount", "name": "binder", "namespace": ns}]},
+    ])
+    binder = cp.token_kubeconfig("binder", ns)
+    out = cp.kubectl("create", "--validate=false", "-f", "-", input=binding("theirs"), as_=binder, check=False)
+    assert out.returncode != 0
+    assert 'admission webhook "bindings.webhook.devshare.io" denied the request' in out.stderr
+    assert f"not by system:serviceaccount:{ns}:binder" in out.stderr
+    assert not cluster.get_pod("theirs")["spec"].get("nodeName")
+
+    # a pod asking for no device: bound by the admin and by the ServiceAccount alike
+    for pod, who in (("plain", None), ("plain-2", binder)):
+        cluster.pod(pod, {"cpu": "10m"}, scheduler="volcano")
+        cp.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/{pod}/binding", "-f", "-",
+                   input=binding(pod), as_=who)
+        assert cluster.get_pod(pod)["spec"]["nodeName"] == node
+
+    # devshare's scheduler binds a device pod, and the card holds it alone
+    cluster.pod("mine", gpu)
+    mine = cluster.wait_bound("mine", timeout=60)
+    assert allocation(mine)["containers"][0]["devices"][0]["core"] == 50
+    assert not cluster.get_pod("theirs")["spec"].get("nodeName")
+    assert cluster.inspect()["nodes"][0]["devices"][0]["pods"] == [f"{ns}/mine/c0"]

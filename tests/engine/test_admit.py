@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devshare.engine import selection
 from devshare.engine.admit import Ask, Card, Reason, card_reason, card_reasons, describe
 from devshare.engine.fit import Gather, card_fits, left_fits, memory_need
 from devshare.engine.handlers.base import grant_for
@@ -15,7 +16,7 @@ from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, PodAllocation
 from devshare.model.device import DeviceInfo, NodeDevices
 from devshare.model.node import node_info_from_labels
-from devshare.model.request import DeviceRequest
+from devshare.model.request import DeviceRequest, GpuSelection
 from support.cluster import GiB, pod
 
 asks = st.one_of(
@@ -46,10 +47,13 @@ def one_share(state: ClusterState, name: str, col: int, req: DeviceRequest) -> P
 
 
 @settings(max_examples=300, deadline=None)
-@given(cards_=cards, used=usage, req=asks, max_containers=st.integers(1, 3))
+@given(cards_=cards, used=usage, req=asks, max_containers=st.integers(1, 3),
+       avoided=st.lists(st.integers(0, 3), max_size=2))
 def test_reserve_accepts_exactly_what_filter_passes_reason_for_reason(
         cards_: list[tuple[int, bool, bool]], used: list[tuple[int, DeviceRequest]], req: DeviceRequest,
-        max_containers: int) -> None:
+        max_containers: int, avoided: list[int]) -> None:
+    """With a GPU selection too (HAMi's nouse-gpuuuid): the cards it leaves out are refused by the
+    filter's mask, its messages and reserve alike, for the same reason."""
     state = build(cards_, max_containers)
     t = state.tables["gpu"]
     for k, (col, ask) in enumerate(used):  # any usage, even over-use: bound pods' annotations are the truth
@@ -57,11 +61,14 @@ def test_reserve_accepts_exactly_what_filter_passes_reason_for_reason(
             state.add_bound(pod(f"u{k}", ask), one_share(state, f"u{k}", col, ask))
     n = t.count(0)
     rows = np.array([0], np.int64)
-    g = Gather(t, rows)
+    sel = GpuSelection(avoid_ids=tuple(f"G{i}" for i in avoided)) if avoided else None
+    allowed = selection.allowed(state, t, sel) if sel is not None else None
+    g = Gather(t, rows, allowed)
     mask = card_fits(g, req, max_containers)[0, :n]
     need = memory_need(req, t.total_mem[0, :n])
+    excluded = np.array(selection.excluded_cards(state, t, 0, sel), np.bool_)
     card = Card(t.present[0, :n], t.healthy[0, :n], t.blocked[0, :n], t.total_core[0, :n], t.total_mem[0, :n],
-                t.free_core[0, :n], t.free_mem[0, :n], t.used_slots[0, :n])
+                t.free_core[0, :n], t.free_mem[0, :n], t.used_slots[0, :n], excluded)
     ask = Ask(req.core_milli, need, req.whole, 1, max_containers)
     codes = card_reasons(card, ask)
     # the scalar form (reserve's) and the array form (the filter's) of the rules agree card by card
@@ -70,8 +77,8 @@ def test_reserve_accepts_exactly_what_filter_passes_reason_for_reason(
         card_reason(Card(*(x[j].item() for x in card)), ask._replace(memory=int(needs[j]))) for j in range(n)]
     # the filter's hot-path mask is the predicate
     assert mask.tolist() == (codes == Reason.FITS).tolist()
-    messages = describe_cards(t, 0, req, max_containers)
-    p = pod("asker", req)
+    messages = describe_cards(t, 0, req, max_containers, allowed)
+    p = pod("asker", req, gpu_selection=sel)
     for col in range(n):
         verdict = state.why_not(p, one_share(state, "asker", col, req))
         if codes[col] == Reason.FITS:

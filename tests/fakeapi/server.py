@@ -1,4 +1,6 @@
-"""A fake Kubernetes API server (aiohttp, plain HTTP on 127.0.0.1) good enough for lightkube.
+"""A fake Kubernetes API server (aiohttp on 127.0.0.1; plain HTTP, or TLS with ``ssl_context``) good
+enough for lightkube and devshare's own requests (``kube/rest.py``). With ``token`` set, every request
+must carry ``Authorization: Bearer <token>`` (else 401 Unauthorized, as the real one).
 
 It speaks the real REST and watch protocol for the resources devshare uses: nodes, pods (and
 ``pods/{name}/binding``), events, configmaps, leases (``coordination.k8s.io/v1``) and devices
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import time
 import uuid
 from collections import defaultdict
@@ -98,6 +101,8 @@ class FakeApiServer:
     gone_as_http: bool = False  # answer a too-old watch with HTTP 410 instead of an ERROR event
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     port: int = 0
+    ssl_context: ssl.SSLContext | None = None  # serve HTTPS with it
+    token: str | None = None  # the one bearer token accepted (None: any request is accepted)
     _failures: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
     _watches: set[Any] = field(default_factory=set)
     _runner: web.AppRunner | None = None
@@ -108,7 +113,7 @@ class FakeApiServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
         await site.start()
         server = site._server
         assert server is not None and server.sockets
@@ -122,13 +127,19 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ssl_context is not None else 'http'}://127.0.0.1:{self.port}"
 
-    def write_kubeconfig(self, path: Path, *, namespace: str = "devshare-system") -> Path:
+    def write_kubeconfig(self, path: Path, *, namespace: str = "devshare-system", ca: Path | None = None,
+                         user: dict[str, Any] | None = None) -> Path:
+        """A kubeconfig for this server: ``ca`` the CA file that signed its certificate (with TLS),
+        ``user`` the kubeconfig user (default: this server's token, or ``fake-token``)."""
+        cluster: dict[str, Any] = {"server": self.url}
+        if ca is not None:
+            cluster["certificate-authority"] = str(ca)
         path.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "clusters": [{"name": "fake", "cluster": cluster}],
+            "users": [{"name": "fake", "user": user if user is not None else {"token": self.token or "fake-token"}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
             "current-context": "fake",
         }))
@@ -192,6 +203,8 @@ class FakeApiServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
         self.requests.append((request.method, request.path, query))
+        if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
+            return json_response(status(401, "Unauthorized", "Unauthorized"), 401)
         route = _parse(request.path)
         if route is None:
             return error_response(404, f"the server could not find the requested resource ({request.path})")

@@ -427,3 +427,58 @@ async def test_relist_releases_a_missing_pod_only_once_it_is_really_gone() -> No
     assert "default/gone" not in sync.state.pods
     assert used(sync.state, "n1", 0) == (50.0, 8 * GiB)
     assert used(sync.state, "n1", 1) == (0.0, 0)
+
+
+def ours(obj: dict[str, Any], scheduler: str = "devshare-scheduler") -> dict[str, Any]:
+    obj["spec"]["schedulerName"] = scheduler
+    return obj
+
+
+def test_pending_pods_of_our_scheduler_are_kept_as_the_watch_delivers_them() -> None:
+    mb = MemoryBackend()
+    mb.apply(node("n1"))
+    mb.apply(device("n1"))
+    mb.apply(ours(pod("listed")))
+    sync = StateSync(mb, ClusterState(), scheduler_name="devshare-scheduler")
+    for kind in ("nodes", "devices", "pods"):
+        sync.reconcile(kind, mb.store.list(kind)[0], initial=True)
+    assert sync.pending_pod("default/listed") == mb.store.get("pods", "default/listed")
+    seen = mb.store.rv
+    mb.apply(ours(pod("other"), "default-scheduler"))  # another scheduler's pod: not kept
+    mb.apply(ours(pod("p")))
+    mb.store.patch("pods", "default/p", {"metadata": {"annotations": {"x": "1"}}})
+    gone = mb.apply(ours(pod("gone")))
+    mb.store.delete("pods", "default/gone")
+    done = mb.apply(ours(pod("done")))
+    mb.store.patch("pods", "default/done", {"status": {"phase": "Failed"}})
+    mb.store.patch("pods", "default/listed", {"spec": {"nodeName": "n1"}})
+    for ev in mb.store.events_since("pods", seen):
+        sync.apply_event("pods", WatchEvent(ev.type, ev.object))
+    assert sync.pending_pod("default/p") == mb.store.get("pods", "default/p")  # the latest version
+    assert sync.pending_pod("default/p")["metadata"]["annotations"] == {"x": "1"}  # type: ignore[index]
+    for key in ("default/other", "default/gone", "default/done", "default/listed"):  # bound, deleted, finished
+        assert sync.pending_pod(key) is None, key
+    assert gone and done
+    # a re-list drops the pending pods it no longer shows
+    mb.store.delete("pods", "default/p")
+    sync.reconcile("pods", mb.store.list("pods")[0], initial=False, release_vanished=True)
+    assert sync.pending == {}
+
+
+def test_pending_pods_are_bounded_and_the_oldest_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("devshare.kube.sync.MAX_PENDING", 2)
+    sync = StateSync(MemoryBackend(), ClusterState(), scheduler_name="s")
+    for name in ("a", "b", "c"):
+        sync.apply_event("pods", WatchEvent("ADDED", ours(pod(name, uid=name), "s")))
+    assert sorted(sync.pending) == ["default/a", "default/b"]  # scheduled first: kept; c is read at its bind
+    sync.apply_event("pods", WatchEvent("MODIFIED", ours(pod("a", uid="a", annotations={"v": "2"}), "s")))
+    assert sync.pending["default/a"]["metadata"]["annotations"] == {"v": "2"}  # a kept pod is still updated
+    sync.apply_event("pods", WatchEvent("DELETED", ours(pod("b", uid="b"), "s")))
+    sync.apply_event("pods", WatchEvent("MODIFIED", ours(pod("c", uid="c"), "s")))
+    assert sorted(sync.pending) == ["default/a", "default/c"]
+
+
+def test_without_a_scheduler_name_no_pending_pod_is_kept() -> None:
+    sync = StateSync(MemoryBackend(), ClusterState())
+    sync.apply_event("pods", WatchEvent("ADDED", ours(pod("a"))))
+    assert sync.pending == {}

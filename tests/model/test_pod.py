@@ -226,3 +226,36 @@ def test_requests_devices() -> None:
     assert requests_devices(p)
     for garbage in (None, [], "pod", {"spec": []}, {"spec": {"containers": [None, {"resources": 3}]}}):
         assert not requests_devices(garbage)
+
+
+def _selected(annotations: dict[str, str]) -> dict[str, object]:
+    return {"metadata": {"name": "p", "annotations": annotations},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def test_gpu_selection_annotations_are_read_as_hami_writes_them() -> None:
+    from devshare.model.request import GpuSelection
+
+    req = parse_pod(_selected({"nvidia.com/use-gpuuuid": "GPU-a, GPU-b", "nvidia.com/nouse-gputype": "T4,V100",
+                               "nvidia.com/use-gputype": "NVIDIA A10"}))
+    assert req.gpu_selection == GpuSelection(use_ids=("GPU-a", "GPU-b"), use_types=("NVIDIA A10",),
+                                             avoid_types=("T4", "V100"))
+    assert parse_pod(_selected({})).gpu_selection is None
+    assert req.gpu_selection is not None and req.gpu_selection.allows("GPU-a", "NVIDIA A100-PCIE-40GB")
+    assert not req.gpu_selection.allows("GPU-c", "NVIDIA A100-PCIE-40GB")
+
+
+@pytest.mark.parametrize(("annotations", "problem"), [
+    ({"nvidia.com/use-gpuuuid": ""}, "annotation nvidia.com/use-gpuuuid: is empty: list the GPU ids"),
+    ({"nvidia.com/nouse-gputype": " , "}, "annotation nvidia.com/nouse-gputype: is empty: list the GPU types"),
+    ({"nvidia.com/use-gputype": "A100,,H100"}, "has an empty entry in 'A100,,H100'"),
+    ({"nvidia.com/nouse-gpuuuid": "GPU-a,"}, "has an empty entry in 'GPU-a,'"),
+    ({"nvidia.com/use-gpuuuid": "GPU-a GPU-b"}, "has a space inside an id in 'GPU-a GPU-b'"),
+    ({"nvidia.com/use-gpuuuid": "GPU-a", "nvidia.com/nouse-gpuuuid": "GPU-b,GPU-a"},
+     "GPU selection: GPU-a is listed in both nvidia.com/use-gpuuuid and nvidia.com/nouse-gpuuuid"),
+    ({"nvidia.com/use-gputype": "a100", "nvidia.com/nouse-gputype": "A100"},
+     "a100 is listed in both nvidia.com/use-gputype and nvidia.com/nouse-gputype"),
+])
+def test_gpu_selection_syntax_is_checked(annotations: dict[str, str], problem: str) -> None:
+    problems = validate_pod(_selected(annotations))
+    assert len(problems) == 1 and problem in problems[0], problems

@@ -81,6 +81,10 @@ def extender(
     insecure: Annotated[
         bool, typer.Option("--insecure", help="Allow a non-loopback --host without TLS and client certificates.")
     ] = False,
+    scheduler_name: Annotated[
+        str, typer.Option(help="spec.schedulerName of the kube-scheduler profile this extender serves: its pending "
+                          "pods are followed for bind, and nudged when devices free up.")
+    ] = "devshare-scheduler",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
@@ -144,7 +148,8 @@ def extender(
 
         backend: Backend
         options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg,
-                                  metrics_port=metrics_port, claim_ledger=claim_ledger)
+                                  metrics_port=metrics_port, scheduler_name=scheduler_name,
+                                  claim_ledger=claim_ledger)
         if not claim_ledger:
             logging.getLogger("devshare.extender").warning(
                 "--no-claim-ledger: binds are not recorded in the claim ledgers; if another extender binds pods "

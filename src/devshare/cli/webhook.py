@@ -55,7 +55,7 @@ def webhook(
         typer.Option(help="A username that may write allocation annotations on pods (repeatable; default: "
                      "devshare's ServiceAccounts system:serviceaccount:devshare-system:devshare-scheduler and "
                      "...:devshare-agent). Anyone else's pod CREATE carrying them, or UPDATE changing them, "
-                     "is refused."),
+                     "is refused, and so is anyone else's Binding of a device pod (/validate-binding)."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     config_file: ConfigOption = None,
@@ -67,6 +67,7 @@ def webhook(
         from devshare.config import load_config
 
         settings = load_config(config_file)  # bad input files are reported before anything else
+        settings.register()  # the configured device types' resource names
         if cluster is not None and not load_yaml_documents(cluster):
             raise fail(f"{cluster}: no Node, Device or Pod object in the file: give a multi-document YAML "
                        "with the cluster's Device objects (examples/cluster.yaml is one)")
@@ -86,6 +87,7 @@ def webhook(
 
         from devshare.server.tls import load_server_context
         from devshare.server.webhook.app import WebhookConfig
+        from devshare.server.webhook.bindings import PodSource
         from devshare.server.webhook.cluster import ClusterFileDeviceTypes, DeviceTypes
         from devshare.server.webhook.mutate import REPLACEABLE_SCHEDULERS
         from devshare.server.webhook.serve import serve
@@ -94,18 +96,25 @@ def webhook(
         if cluster is not None and (kubeconfig is not None or in_cluster):
             raise fail("give --cluster or --kubeconfig/--in-cluster, not both")
         source: DeviceTypes | None = None
+        pods: PodSource | None = None  # where /validate-binding reads the pod a Binding is for
         if cluster is not None:
+            from devshare.kube.memory import MemoryBackend
+
             source = ClusterFileDeviceTypes(cluster)
+            pods = MemoryBackend.load(cluster)
         elif kubeconfig is not None or in_cluster:
             from devshare.kube.live import LiveBackend
             from devshare.server.webhook.cluster import WatchedDeviceTypes
 
-            source = WatchedDeviceTypes(LiveBackend.connect(kubeconfig))
+            backend = LiveBackend.connect(kubeconfig)
+            source, pods = WatchedDeviceTypes(backend), backend
         config = WebhookConfig(
             disabled_types=settings.device_types.disabled(),
+            disabled_dialects=settings.disabled_dialects(),
             scheduler_name=scheduler_name,
             replace_schedulers=tuple(replace_scheduler) if replace_scheduler else REPLACEABLE_SCHEDULERS,
             cluster=source,
+            pods=pods,
         )
         if allocation_writer:
             bad = [w for w in allocation_writer if not w.strip()]

@@ -11,6 +11,7 @@ Rules, first failing wins (so a card gets one reason, the most basic one):
 ``ABSENT``     no such device on the node
 ``UNHEALTHY``  the device reports unhealthy
 ``HELD``       another device plugin holds it
+``EXCLUDED``   the pod's GPU selection leaves it out (HAMi's ``nvidia.com/use-gpuuuid``, ...)
 ``TOO_SMALL``  even empty, the card has less compute or memory than asked
 ``IN_USE``     a whole card is asked and containers are on it
 ``COMPUTE``    not enough compute free
@@ -46,6 +47,7 @@ class Reason(IntEnum):
     COMPUTE = 6
     MEMORY = 7
     FULL = 8
+    EXCLUDED = 9
 
 
 def is_whole(core_milli: int, memory_ratio_milli: int, memory: int) -> bool:
@@ -65,6 +67,7 @@ class Card(NamedTuple):
     free_core: Any
     free_mem: Any
     slots: Any
+    excluded: Any = False  # the pod may not take it (its GPU selection annotations)
 
 
 class Ask(NamedTuple):
@@ -86,6 +89,7 @@ RULES: tuple[tuple[Reason, Callable[[Card, Ask], Any]], ...] = (
     (Reason.ABSENT, lambda c, a: c.present == 0),
     (Reason.UNHEALTHY, lambda c, a: c.healthy == 0),
     (Reason.HELD, lambda c, a: c.blocked != 0),
+    (Reason.EXCLUDED, lambda c, a: c.excluded != 0),
     (Reason.TOO_SMALL, lambda c, a: (c.total_core < a.core) | (c.total_mem < a.memory)),
     (Reason.IN_USE, lambda c, a: (c.slots > 0) & a.whole),
     (Reason.COMPUTE, lambda c, a: c.free_core < a.core),
@@ -122,6 +126,8 @@ def describe(reason: int, name: str, *, total_core: int, total_mem: int, free_co
         return f"{name}: unhealthy"
     if r is Reason.HELD:
         return f"{name}: held by another device plugin"
+    if r is Reason.EXCLUDED:
+        return f"{name}: left out by the pod's GPU selection"
     if r is Reason.TOO_SMALL:
         return f"{name}: {human_bytes(total_mem)} and {_pct(total_core)} compute in all, too small"
     if r is Reason.IN_USE:

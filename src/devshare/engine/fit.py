@@ -40,7 +40,7 @@ def memory_need(req: DeviceRequest, total_mem: Ints) -> Ints:
 class Gather:
     """The device arrays of some rows, gathered once and shared by the fit, the policy and the score."""
 
-    def __init__(self, table: DeviceTable, rows: Ints) -> None:
+    def __init__(self, table: DeviceTable, rows: Ints, allowed: Mask | None = None) -> None:
         self.table = table
         self.rows = rows
         self._cache: dict[str, Any] = {}
@@ -48,6 +48,10 @@ class Gather:
         # rows 0..n-1 in order (every node, none removed): a slice is a free view, no gather
         n = len(rows)
         self._prefix = n if n and is_range(rows) else None
+        if allowed is not None:
+            # the cards this pod may take (its GPU selection): usable means usable and allowed
+            self._cache["usable_mask"] = self._get("usable_mask") & (
+                allowed[: self._prefix] if self._prefix is not None else allowed[rows])
 
     def _get(self, name: str) -> Any:
         v = self._cache.get(name)

@@ -17,6 +17,7 @@ from devshare.engine.handlers import handler_for
 from devshare.engine.handlers.base import ERROR, SUCCESS, UNRESOLVABLE, UNSCHEDULABLE, Context, Evaluation, Settings
 from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.protocol import Policy
+from devshare.engine.quotas import Quotas
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.request import PodRequest
@@ -69,6 +70,9 @@ class PodEvaluation:
     parts: list[Evaluation]
     node_reasons: dict[int, str]
     versions: Ints  # each row's version when evaluated
+    # a reason that depends on more than the pod's shape and the node (a namespace's quota): the
+    # per-shape cache of reason texts is not used
+    fresh: bool = False
 
     def reason(self, i: int) -> str:
         if i in self.node_reasons:
@@ -84,6 +88,8 @@ class PodEvaluation:
         version): thousands of failing nodes cost one array lookup, not a text each."""
         if idx.size == 0:
             return []
+        if self.fresh:
+            return [self.reason(int(i)) for i in idx.tolist()]
         n = max(state.n_rows, 1)
         texts, versions = state.caches.per_node(
             "reasons", (pod_shape(self.pod), settings),
@@ -115,9 +121,10 @@ class PodEvaluation:
 
 class Scheduler:
     def __init__(self, state: ClusterState, *, policy: Policy | None = None,
-                 settings: Settings | None = None) -> None:
+                 settings: Settings | None = None, quotas: Quotas | None = None) -> None:
         self.state = state
         self.settings = settings or Settings()
+        self.quotas = quotas  # per-namespace GPU quotas (the configuration file's quotas)
         self.policy: Policy = policy or BinpackPolicy(
             card_binpack=self.settings.card_binpack,
             node_binpack=self.settings.node_binpack,
@@ -146,6 +153,12 @@ class Scheduler:
             codes[short] = UNSCHEDULABLE
             for i in np.flatnonzero(short).tolist():
                 node_reasons[i] = "not enough memory"
+        quotas = self.quotas if self.quotas and pod.has_devices() else None
+        over = quotas.refuse_everywhere(state, pod) if quotas is not None else None
+        if over is not None:
+            codes[:] = UNRESOLVABLE
+            return PodEvaluation(pod, rows, codes, np.zeros(m, np.float64), [], dict.fromkeys(range(m), over),
+                                 state.row_version[rows], fresh=True)
         ctx = Context(state=state, pod=pod, settings=self.settings, policy=self.policy)
         parts: list[Evaluation] = []
         scores = np.zeros(m, np.float64)
@@ -168,7 +181,14 @@ class Scheduler:
 
             view = FitView(state, pod, rows[live], None, None, np.zeros((live.size, 0), np.bool_))
             scores[live] = self.policy.choose(view).scores
-        return PodEvaluation(pod, rows, codes, scores, parts, node_reasons, state.row_version[rows])
+        result = PodEvaluation(pod, rows, codes, scores, parts, node_reasons, state.row_version[rows])
+        if quotas is not None and live.size:
+            over_rows = quotas.refuse_per_row(state, pod, rows, live, lambda i: result.allocation(state, i))
+            for i, reason in over_rows.items():
+                codes[i] = UNRESOLVABLE
+                node_reasons[i] = reason
+                result.fresh = True
+        return result
 
     def _rows(self, nodes: Sequence[str] | None) -> tuple[Ints, list[str]]:
         if nodes is None:
@@ -227,10 +247,13 @@ class Scheduler:
         """The allocation the pod gets on ``node``, or the reason it does not fit there.
 
         ``evaluated``: an earlier evaluation of the same pod (the filter's); its answer for ``node``
-        is used as is when that node has not changed since (nothing else can change the answer)."""
+        is used as is when that node has not changed since (nothing else can change the answer, but
+        a namespace quota: a pod under one is always judged afresh)."""
         row = self.state.row_of.get(node)
         if row is None:
             return f"node {node} is not known to devshare"
+        if self.quotas and pod.namespace in self.quotas.limits:
+            evaluated = None  # the namespace's usage may have changed elsewhere since: judge it afresh
         if evaluated is not None and evaluated.pod == pod:
             at = np.flatnonzero(evaluated.rows == row)
             if at.size and evaluated.versions[at[0]] == self.state.row_version[row]:

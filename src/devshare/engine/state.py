@@ -56,6 +56,9 @@ class ClusterState:
         self.nodes: dict[str, NodeInfo] = {}
         self.devices: dict[str, NodeDevices] = {}
         self.pods: dict[str, PodRecord] = {}
+        # per namespace, the GPU compute (thousandths) and memory (bytes) its records hold, assumed and
+        # bound (the per-namespace quotas of devshare.engine.quotas read it)
+        self.namespace_gpu: dict[str, list[int]] = {}
         self.finished: OrderedDict[tuple[str, str], None] = OrderedDict()  # (key, uid) of pods gone or done
         self.row_of: dict[str, int] = {}
         self.name_of: dict[int, str] = {}
@@ -90,6 +93,15 @@ class ClusterState:
         t = self.tables.get(names.GPU)
         models = [m for m in (t.models[row] if t is not None and row < len(t.models) else []) if m]
         return models[0] if models else ""
+
+    def card_model(self, table: DeviceTable, row: int, col: int) -> str:
+        """One card's type: its model as the Device object gives it, else the node's GPU model label."""
+        models = table.models[row] if row < len(table.models) else []
+        model = models[col] if col < len(models) else ""
+        if model:
+            return model
+        info = self.nodes.get(self.name_of.get(row, ""))
+        return info.gpu_model if info is not None and info.gpu_model else ""
 
     # ------------------------------------------------------------------ nodes and devices
     def table(self, device_type: str) -> DeviceTable:
@@ -213,6 +225,21 @@ class ClusterState:
                 continue  # the device is gone; the record stays, nothing to count
             t.add_usage(row, col, g.core_milli, g.memory, sign)
 
+    def _count(self, rec: PodRecord, sign: int) -> None:
+        """Add (sign +1) or take back (-1) a record's GPU compute and memory in its namespace's sum."""
+        core = memory = 0
+        for _, g in rec.allocation.grants():
+            if g.type == names.GPU:
+                core += g.core_milli
+                memory += g.memory
+        if not core and not memory:
+            return
+        acc = self.namespace_gpu.setdefault(rec.pod.namespace, [0, 0])
+        acc[0] += sign * core
+        acc[1] += sign * memory
+        if acc == [0, 0]:
+            del self.namespace_gpu[rec.pod.namespace]
+
     def why_not(self, pod: PodRequest, alloc: PodAllocation, *, ignore: str | None = None) -> str | None:
         """Why ``alloc`` cannot be added now (None when it fits). ``ignore``: a pod key not to count."""
         row = self.row_of.get(alloc.node)
@@ -250,8 +277,10 @@ class ClusterState:
                         used_mem -= bg.memory
                         used_slots -= 1
             total_core, total_mem = int(t.total_core[row, col]), int(t.total_mem[row, col])
+            sel = pod.gpu_selection if dtype == names.GPU else None
+            excluded = sel is not None and not sel.allows(t.ids[row][col], self.card_model(t, row, col))
             card = Card(True, bool(t.healthy[row, col]), bool(t.blocked[row, col]), total_core, total_mem,
-                        total_core - used_core, total_mem - used_mem, used_slots)
+                        total_core - used_core, total_mem - used_mem, used_slots, excluded)
             code = card_reason(card, Ask(core, mem, bool(whole), slots, self.max_containers))
             if code:
                 return describe(code, f"{dtype} {minor}", total_core=total_core, total_mem=total_mem,
@@ -275,6 +304,7 @@ class ClusterState:
                         expires_at=None if ttl is None else now + ttl, hold=hold)
         self.pods[key] = rec
         self._apply(rec, +1)
+        self._count(rec, +1)
         self.version += 1
 
     def bind(self, key: str) -> None:
@@ -302,6 +332,7 @@ class ClusterState:
         rec = self.pods.pop(key, None)
         if rec is not None:
             self._apply(rec, -1)
+            self._count(rec, -1)
             self.version += 1
         return rec
 
@@ -319,6 +350,7 @@ class ClusterState:
         rec = PodRecord(pod=pod, allocation=alloc, phase="bound")
         self.pods[pod.key] = rec
         self._apply(rec, +1)
+        self._count(rec, +1)
         self.version += 1
         return reason
 

@@ -1,9 +1,11 @@
-"""LiveBackend: a real API server through lightkube's async client (the only module using lightkube).
+"""LiveBackend: a real API server through lightkube's async client, and through aiohttp
+(:class:`devshare.kube.rest.ApiRequests`, on lightkube's connection settings) for the hot requests: the
+watches, the pod GET and the Binding of a bind.
 
 Objects travel as plain dicts: Nodes, Pods, Leases and Events are declared here as lightkube
 *generic* resources (dict-backed, decoded straight from JSON), Devices with
-``create_global_resource``. The Binding is a dict-backed ``pods/binding`` subresource, because the
-API server answers a binding with a Status, which lightkube's typed Binding model cannot decode.
+``create_global_resource``. The Binding is posted as a plain dict (the API server answers it with a
+Status).
 """
 
 from __future__ import annotations
@@ -17,10 +19,8 @@ import httpx2 as httpx
 import msgspec
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
-from lightkube.core import resource as lkres
 from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.generic_resource import (
-    Generic,
     GenericGlobalResource,
     GenericNamespacedResource,
     create_api_info,
@@ -30,6 +30,7 @@ from lightkube.types import PatchType
 
 from devshare.kube.backend import Kind, ListResult, WatchEvent, meta
 from devshare.kube.errors import BackendError, Conflict, Gone, NotFound, Unavailable
+from devshare.kube.rest import ApiRequests
 from devshare.model.errors import InvalidInput
 
 Device = create_global_resource("devshare.io", "v1alpha1", "Device", "devices")
@@ -55,17 +56,10 @@ class ConfigMap(GenericNamespacedResource):
     _api_info = create_api_info("", "v1", "ConfigMap", "configmaps")
 
 
-class PodBinding(lkres.NamespacedSubResource, Generic):  # type: ignore[misc]
-    _api_info = lkres.ApiInfo(
-        resource=lkres.ResourceDef("", "v1", "Binding"),
-        parent=lkres.ResourceDef("", "v1", "Pod"),
-        plural="pods",
-        verbs=["post"],
-        action="binding",
-    )
-
-
 _RESOURCES: dict[str, type[Any]] = {"nodes": Node, "pods": Pod, "devices": Device}
+# where each kind is watched (pods: in every namespace)
+WATCH_PATHS: dict[str, str] = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods",
+                               "devices": "/apis/devshare.io/v1alpha1/devices"}
 _ERRORS: dict[int, type[BackendError]] = {404: NotFound, 409: Conflict, 410: Gone}
 
 
@@ -102,9 +96,11 @@ def _translated() -> Iterator[None]:
 class LiveBackend:
     """A Kubernetes API server. ``watch_timeout``: seconds the server keeps one watch request open."""
 
-    def __init__(self, client: AsyncClient, *, namespace: str | None = None, watch_timeout: int = 300) -> None:
+    def __init__(self, client: AsyncClient, api: ApiRequests, *, namespace: str | None = None,
+                 watch_timeout: int = 300) -> None:
         # typed Any: lightkube's overloads describe its typed models, not the dict-backed resources used here
         self.client: Any = client
+        self.api = api  # the hot requests: watches, pod GET, Binding
         self._namespace = namespace or client.namespace or "default"
         self.watch_timeout = watch_timeout
 
@@ -119,7 +115,12 @@ class LiveBackend:
             raise InvalidInput(f"cannot load the cluster configuration: {e}",
                                field=str(kubeconfig) if kubeconfig else "kubeconfig") from None
         client = AsyncClient(config, field_manager="devshare", lazy=True)
-        return cls(client, namespace=namespace, watch_timeout=watch_timeout)
+        try:
+            api = ApiRequests(config)
+        except (ConfigError, OSError) as e:
+            raise InvalidInput(f"cannot load the cluster configuration: {e}",
+                               field=str(kubeconfig) if kubeconfig else "kubeconfig") from None
+        return cls(client, api, namespace=namespace, watch_timeout=watch_timeout)
 
     @property
     def namespace(self) -> str:
@@ -137,21 +138,12 @@ class LiveBackend:
                 rv = ""
         return ListResult(items, rv)
 
-    async def watch(self, kind: Kind, resource_version: str) -> AsyncIterator[WatchEvent]:
-        res = _RESOURCES[kind]
-        kw: dict[str, Any] = {"namespace": "*"} if kind == "pods" else {}
-        with _translated():
-            async for type_, obj in self.client.watch(
-                res, resource_version=resource_version or None, server_timeout=self.watch_timeout, **kw
-            ):
-                yield WatchEvent(type_, dict(obj))
+    def watch(self, kind: Kind, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """One watch request (it ends when the API server closes it after ``watch_timeout``)."""
+        return self.api.watch(WATCH_PATHS[kind], resource_version, server_timeout=self.watch_timeout)
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            with _translated():
-                return dict(await self.client.get(Pod, name, namespace=namespace))
-        except NotFound:
-            return None
+        return await self.api.get_pod(namespace, name)
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
@@ -174,8 +166,7 @@ class LiveBackend:
             m["annotations"] = dict(annotations)
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "Binding", "metadata": m,
                                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        with _translated():
-            await self.client.create(PodBinding(**body), name=name, namespace=namespace)
+        await self.api.bind_pod(namespace, name, body)
 
     async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:
         with _translated():
@@ -209,23 +200,20 @@ class LiveBackend:
         with _translated():
             return [dict(o) async for o in self.client.list(ConfigMap, namespace=namespace, labels={key: value})]
 
+    # the claim ledger's requests on the bind path go through ApiRequests (aiohttp), as the Binding does
     async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            with _translated():
-                return dict(await self.client.get(ConfigMap, name, namespace=namespace))
-        except NotFound:
-            return None
+        return await self.api.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
 
     async def create_config_map(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
-        with _translated():
-            return dict(await self.client.create(ConfigMap(**_in(obj, namespace)), namespace=namespace))
+        return await self.api.send("POST", f"/api/v1/namespaces/{namespace}/configmaps", _in(obj, namespace))
 
     async def replace_config_map(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
         # PUT with metadata.resourceVersion: the API server answers 409 when it is not current
-        with _translated():
-            return dict(await self.client.replace(ConfigMap(**_in(obj, namespace)), namespace=namespace))
+        name = meta(obj)["name"]
+        return await self.api.send("PUT", f"/api/v1/namespaces/{namespace}/configmaps/{name}", _in(obj, namespace))
 
     async def close(self) -> None:
+        await self.api.close()
         await self.client.close()
 
 

@@ -13,7 +13,10 @@ Rules for pods:
 - bound (``spec.nodeName``) with a decodable allocation annotation: ``state.add_bound``;
 - Succeeded/Failed or deleted: ``state.release`` (a pod in flight, "assumed", is released only when
   deleted);
-- pending: left alone (the scheduler reserves it; an annotation on an unbound pod is not truth);
+- pending: nothing is recorded (the scheduler reserves it; an annotation on an unbound pod is not
+  truth), but a pending pod of devshare's scheduler (``scheduler_name``) is kept as the watch last
+  delivered it (:meth:`StateSync.pending_pod`, at most ``MAX_PENDING``), so that a bind can decide
+  from the pod as the API server has it without reading it again;
 - a malformed annotation is logged and counted in :attr:`StateSync.malformed`, never fatal;
 - an allocation that would book a card beyond its compute or memory is refused and not counted
   (:meth:`ClusterState.add_bound_checked`), logged, counted in :attr:`StateSync.overbooked` and
@@ -52,6 +55,10 @@ log = logging.getLogger(__name__)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 OVERBOOKED_REASON = "DeviceOverbooked"  # the Event on a pod whose allocation was refused
 REFUSED_KEPT = 4096  # refused pods remembered (to report each once)
+# pending pods of devshare's scheduler kept from the watch (a pod's dict as decoded, a few KB each);
+# when full, a new pending pod is not kept (its bind reads it from the API server), the older ones
+# (scheduled first) stay
+MAX_PENDING = 8192
 
 
 def bound_order(obj: dict[str, Any]) -> tuple[str, str, str]:
@@ -94,8 +101,12 @@ class StateSync:
         backoff: Callable[[], Backoff] = Backoff,
         on_change: Callable[[str, str, dict[str, Any]], None] | None = None,
         kinds: tuple[Kind, ...] = KINDS,
+        scheduler_name: str | None = None,
     ) -> None:
         self.backend = backend
+        # pending pods with this spec.schedulerName are kept from the watch (None: none are kept)
+        self.scheduler_name = scheduler_name
+        self.pending: dict[str, dict[str, Any]] = {}
         self.kinds = kinds  # what to follow (the webhook needs only devices)
         self.state = state
         self.track_node_resources = track_node_resources
@@ -239,6 +250,8 @@ class StateSync:
             else:
                 for key in [k for k in self.pods_present if k not in present]:
                     self._absent(key)
+                for key in [k for k in self.pending if k not in present]:
+                    del self.pending[key]
                 vanished = [k for k, r in self.state.pods.items() if k not in present and r.phase != "assumed"]
                 if release_vanished:
                     for key in vanished:
@@ -287,6 +300,18 @@ class StateSync:
         """Whether the pod ``key`` (of ``uid``, when given) exists, as the watch has it."""
         known = self.pods_present.get(key)
         return known is not None and (not uid or not known or known == uid)
+
+    def pending_pod(self, key: str) -> dict[str, Any] | None:
+        """The pending pod ``key`` of devshare's scheduler as the watch last delivered it (the API
+        server's object, never a caller's), or None when it is not kept."""
+        return self.pending.get(key)
+
+    def _keep_pending(self, key: str, obj: dict[str, Any]) -> None:
+        if self.scheduler_name is None or (obj.get("spec") or {}).get("schedulerName") != self.scheduler_name:
+            self.pending.pop(key, None)
+            return
+        if key in self.pending or len(self.pending) < MAX_PENDING:
+            self.pending[key] = obj
 
     def note_pod(self, obj: dict[str, Any]) -> None:
         """A pod read from the API server (fresher than the watch so far): applied as a change."""
@@ -341,16 +366,19 @@ class StateSync:
         if type_ == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self.state.release_finished(key, uid)
             self._refused.pop(key, None)
+            self.pending.pop(key, None)
             if self.pods_present.get(key) in (uid, "") or not uid:
                 self._absent(key)
             return
         self._present(key, uid, obj)
         node = (obj.get("spec") or {}).get("nodeName")
         if not node:
+            self._keep_pending(key, obj)
             # pending: nothing to record. An assumed or bound record is kept: this event may simply be
             # older than the bind the extender just made (a bound pod never becomes pending again;
             # a new pod under the same name has another uid, handled above).
             return
+        self.pending.pop(key, None)
         annotations = m.get("annotations") or {}
         try:
             if not isinstance(annotations, dict):

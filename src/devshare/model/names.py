@@ -37,3 +37,10 @@ DEV_GPU_MEMORY_RATIO = ("koordinator.sh/gpu-memory-ratio", "kubernetes.io/gpu-me
 
 # --- pod-side names read by the dialect parser (model/pod.py)
 POD_GPU_MODEL = "devshare.io/gpu-model"  # pod annotation: allowed GPU models, "A100|H100" (or comma-separated)
+# pod annotations selecting GPUs, as HAMi reads them (comma-separated lists): the GPUs a pod may use
+# (use) or must avoid (nouse), by id (UUID, exact) or by type (the card's model, a case-insensitive substring)
+GPU_USE_UUID = "nvidia.com/use-gpuuuid"
+GPU_NOUSE_UUID = "nvidia.com/nouse-gpuuuid"
+GPU_USE_TYPE = "nvidia.com/use-gputype"
+GPU_NOUSE_TYPE = "nvidia.com/nouse-gputype"
+GPU_SELECTION = (GPU_USE_UUID, GPU_NOUSE_UUID, GPU_USE_TYPE, GPU_NOUSE_TYPE)

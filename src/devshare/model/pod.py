@@ -11,6 +11,9 @@
   a ``nodeSelector`` on the node label ``devshare.io/gpu-model``, and required node affinity ``In``
   on that label (when every term constrains it; terms are ORed). All given sources must agree:
   the allowed models are the ones every source allows.
+- GPU selection: HAMi's annotations ``nvidia.com/use-gpuuuid``, ``nouse-gpuuuid``, ``use-gputype``,
+  ``nouse-gputype`` (comma-separated; ids exact, types case-insensitive substrings of the card's
+  model), for the GPUs of every dialect (:class:`~devshare.model.request.GpuSelection`).
 - Group: labels ``gputopology.scheduling.koordinator.sh/name`` + ``/replica`` (seed 003); gang:
   annotations ``gang.scheduling.koordinator.sh/name`` + ``/min-available``. With both, they must
   agree. A gang alone makes a group of that name and size.
@@ -36,6 +39,7 @@ from devshare.model.request import (
     MAX_MEMORY,
     ContainerRequest,
     DeviceRequest,
+    GpuSelection,
     GroupRef,
     PodRequest,
 )
@@ -65,6 +69,44 @@ def requests_devices(pod: Any) -> bool:
                         if k in device_names and v not in _ZERO:
                             return True
     return False
+
+
+def asked_resource_names(pod: Any) -> list[str]:
+    """Every resource name a container of ``pod`` (init containers too) asks with a non-zero value,
+    in order, once each. Names only; never raises."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    out: list[str] = []
+    if not isinstance(spec, dict):
+        return out
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        for c in containers if isinstance(containers, list) else []:
+            res = c.get("resources") if isinstance(c, dict) else None
+            for part in ("requests", "limits"):
+                d = res.get(part) if isinstance(res, dict) else None
+                for k, v in d.items() if isinstance(d, dict) else ():
+                    if isinstance(k, str) and v not in _ZERO and k not in out:
+                        out.append(k)
+    return out
+
+
+def unread_device_asks(pod: Any, device_types: frozenset[str]) -> list[tuple[str, str]]:
+    """(resource name, device type) for every name a container of ``pod`` asks (non-zero) that no
+    dialect reads but that names one of ``device_types`` (``koordinator.sh/npu``, ``example.com/npu-core``
+    for ``npu``): a type with Device objects and no dialect or configuration, which would otherwise be
+    placed reserving nothing. Names only; never raises."""
+    if not device_types:
+        return []
+    known = dialects.resource_names()
+    out: list[tuple[str, str]] = []
+    for k in asked_resource_names(pod):
+        if k in known or "/" not in k:
+            continue
+        leaf = k.rsplit("/", 1)[1].lower()
+        dtype = next((t for t in sorted(device_types) if leaf == t or leaf.startswith(t + "-")), None)
+        if dtype is not None:
+            out.append((k, dtype))
+    return out
 
 
 def _str_map(obj: Any, where: str, problems: Problems) -> dict[str, str]:
@@ -165,6 +207,29 @@ def _gpu_models(spec: dict[str, Any], annotations: dict[str, str], problems: Pro
             + ": make them agree",
         )
     return tuple(allowed)
+
+
+def _gpu_selection(annotations: dict[str, str], problems: Problems) -> GpuSelection | None:
+    """HAMi's GPU selection annotations (``nvidia.com/use-gpuuuid`` and the others), checked."""
+    if not any(k in annotations for k in names.GPU_SELECTION):
+        return None
+    lists: dict[str, tuple[str, ...]] = {}
+    for key in names.GPU_SELECTION:
+        raw = annotations.get(key)
+        if raw is None:
+            continue
+        entries, msg = validation.selection_list(key, raw)
+        if msg:
+            problems.add(f"annotation {key}", msg)
+            continue
+        lists[key] = entries
+    sel = GpuSelection(use_ids=lists.get(names.GPU_USE_UUID, ()), avoid_ids=lists.get(names.GPU_NOUSE_UUID, ()),
+                       use_types=lists.get(names.GPU_USE_TYPE, ()), avoid_types=lists.get(names.GPU_NOUSE_TYPE, ()))
+    for what, use, avoid in (("uuid", sel.use_ids, sel.avoid_ids), ("type", sel.use_types, sel.avoid_types)):
+        msg = validation.selection_overlap(what, use, avoid)
+        if msg:
+            problems.add("GPU selection", msg)
+    return sel if lists else None
 
 
 def _group(labels: dict[str, str], annotations: dict[str, str], problems: Problems) -> GroupRef | None:
@@ -335,6 +400,7 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
         dialect=dialect,
         compute_policy=policy,
         gpu_models=_gpu_models(spec, annotations, problems),
+        gpu_selection=_gpu_selection(annotations, problems),
         cpu_milli=cpu,
         memory_bytes=memory,
         priority=priority,

@@ -57,6 +57,42 @@ class ContainerRequest(msgspec.Struct, frozen=True, kw_only=True):
         return None
 
 
+class GpuSelection(msgspec.Struct, frozen=True, kw_only=True):
+    """Which GPUs a pod may take, from its annotations (HAMi's ``nvidia.com/use-gpuuuid``,
+    ``nouse-gpuuuid``, ``use-gputype``, ``nouse-gputype``): an id must be one of ``use_ids`` (when
+    given) and none of ``avoid_ids`` (exact); a type (the card's model) must contain one of
+    ``use_types`` (when given) and none of ``avoid_types`` (case-insensitive substrings: ``A100``
+    matches ``NVIDIA A100-SXM4-80GB``)."""
+
+    use_ids: tuple[str, ...] = ()
+    avoid_ids: tuple[str, ...] = ()
+    use_types: tuple[str, ...] = ()
+    avoid_types: tuple[str, ...] = ()
+
+    def why_not(self, device_id: str, model: str) -> str | None:
+        """Why the GPU ``device_id`` of model ``model`` is not allowed (None when it is)."""
+        if self.use_ids and device_id not in self.use_ids:
+            return "not one of its nvidia.com/use-gpuuuid"
+        if device_id and device_id in self.avoid_ids:
+            return "listed in its nvidia.com/nouse-gpuuuid"
+        upper = model.upper()
+        if self.use_types and not any(t.upper() in upper for t in self.use_types):
+            return f"of type {model or 'unknown'}, not one of its nvidia.com/use-gputype"
+        if model and any(t.upper() in upper for t in self.avoid_types):
+            return f"of type {model}, listed in its nvidia.com/nouse-gputype"
+        return None
+
+    def allows(self, device_id: str, model: str) -> bool:
+        return self.why_not(device_id, model) is None
+
+    def describe(self) -> str:
+        """The annotations, for messages: ``nvidia.com/use-gputype: A100; nvidia.com/nouse-gpuuuid: GPU-1``."""
+        lists = (("nvidia.com/use-gpuuuid", self.use_ids), ("nvidia.com/nouse-gpuuuid", self.avoid_ids),
+                 ("nvidia.com/use-gputype", self.use_types), ("nvidia.com/nouse-gputype", self.avoid_types))
+        parts = [(k, v) for k, v in lists if v]
+        return "; ".join(f"{k}: {','.join(v)}" for k, v in parts)
+
+
 class GroupRef(msgspec.Struct, frozen=True, kw_only=True):
     """Seed 003 group membership (labels) and gang (annotations) of a pod."""
 
@@ -76,6 +112,7 @@ class PodRequest(msgspec.Struct, frozen=True, kw_only=True):
     dialect: str = "koordinator"  # the dialect it asked in: koordinator | nvidia | mgpu | aliyun
     compute_policy: str | None = None  # mGPU compute policy asked by annotation, if any
     gpu_models: tuple[str, ...] = ()  # allowed GPU models; empty = any
+    gpu_selection: GpuSelection | None = None  # the GPUs it may take, by id or type (HAMi's annotations)
     cpu_milli: int = 0  # node CPU asked (used when the state tracks node CPU, e.g. the simulator)
     memory_bytes: int = 0  # node memory asked, likewise
     priority: int = 0

@@ -105,3 +105,30 @@ def group_complete(name: str | None, count: str | None, name_key: str, count_key
         return None
     missing, given = (count_key, name_key) if count is None else (name_key, count_key)
     return f"{given} is set but {missing} is not: set both (the job's name and its number of pods)"
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU selection (HAMi's annotations)
+
+
+def selection_list(key: str, raw: str) -> tuple[tuple[str, ...], str | None]:
+    """A comma-separated list of GPU ids or types: each entry non-empty (spaces around it dropped)."""
+    entries = [e.strip() for e in raw.split(",")]
+    if not any(entries):
+        example = "GPU-98583a5c-c155-9cf6-f955-03c189d3dbfb" if "uuid" in key else "A100,H100"
+        return (), (f"is empty: list the GPU {'ids' if 'uuid' in key else 'types'}, comma-separated "
+                    f"(e.g. {example}), or remove it")
+    if not all(entries):
+        return (), f"has an empty entry in {raw!r}: separate the entries with single commas"
+    if "uuid" in key and any(any(ch.isspace() for ch in e) for e in entries):
+        return (), f"has a space inside an id in {raw!r}: GPU ids (UUIDs) hold no spaces"
+    return tuple(dict.fromkeys(entries)), None
+
+
+def selection_overlap(what: str, use: tuple[str, ...], avoid: tuple[str, ...]) -> str | None:
+    """The same id or type both used and avoided is a contradiction."""
+    both = [e for e in use if e.upper() in {a.upper() for a in avoid}]
+    if not both:
+        return None
+    return (f"{', '.join(both)} is listed in both nvidia.com/use-gpu{what} and nvidia.com/nouse-gpu{what}: "
+            "keep it in one of them")

@@ -48,3 +48,22 @@ def test_mgpu_order_is_kept() -> None:
 def test_mgpu_round_trip(alloc: PodAllocation) -> None:
     expected = {c.name: [g.minor for g in c.devices if g.type == "gpu"] for c in alloc.containers}
     assert decode_mgpu(encode_mgpu(alloc)) == {k: v for k, v in expected.items() if v}
+
+
+def test_schedule_mode_id_writes_the_gpus_uuids() -> None:
+    """Seed 000's MGPUScheduleMode: id (scheduling.scheduleMode: id): the same annotations, the GPUs
+    named by the UUIDs of the Device object; a GPU without one by its index."""
+    import msgspec
+
+    alloc = PodAllocation(node="n", containers=(
+        ContainerAllocation(name="c1", devices=(msgspec.structs.replace(gpu(1, 500, GIB, 0), id="GPU-aaa"),
+                                                msgspec.structs.replace(gpu(0, 500, GIB, 0), id="GPU-bbb"))),
+        ContainerAllocation(name="c2", devices=(msgspec.structs.replace(gpu(2, 500, GIB, 0), id=""),)),
+    ))
+    by_id = encode_mgpu(alloc, "id")
+    assert by_id == {"vke.volcengine.com/assumed": "true",
+                     "vke.volcengine.com/gpu-index-container-c1": "GPU-aaa,GPU-bbb",
+                     "vke.volcengine.com/gpu-index-container-c2": "2"}
+    assert mgpu.decode_mgpu_devices(by_id) == {"c1": ["GPU-aaa", "GPU-bbb"], "c2": ["2"]}
+    assert mgpu.decode_mgpu_devices(encode_mgpu(alloc)) == {"c1": ["1", "0"], "c2": ["2"]}
+    assert mgpu.decode_mgpu_devices({}) is None

@@ -100,3 +100,15 @@ def test_limits_only(client: Client) -> None:
     assert client.review("/validate", p)["allowed"] is True
     p["spec"]["containers"][0]["resources"]["limits"]["koordinator.sh/gpu-core"] = "0.5"
     assert client.review("/validate", p)["allowed"] is False
+
+
+def test_gpu_selection_annotations_are_checked(client: Client) -> None:
+    """HAMi's nvidia.com/use-gpuuuid and friends: a malformed list is refused at creation, with where."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "annotations": {
+        "nvidia.com/use-gputype": "A100,", "nvidia.com/nouse-gpuuuid": "GPU-1"}},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    verdict = client.review("/validate", pod)
+    assert verdict["allowed"] is False
+    assert "annotation nvidia.com/use-gputype: has an empty entry in 'A100,'" in verdict["status"]["message"]
+    pod["metadata"]["annotations"]["nvidia.com/use-gputype"] = "A100"
+    assert client.review("/validate", pod)["allowed"] is True

@@ -5,11 +5,14 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine import selection
 from devshare.engine.handlers.base import UNRESOLVABLE, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
 from devshare.engine.policies.binpack import binpack_for
 from devshare.engine.policies.protocol import Choice, FitView, Policy
+from devshare.engine.rowwise import sum_per_row
 from devshare.engine.state import ClusterState
+from devshare.engine.table import DeviceTable
 from devshare.engine.topology import TopologySolver, solver_for
 from devshare.model import names
 from devshare.model.dialects import dialect_of
@@ -28,9 +31,15 @@ class GpuHandler(ShareHandler):
         # native-burst-share); the dialect says whether it applies (Aliyun's gpu-mem over gpu-count does not)
         dialect = dialect_of(pod.dialect)
         multi = pod.multi_card_share() and (dialect is None or dialect.multi_card_share_needs_label)
+        if pod.gpu_selection is not None:
+            self._selected(ctx, rows, why)
         if not (pod.gpu_models or pod.compute_policy or multi):
-            return codes, lambda i: ""
+            for i in why:
+                codes[i] = UNRESOLVABLE
+            return codes, lambda i: why.get(i, "")
         for i, row in enumerate(rows.tolist()):
+            if i in why:
+                continue
             info = state.nodes.get(state.name_of.get(row, ""))
             if pod.gpu_models:
                 model = ctx.state.gpu_model(row)
@@ -55,6 +64,28 @@ class GpuHandler(ShareHandler):
         for i in why:
             codes[i] = UNRESOLVABLE
         return codes, lambda i: why.get(i, "")
+
+    def allowed(self, ctx: Context, table: DeviceTable) -> npt.NDArray[np.bool_] | None:
+        sel = ctx.pod.gpu_selection
+        return None if sel is None else selection.allowed(ctx.state, table, sel)
+
+    def _selected(self, ctx: Context, rows: Ints, why: dict[int, str]) -> None:
+        """Nodes where the pod's GPU selection leaves fewer GPUs than a container asks for: no freed
+        capacity changes that (UNRESOLVABLE), and the reason names the GPUs left out."""
+        state, pod = ctx.state, ctx.pod
+        table = state.tables.get(self.type)
+        sel = pod.gpu_selection
+        if table is None or sel is None:
+            return
+        biggest = max((d.count for c in pod.containers for d in c.devices if d.type == self.type), default=0)
+        present = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))
+        n_allowed = sum_per_row(selection.allowed(state, table, sel) & table.present)[rows]
+        for i in np.flatnonzero(n_allowed < biggest).tolist():
+            row = int(rows[i])
+            out = selection.why_excluded(state, table, row, sel)
+            shown = "; ".join(out[:3]) + ("; ..." if len(out) > 3 else "")
+            why[i] = (f"the pod's GPU selection ({sel.describe()}) allows {int(n_allowed[i])} of this node's "
+                      f"{int(present[row])} GPU(s), a container asks for {biggest}" + (f": {shown}" if shown else ""))
 
     def policy_for(self, ctx: Context, req: DeviceRequest) -> Policy:
         if req.core_milli == 0:

@@ -31,6 +31,7 @@ from devshare.model.quantity import human_bytes
 from devshare.model.request import DeviceRequest
 
 Reasons = Callable[[int], str]
+Mask = npt.NDArray[np.bool_]
 
 
 def _pct(milli: int) -> str:
@@ -51,8 +52,10 @@ def describe_ask(device_type: str, req: DeviceRequest) -> str:
     return f"{req.count} {device_type} with {what} each" if req.count > 1 else f"one {device_type} with {what}"
 
 
-def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_containers: int) -> str:
-    """Why each device of ``row`` cannot take one share of ``req`` (devices that can are skipped).
+def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_containers: int,
+                   allowed: Mask | None = None) -> str:
+    """Why each device of ``row`` cannot take one share of ``req`` (devices that can are skipped);
+    ``allowed``: the cards the pod's GPU selection lets it take (all when None).
 
     Full nodes tend to look alike, so the text is cached on the row's device state."""
     n = table.count(row)
@@ -60,6 +63,7 @@ def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_contain
         table.minor[row, :n].tolist(), table.healthy[row, :n].tolist(), table.blocked[row, :n].tolist(),
         table.total_core[row, :n].tolist(), table.total_mem[row, :n].tolist(),
         table.free_core[row, :n].tolist(), table.free_mem[row, :n].tolist(), table.used_slots[row, :n].tolist(),
+        [False] * n if allowed is None else (~allowed[row, :n]).tolist(),
     )
     key = (table.type, req, max_containers, tuple(tuple(x) for x in state))
     hit: str | None = _REASONS.get(key)
@@ -69,16 +73,18 @@ def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_contain
 
 
 _REASONS: LRU[object, str] = LRU(4096)  # keyed by the cards' whole state: never stale, only bounded
-PERMANENT = (": unhealthy", ": held by another device plugin", "compute in all, too small")
+PERMANENT = (": unhealthy", ": held by another device plugin", "compute in all, too small",
+             ": left out by the pod's GPU selection")
 
 
 def _describe(dtype: str, req: DeviceRequest, max_containers: int, minors: list[int], healthy: list[bool],
               blocked: list[bool], total_core: list[int], total_mem: list[int], free_core: list[int],
-              free_mem: list[int], slots: list[int]) -> str:
+              free_mem: list[int], slots: list[int], excluded: list[bool]) -> str:
     """The messages of :func:`devshare.engine.admit.card_reasons` for one share of ``req`` on each card."""
     need = [req.memory_on(t) for t in total_mem]
     codes = card_reasons(Card(True, np.asarray(healthy), np.asarray(blocked), np.asarray(total_core),
-                              np.asarray(total_mem), np.asarray(free_core), np.asarray(free_mem), np.asarray(slots)),
+                              np.asarray(total_mem), np.asarray(free_core), np.asarray(free_mem), np.asarray(slots),
+                              np.asarray(excluded)),
                          Ask(req.core_milli, np.asarray(need, np.int64), req.whole, 1, max_containers)).tolist()
     out = [describe(code, f"{dtype} {minor}", total_core=total_core[j], total_mem=total_mem[j],
                     free_core=free_core[j], free_mem=free_mem[j], slots=slots[j], core=req.core_milli,
@@ -87,9 +93,12 @@ def _describe(dtype: str, req: DeviceRequest, max_containers: int, minors: list[
     return "; ".join(out) if out else "no usable device"
 
 
-def large_enough(table: DeviceTable, req: DeviceRequest) -> Ints:
-    """Per row, how many usable devices are large enough in all for one share of ``req``."""
+def large_enough(table: DeviceTable, req: DeviceRequest, allowed: Mask | None = None) -> Ints:
+    """Per row, how many usable devices (that the pod may take: ``allowed``) are large enough in all
+    for one share of ``req``."""
     big = table.usable() & (table.total_core >= req.core_milli)
+    if allowed is not None:
+        big &= allowed
     if req.memory or req.memory_ratio_milli:
         big &= table.total_mem >= memory_need(req, table.total_mem)
     return sum_per_row(big)
@@ -109,6 +118,10 @@ class ShareHandler(DeviceHandler):
     def policy_for(self, ctx: Context, req: DeviceRequest) -> Policy:
         """The policy that scores nodes and picks devices for ``req``."""
         raise NotImplementedError
+
+    def allowed(self, ctx: Context, table: DeviceTable) -> Mask | None:
+        """``[table rows, width]``: the devices this pod may take (its selection), None for all."""
+        return None
 
     def choose(self, ctx: Context, view: FitView) -> Choice:
         assert view.request is not None
@@ -132,8 +145,10 @@ class ShareHandler(DeviceHandler):
             return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {})
         c_codes, c_reason = self.constraints(ctx, rows)
         codes = c_codes.copy()
+        allowed = self.allowed(ctx, table)
+        ctx.cache[f"{self.type} allowed"] = allowed
         reasons = self._never_fits(ctx, table, rows, needs, codes)
-        g = Gather(table, rows)
+        g = Gather(table, rows, allowed)
         if len(needs) == 1:
             return self._one_container(ctx, table, rows, needs[0], g, codes, reasons, c_reason)
         return self._several_containers(ctx, table, rows, needs, g, codes, reasons, c_reason)
@@ -151,13 +166,16 @@ class ShareHandler(DeviceHandler):
         for i in np.flatnonzero(too_few).tolist():
             reasons[i] = (f"node has {int(n_dev[i])} {self.type} device(s), a container asks for {biggest}"
                           if n_dev[i] else f"node has no {self.type} devices")
+        allowed = ctx.cache.get(f"{self.type} allowed")
+        sel = ctx.pod.gpu_selection if allowed is not None else None
         for _, req in needs:
-            n_big = state.per_layout((self.type, "large enough", req), partial(large_enough, table, req))[rows]
+            n_big = state.per_layout((self.type, "large enough", req, sel),
+                                     partial(large_enough, table, req, allowed))[rows]
             never = (codes == SUCCESS) & (n_big < req.count)
             codes[never] = UNRESOLVABLE
             for i in np.flatnonzero(never).tolist():
                 # only what no freed capacity changes: the cards that are unhealthy, held or too small
-                cards = describe_cards(table, int(rows[i]), req, state.max_containers).split("; ")
+                cards = describe_cards(table, int(rows[i]), req, state.max_containers, allowed).split("; ")
                 lasting = [c for c in cards if c.endswith(PERMANENT)]
                 # "needs <ask>; ..." : the extender keeps the part before "; " for kube-scheduler's event
                 reasons[i] = (f"needs {describe_ask(self.type, req)}; only {int(n_big[i])} of its "
@@ -187,7 +205,8 @@ class ShareHandler(DeviceHandler):
                 return reasons[i]
             if codes[i] == UNRESOLVABLE:
                 return c_reason(i)
-            return f"needs {describe_ask(self.type, req)}; {describe_cards(table, int(rows[i]), req, mc)}"
+            allowed = ctx.cache.get(f"{self.type} allowed")
+            return f"needs {describe_ask(self.type, req)}; {describe_cards(table, int(rows[i]), req, mc, allowed)}"
 
         def grant(i: int) -> Grants:
             row = int(rows[i])
@@ -275,6 +294,8 @@ class ShareHandler(DeviceHandler):
             return self.refine(ctx, view, policy.choose(view))
 
         declared = policy_key(policy, pod, req)  # what of the pod and of its model the policy reads
+        if declared is not None and ctx.cache.get(f"{self.type} allowed") is not None:
+            declared = (declared, pod.gpu_selection)  # its fitting cards depend on its selection too
         if declared is None:
             choice = compute(ok)
             scores[ok] = choice.scores
@@ -303,13 +324,17 @@ class ShareHandler(DeviceHandler):
         """Seed 000's DFS on one node (``first``: stop at the first feasible combination)."""
         n = table.count(row)
         tot_mem = table.total_mem[row, :n]
+        usable = table.usable()[row, :n]
+        allowed = ctx.cache.get(f"{self.type} allowed")
+        if allowed is not None:
+            usable = usable & allowed[row, :n]
         return search(
             table.total_core[row, :n] - table.used_core[row, :n],
             table.total_mem[row, :n] - table.used_mem[row, :n],
             ctx.state.max_containers - table.used_slots[row, :n],
             table.total_core[row, :n],
             tot_mem,
-            table.usable()[row, :n],
+            usable,
             (table.used_slots[row, :n] == 0) & (table.used_core[row, :n] == 0) & (table.used_mem[row, :n] == 0),
             [Need(c, r.count, r.core_milli, np.broadcast_to(memory_need(r, tot_mem), tot_mem.shape), r.whole)
              for c, r in needs],

@@ -36,8 +36,9 @@ def make_policy(name: str, *, seed: int = 0, classes: Mapping[ClassKey, float] |
                 settings: Settings | None = None, card_binpack: bool | None = None,
                 options: Mapping[str, Any] | None = None) -> Policy:
     """The policy named ``name``. ``settings``: the engine's (binpack/spread read ``core_weight``);
-    ``card_binpack``: binpack/spread's card level when it differs from the name (the configuration
-    file's ``cardPolicy``); ``options``: the policy's own knobs (the file's ``policies.<name>``)."""
+    ``card_binpack``: seed 000's card level when the configuration file's ``cardPolicy`` sets it
+    (binpack/spread: instead of the name's; devshare: its cards are chosen so instead of by expected
+    fragmentation, :mod:`.cards`); ``options``: the policy's own knobs (the file's ``policies.<name>``)."""
     opts = dict(options or {})
     if opts and name not in ("binpack", "spread", "devshare"):
         raise InvalidInput(f"the {name} policy takes no options (got {', '.join(sorted(opts))})", field="policy")
@@ -62,7 +63,13 @@ def make_policy(name: str, *, seed: int = 0, classes: Mapping[ClassKey, float] |
     if name == "devshare":
         from devshare.engine.policies.devshare import DevsharePolicy
 
-        return DevsharePolicy(**opts)
+        policy: Policy = DevsharePolicy(**opts)
+        if card_binpack is None:
+            return policy  # its own cards: by expected fragmentation
+        from devshare.engine.policies.cards import CardPolicy
+
+        s = settings or Settings()
+        return CardPolicy(policy, BinpackPolicy(card_binpack=card_binpack, core_weight=s.core_weight))
     raise InvalidInput(f"unknown policy {name!r}; choose from {', '.join((*NAMES, *LIVE_NAMES[1:]))}",
                        field="policy")
 

@@ -4,6 +4,8 @@
 - :mod:`.nvidia`: ``nvidia.com/gpu``
 - :mod:`.mgpu`: ``vke.volcengine.com/mgpu-*`` and the ``container-multiple-gpu`` annotation
 - :mod:`.aliyun`: ``aliyun.com/gpu-mem`` and ``aliyun.com/gpu-count``
+- :mod:`.configured`: the resource names the configuration file gives a new device type
+  (``deviceTypes.npu.resources``), registered at start by :func:`configure_types`
 
 Each module holds its dialect's names, reader, rules, annotation codec and webhook renames behind
 the :class:`~devshare.model.dialects.base.Dialect` protocol. Adding a dialect is one new module
@@ -35,17 +37,70 @@ _allocation_prefixes: tuple[str, ...] = ()
 def register(dialect: Dialect) -> None:
     """Add a dialect (registration order is the order of :func:`managed_resources`). A resource name
     belongs to one dialect."""
-    global _resource_names, _owner, _renamers, _rank, _allocation_keys, _allocation_prefixes
     taken = {n: _owner[n].name for n in dialect.resource_names if n in _owner and _owner[n].name != dialect.name}
     if taken:
         raise ValueError(f"dialect {dialect.name}: resource names already read by another dialect: {taken}")
     DIALECTS[dialect.name] = dialect
-    _resource_names = _resource_names | dialect.resource_names
-    _owner = {**_owner, **dict.fromkeys(dialect.resource_names, dialect)}
+    _rebuild()
+
+
+def unregister(name: str) -> None:
+    """Remove the dialect ``name`` (a configured device type's, when the configuration changes)."""
+    if DIALECTS.pop(name, None) is not None:
+        _rebuild()
+
+
+def _rebuild() -> None:
+    """The lookups derived from DIALECTS (replaced whole, never changed in place)."""
+    global _resource_names, _owner, _renamers, _rank, _allocation_keys, _allocation_prefixes
+    _resource_names = frozenset(n for d in DIALECTS.values() for n in d.resource_names)
+    _owner = {n: d for d in DIALECTS.values() for n in d.resource_names}
     _renamers = tuple(d for d in DIALECTS.values() if d.renamed_names)
     _rank = {name: i for i, name in enumerate(DIALECTS)}
-    _allocation_keys = _allocation_keys | dialect.allocation_annotations
-    _allocation_prefixes = (*_allocation_prefixes, *dialect.allocation_prefixes)
+    _allocation_keys = frozenset({names.ALLOCATION, names.ASSIGNED, names.TOPOLOGY_GPU}).union(
+        *(d.allocation_annotations for d in DIALECTS.values()))
+    _allocation_prefixes = tuple(p for d in DIALECTS.values() for p in d.allocation_prefixes)
+
+
+def configure_types(types: dict[str, tuple[str, ...]]) -> None:
+    """Make the configured device types (``deviceTypes.<type>.resources`` of the configuration
+    file) the only configured dialects: each type's resource names ask a percent of one device of
+    that type (:mod:`.configured`). Raises ValueError naming a resource name another dialect reads."""
+    from devshare.model.dialects.configured import PREFIX, ConfiguredDialect
+
+    for name in [n for n in DIALECTS if n.startswith(PREFIX)]:
+        unregister(name)
+    added: list[str] = []
+    try:
+        for device_type, resource_names in types.items():
+            d = ConfiguredDialect(device_type, tuple(resource_names))
+            register(d)
+            added.append(d.name)
+    except ValueError:
+        for name in added:
+            unregister(name)
+        raise
+
+
+SCHEDULE_MODES = ("index", "id")
+
+
+def configure_schedule_mode(mode: str) -> None:
+    """Seed 000's ``MGPUScheduleMode``: dialect annotations that list devices name them by index
+    (minor) or by id (UUID). Only dialects whose node side reads either honour it (mGPU)."""
+    if mode not in SCHEDULE_MODES:
+        raise ValueError(f"unknown schedule mode {mode!r}: use index or id")
+    for d in DIALECTS.values():
+        d.schedule_mode = mode
+
+
+def owner_of(resource_name: str) -> Dialect | None:
+    """The dialect that reads ``resource_name`` (None: no dialect does)."""
+    return _owner.get(resource_name)
+
+
+def _carries(holder: Dialect, other: Dialect, resources: dict[str, Any] | None) -> bool:
+    return holder.carries(other.name, resources) or other.carried_by == holder.name
 
 
 register(KoordinatorDialect())
@@ -101,7 +156,7 @@ def dialects_in(resources: dict[str, Any]) -> tuple[list[str], list[Dialect]]:
     if len(found) <= 1:
         return [d.name for d in found], found
     found.sort(key=lambda d: _rank[d.name])
-    carried = [d for d in found if any(h is not d and h.carries(d.name, resources) for h in found)]
+    carried = [d for d in found if any(h is not d and _carries(h, d, resources) for h in found)]
     own = [d for d in found if d not in carried]
     if len(own) > 1:  # several dialects: the problem names every one asked
         return [d.name for d in found], found
@@ -114,7 +169,8 @@ def pod_dialects(container_dialects: list[str]) -> list[str]:
     if len(present) <= 1:
         return container_dialects
     kept = [d for d in container_dialects
-            if not any(h != d and h in DIALECTS and DIALECTS[h].carries(d, None) for h in present)]
+            if not any(h != d and h in DIALECTS and d in DIALECTS and _carries(DIALECTS[h], DIALECTS[d], None)
+                       for h in present)]
     return kept if len(set(kept)) <= 1 else container_dialects  # several: the problem names every one
 
 
@@ -128,5 +184,6 @@ def normalise_resources(resources: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["DEFAULT", "DIALECTS", "Dialect", "dialect_of", "dialects_in", "managed_resources",
-           "normalise_resources", "pod_dialects", "register", "resource_names"]
+__all__ = ["DEFAULT", "DIALECTS", "Dialect", "configure_schedule_mode", "configure_types", "dialect_of", "dialects_in",
+           "managed_resources", "normalise_resources", "owner_of", "pod_dialects", "register", "resource_names",
+           "unregister"]

@@ -41,6 +41,12 @@ class Dialect(ABC):
     allocation_prefixes: tuple[str, ...] = ()
     # one container spreading a share over several cards needs seed 000's node label and compute policy
     multi_card_share_needs_label: bool = True
+    # the dialect whose annotations also carry this one's asks (a configured device type's are
+    # Koordinator's): beside it, in one container or one pod, the pod is of that dialect
+    carried_by: str | None = None
+    # seed 000's MGPUScheduleMode: how this dialect's annotation names devices, "index" (minors) or
+    # "id" (UUIDs), for dialects whose node side reads either (mGPU); set by configure_schedule_mode
+    schedule_mode: str = "index"
 
     def carries(self, other: str, resources: dict[str, Any] | None) -> bool:
         """Can this dialect's annotations also carry what dialect ``other`` asks for, beside its

@@ -12,7 +12,8 @@ wins: a core (or memory) that does not divide evenly by the count is refused, wi
 saying which multiple to use.
 
 The scheduling result it writes: ``vke.volcengine.com/gpu-index-container-<container name>: "1,0"``
-(the GPU indexes of each container that got GPUs) and ``vke.volcengine.com/assumed: "true"``.
+(the GPU indexes of each container that got GPUs; with seed 000's ``MGPUScheduleMode: id``, the
+configuration file's ``scheduling.scheduleMode: id``, their UUIDs) and ``vke.volcengine.com/assumed: "true"``.
 Kubernetes limits an annotation name to 63 characters, so a container name longer than 43
 characters gives a key the API server refuses; mGPU's node agent has the same limit.
 """
@@ -269,12 +270,25 @@ def read_container(resources: dict[str, Any], where: str, problems: Problems, co
 # annotation codec
 
 
-def encode_mgpu(alloc: PodAllocation) -> dict[str, str]:
+def encode_mgpu(alloc: PodAllocation, mode: str = "index") -> dict[str, str]:
+    """Seed 000's result annotations; ``mode`` is its MGPUScheduleMode: the GPUs of each container by
+    index (``"1,0"``) or by id (``"GPU-98583a5c-...,GPU-7f6410b9-..."``, the UUIDs the Device object
+    lists; a GPU without one is written by index)."""
     out = {MGPU_ASSUMED: "true"}
     for c in alloc.containers:
-        minors = [g.minor for g in c.devices if g.type == names.GPU]
-        if minors:
-            out[MGPU_INDEX_PREFIX + c.name] = ",".join(str(m) for m in minors)
+        gpus = [g for g in c.devices if g.type == names.GPU]
+        if gpus:
+            out[MGPU_INDEX_PREFIX + c.name] = ",".join(g.id if mode == "id" and g.id else str(g.minor) for g in gpus)
+    return out
+
+
+def decode_mgpu_devices(annotations: dict[str, str]) -> dict[str, list[str]] | None:
+    """Container name -> its GPUs as written (indexes or ids, either schedule mode); None when the
+    pod carries no mGPU result."""
+    out = {key[len(MGPU_INDEX_PREFIX):]: [x.strip() for x in str(value).split(",") if x.strip()]
+           for key, value in annotations.items() if key.startswith(MGPU_INDEX_PREFIX)}
+    if not out and annotations.get(MGPU_ASSUMED) != "true":
+        return None
     return out
 
 
@@ -317,4 +331,4 @@ class MgpuDialect(Dialect):
 
     def encode(self, pod: PodRequest, alloc: PodAllocation, *, now_ns: int,
                device_memory: dict[int, int] | None) -> dict[str, str]:
-        return encode_mgpu(alloc) if alloc.minors(names.GPU) else {}
+        return encode_mgpu(alloc, self.schedule_mode) if alloc.minors(names.GPU) else {}

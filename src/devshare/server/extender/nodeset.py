@@ -14,7 +14,7 @@ evaluation itself, so:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
@@ -38,14 +38,14 @@ class NodeSet:
     rows: Ints
     known: Names
     unknown: list[str]
-    _fragments: Fragments | None = field(default=None, repr=False, compare=False)
 
     def names_json(self, idx: Ints) -> bytes:
-        """The JSON array of the known names at ``idx`` (made from per-name fragments kept with the
-        list, which kube-scheduler sends again with every filter)."""
-        if self._fragments is None:
-            self._fragments = Fragments([b"," + msgspec.json.encode(n) for n in self.known.tolist()])
-        return self._fragments.array(idx)
+        """The JSON array of the known names at ``idx``: one gather of the object array and one msgspec
+        encode, no work per name of the list in Python. (Per-name fragments kept with the list were
+        cheaper only when kube-scheduler sent the same list again; with ``percentageOfNodesToScore``
+        it sends a rotating window, a new list nearly every time: 2.3 ms for 5,000 names against
+        0.17 ms.)"""
+        return msgspec.json.encode(self.known[idx].tolist())
 
 
 def resolve(state: ClusterState, names: list[str]) -> NodeSet:

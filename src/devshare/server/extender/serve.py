@@ -24,7 +24,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from devshare.config import Configuration
+from devshare.config import Configuration, refuse_pod
 from devshare.engine.handlers.base import Settings
 from devshare.engine.policies import make_policy
 from devshare.engine.scheduler import Scheduler
@@ -38,8 +38,10 @@ from devshare.kube.sync import StateSync
 from devshare.server.extender.app import make_app
 from devshare.server.extender.claims import Claims, replica_identity
 from devshare.server.extender.metrics import ExtenderMetrics
+from devshare.server.extender.requeue import FREED_AT
 from devshare.server.extender.service import Extender
 from devshare.server.tls import CertReloader, TLSCollector
+from devshare.server.webhook.mutate import DEFAULT_SCHEDULER
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,9 @@ class ExtenderOptions:
     # people, on an address the extender API itself need not be exposed on; 0: none
     metrics_port: int = 0
     client_auth: bool = False  # verbs and /inspect need a verified client certificate (--tls-client-ca)
+    # the spec.schedulerName of the kube-scheduler profile this extender serves: its pending pods are
+    # kept from the watch for bind (StateSync.pending_pod) and nudged when devices free up (requeue.py)
+    scheduler_name: str = DEFAULT_SCHEDULER
     # record each pod's claim in its node's claim ledger (a ConfigMap per node) before its Binding, so
     # that two replicas binding at once never over-book a card (docs/deploy.md, "Several replicas")
     claim_ledger: bool = True
@@ -91,14 +96,16 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     opts = options or ExtenderOptions()
     cfg = opts.config
     if cfg is not None:
+        cfg.register()
         state = cfg.state()
         settings = cfg.settings()
-        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings)
+        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings, quotas=cfg.namespace_quotas())
     else:
         state = ClusterState()
         settings = Settings(core_weight=opts.core_weight)
         scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
-    sync = StateSync(backend, state)
+    sync = StateSync(backend, state, scheduler_name=opts.scheduler_name)
+    off_dialects = cfg.disabled_dialects() if cfg is not None else frozenset()
     timing = dict(zip(("lease_duration", "renew_deadline", "retry_period"), opts.lease_timing or (), strict=False))
     elector: LeaderElector | LeaseFollower | None = None
     if opts.follow_lease:
@@ -119,6 +126,9 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         pod_exists=sync.pod_exists,
         group_exists=sync.group_exists,
         note_pod=sync.note_pod,
+        shortlist=cfg.scheduling.shortlist if cfg is not None else 0,
+        pending_pod=sync.pending_pod,
+        refuse=lambda pod, _: refuse_pod(pod, disabled_dialects=off_dialects, device_types=frozenset(state.tables)),
     )
     sync.on_change = extender.pod_changed
     claims: Claims | None = None
@@ -135,6 +145,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         extender.writes.before_claim = _stop_before_claim_of(stop_at)
     metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
     metrics.registry.register(_SyncCollector(sync))
+    metrics.registry.register(_RequeueCollector(extender))
     if opts.save is not None:
         metrics.registry.register(_SaveCollector(opts.save))
     runtime = Runtime(state, sync, extender, elector, claims)
@@ -149,6 +160,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
             runtime.tasks.append(asyncio.create_task(elector.run(), name="devshare-leader-election"))
         runtime.tasks.append(asyncio.create_task(extender.expire_forever(opts.expire_interval),
                                                  name="devshare-expire-reservations"))
+        runtime.tasks.append(asyncio.create_task(extender.requeue.run(), name="devshare-requeue"))
         if opts.freeze_after_sync:
             runtime.tasks.append(asyncio.create_task(_freeze_when_synced(sync), name="devshare-gc-freeze"))
 
@@ -281,6 +293,22 @@ class _SaveCollector(Collector):
         yield CounterMetricFamily("devshare_extender_save_failures",
                                   "Failed writes of the --save file (the previous file is kept).",
                                   value=self.saver.failures)
+
+
+class _RequeueCollector(Collector):
+    """Pods nudged after devices were freed (server/extender/requeue.py)."""
+
+    def __init__(self, extender: Extender) -> None:
+        self.extender = extender
+
+    def collect(self) -> Iterator[Metric]:
+        requeue = self.extender.requeue
+        yield CounterMetricFamily(
+            "devshare_extender_requeue_nudges",
+            f"Pods refused for devices in use that were annotated {FREED_AT} when devices were freed, so that "
+            "kube-scheduler tries them again.", value=requeue.nudged)
+        yield CounterMetricFamily("devshare_extender_requeue_failures",
+                                  "Nudges of refused pods that failed (logged).", value=requeue.failures)
 
 
 class _SyncCollector(Collector):

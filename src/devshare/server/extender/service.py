@@ -58,7 +58,9 @@ from devshare.server.extender.nodeset import (
     resolve,
 )
 from devshare.server.extender.preemption import Preemptor
+from devshare.server.extender.requeue import Requeue
 from devshare.server.extender.scores import PLANNED_SCORE, scores_from
+from devshare.server.extender.shortlist import has_soft_wishes
 from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes
 from devshare.server.extender.wire import (
     BadRequest,
@@ -174,14 +176,25 @@ class Extender:
         pod_exists: Callable[[str, str], bool] = lambda key, uid: True,
         group_exists: Callable[[str], bool] = lambda group: True,
         note_pod: Callable[[dict[str, Any]], None] | None = None,
+        shortlist: int = 0,
+        pending_pod: Callable[[str], dict[str, Any] | None] = lambda key: None,
+        refuse: Callable[[dict[str, Any], PodRequest], str | None] | None = None,
     ) -> None:
         self.state = state
+        # the pending pod ``key`` as the state's watch has it (StateSync.pending_pod): bind decides
+        # from it instead of reading the pod again, when it is the pod kube-scheduler filtered
+        self.pending_pod = pending_pod
+        self.rereads = 0  # binds from the watched pod whose Binding met a changed pod: read and retried
+        # filter passes only the best ``shortlist`` nodes of a pod without soft wishes (0: every node
+        # that fits); the configuration's scheduling.shortlist, see shortlist.py
+        self.shortlist = shortlist
         # whether a pod (key, uid) exists, as the watch has it, and how to tell it of one read from
         # the API server: a group's plan holds devices only for members that exist
         self.pod_exists = pod_exists
         self.group_exists = group_exists
         self.note_pod = note_pod
         self.disabled_types = disabled_types  # device types the configuration switches off
+        self.refuse = refuse  # what the configuration refuses of a pod before any node (devshare.config)
         self.backend = backend
         self.scheduler = scheduler or Scheduler(state)
         self.is_synced = is_synced
@@ -192,7 +205,8 @@ class Extender:
         self.lifecycle = Lifecycle(self.scheduler, ttl=assume_ttl)  # assume, confirm, forget, expire
         # (key, uid, resourceVersion) -> request; Pod JSON -> request: both bounded by bytes
         self._parsed: ByteLRU[tuple[str, str, str], PodRequest] = ByteLRU(PARSED_BYTES)
-        self._parsed_raw: ByteLRU[bytes, tuple[PodRequest | InvalidInput, PodId]] = ByteLRU(PARSED_BYTES)
+        # Pod JSON -> (request or why it is invalid, id, whether it has soft wishes: shortlist.py)
+        self._parsed_raw: ByteLRU[bytes, tuple[PodRequest | InvalidInput, PodId, bool]] = ByteLRU(PARSED_BYTES)
         # the last filters' results by pod key, for prioritize and bind (kube-scheduler binds in the
         # background: the next pods' filters may come before a pod's bind)
         self._filtered: OrderedDict[str, Remembered] = OrderedDict()
@@ -203,6 +217,9 @@ class Extender:
         self.writes = PodWrites(backend, after_bind)
         self.members = MemberBinds(state, backend, self.planner, self.writes, self.lifecycle, lambda: self.clock())
         self.preemptor = Preemptor(self.scheduler, backend, lambda: self.clock(), is_leader=lambda: self.is_leader())
+        # pods refused for devices in use are nudged when devices free up (kube-scheduler requeues them)
+        self.requeue = Requeue(backend, pending_pod=lambda key: self.pending_pod(key),
+                               is_leader=lambda: self.is_leader())
 
     # ------------------------------------------------------------------ helpers
     def parse(self, pod: dict[str, Any]) -> PodRequest:
@@ -219,6 +236,9 @@ class Extender:
             refused = refuse_disabled([d.type for c in req.containers for d in c.devices], self.disabled_types)
             if refused:
                 raise InvalidInput(refused)
+        refused = self.refuse(pod, req) if self.refuse is not None else None
+        if refused:
+            raise InvalidInput(refused)
         if rv:
             self._parsed.put(cache_key, req, request_size(req) + sum(map(len, cache_key)))
         return req
@@ -226,6 +246,12 @@ class Extender:
     def parse_raw(self, raw: bytes) -> tuple[PodRequest, PodId]:
         """The request of a Pod given as JSON bytes, and its id (cached by the bytes: kube-scheduler
         sends the same Pod to filter and to prioritize, and again when it retries)."""
+        req, pod_id, _ = self.parse_raw_wishes(raw)
+        return req, pod_id
+
+    def parse_raw_wishes(self, raw: bytes) -> tuple[PodRequest, PodId, bool]:
+        """:meth:`parse_raw`, and whether the pod has soft wishes kube-scheduler's scoring would weigh
+        (:func:`~devshare.server.extender.shortlist.has_soft_wishes`)."""
         hit = self._parsed_raw.get(raw)
         if hit is None:
             obj = decode_pod(raw)
@@ -239,14 +265,14 @@ class Extender:
                 # kept without its traceback: its frames hold the decoded pod and the request body
                 req = e.with_traceback(None) if len(str(e)) <= MESSAGE_LIMIT else InvalidInput(shorten(str(e)))
                 req.__context__ = None
-            hit = (req, pod_id)
+            hit = (req, pod_id, has_soft_wishes(obj))
             size = len(raw) + sum(map(len, pod_id)) + (len(str(req)) if isinstance(req, InvalidInput)
                                                        else request_size(req))
             self._parsed_raw.put(raw, hit, size)
-        req, pod_id = hit
+        req, pod_id, soft = hit
         if isinstance(req, InvalidInput):
             raise InvalidInput(str(req))  # a fresh error: raising the cached one would hang a traceback on it
-        return req, pod_id
+        return req, pod_id, soft
 
     def candidates(self, args: ExtenderArgs) -> Candidates:
         """Node names from ``NodeNames`` (nodeCacheCapable) or from the ``Nodes`` NodeList."""
@@ -324,7 +350,7 @@ class Extender:
         if not self.is_synced():
             return ExtenderFilterResult(error=NOT_READY)
         try:
-            pod, pod_id = self.parse_raw(bytes(args.pod))
+            pod, pod_id, soft_wishes = self.parse_raw_wishes(bytes(args.pod))
         except InvalidInput as e:
             reason = invalid_request(e)
             self.metrics.fail("filter", [reason])
@@ -351,16 +377,25 @@ class Extender:
             out = out.without(held)
         if not out.passed_idx.size and out.failed:
             self.preemptor.maybe_preempt(pod, list(out.failed))
-        names_json = out.passed_json()
-        # node names hold no whitespace: without it, the bytes any client sends back to prioritize
-        self._remember(Remembered(pod_id, self.clock(), names_json.translate(None, JSON_WHITESPACE), out.passed_rows,
+            self.requeue.refused_pod(pod.key, pod_id[1])  # devices in use: nudged when some free up
+        elif out.passed_idx.size:
+            self.requeue.forget(pod.key)
+        if self.shortlist and not soft_wishes:
+            out = out.best(self.shortlist, self.state.rank)  # kube-scheduler's scores weigh nothing it asked
+        names_json = out.passed_json()  # compact JSON: what any client sends back to prioritize, less whitespace
+        self._remember(Remembered(pod_id, self.clock(), names_json, out.passed_rows,
                                   out.raw_scores, out.evaluation, self.state.layout))
         if out.failed or out.unresolvable:
             self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
+        failed, unresolvable = out.failed, out.unresolvable
+        if self.shortlist and out.passed_idx.size:
+            # kube-scheduler reads the failed nodes' reasons only when no node passes (the pod's event,
+            # preemption): with a shortlist the answer is the few nodes that pass, not the thousand that fail
+            failed, unresolvable = {}, {}
         if cands.node_list is None:
-            return ExtenderFilterResult(node_names=msgspec.Raw(names_json), failed_nodes=out.failed,
-                                        failed_and_unresolvable_nodes=out.unresolvable)
-        return self._answer(cands, out.passed, out.failed, out.unresolvable)
+            return ExtenderFilterResult(node_names=msgspec.Raw(names_json), failed_nodes=failed,
+                                        failed_and_unresolvable_nodes=unresolvable)
+        return self._answer(cands, out.passed, failed, unresolvable)
 
     def _remember(self, r: Remembered) -> None:
         self._filtered.pop(r.pod_id[0], None)
@@ -432,59 +467,89 @@ class Extender:
 
     async def _bind_one(self, ns: str, name: str, node: str, uid: str) -> str:
         key = f"{ns}/{name}"
+        watched = self._watched_pod(key, uid)
+        if watched is not None:
+            error, conflict = await self._bind_from(watched, ns, name, node, uid)
+            if not conflict:
+                return error
+            # the pod changed since the watch delivered it (or is bound): read it once, decide again
+            self.rereads += 1
         try:
             obj = await self.backend.get_pod(ns, name)
         except BackendError as e:
             return f"reading pod {key} from the API server failed: {e}"
         if obj is None:
             return f"pod {key} not found"
+        error, _ = await self._bind_from(obj, ns, name, node, uid)
+        return error
+
+    def _watched_pod(self, key: str, uid: str) -> dict[str, Any] | None:
+        """The pending pod from the state's watch, when it is the very pod kube-scheduler scheduled: the
+        same uid and resourceVersion as in the filter this extender answered for it. The object is the
+        API server's (never the filter's body); the Binding carries its resourceVersion, so a pod that
+        changed since is not bound from it (a 409, then :meth:`_bind_one` reads it afresh)."""
+        obj = self.pending_pod(key)
+        if obj is None:
+            return None
+        m = meta(obj)
+        seen = (key, str(m.get("uid") or ""), str(m.get("resourceVersion") or ""))
+        r = self._filtered.get(key)
+        if r is None or not seen[1] or not seen[2] or r.pod_id != seen or (uid and uid != seen[1]):
+            return None
+        return obj
+
+    async def _bind_from(self, obj: dict[str, Any], ns: str, name: str, node: str, uid: str) -> tuple[str, bool]:
+        """Bind the pod ``obj`` (as the API server has it) to ``node``: the error ("" when bound) and
+        whether the Binding failed on a precondition (409)."""
+        key = f"{ns}/{name}"
         m = meta(obj)
         if uid and m.get("uid") and m.get("uid") != uid:
-            return f"pod {key} has uid {m.get('uid')}, not {uid}: it was deleted and re-created"
+            return f"pod {key} has uid {m.get('uid')}, not {uid}: it was deleted and re-created", False
         bound_to = (obj.get("spec") or {}).get("nodeName")
         if bound_to:
             if bound_to == node and self.members.is_bound(key, node):
-                return ""  # a group member the extender bound itself when its gang reached its quorum
-            return f"pod {key} is already bound to node {bound_to}"
+                return "", False  # a group member the extender bound itself when its gang reached its quorum
+            return f"pod {key} is already bound to node {bound_to}", False
         try:
             # the pod as the API server has it, parsed afresh: never a request cached from a /filter
             # body, which anyone can send with a real pod's name, uid and resourceVersion
             pod = parse_pod(obj)
         except InvalidInput as e:
-            return invalid_request(e)
+            return invalid_request(e), False
         if not pod.has_devices():
             return (f"pod {key} asks for no device devshare manages: devshare binds only the pods it "
-                    "places (kube-scheduler sends it those alone); its own scheduler binds this one")
+                    "places (kube-scheduler sends it those alone); its own scheduler binds this one"), False
         if node not in self.state.nodes:
-            return f"node {node} is not known to devshare (no such Node, or no Device object lists its devices)"
+            return f"node {node} is not known to devshare (no such Node, or no Device object lists its devices)", False
         if pod.group is not None:
-            return await self.members.bind(pod, node, obj)
+            return await self.members.bind(pod, node, obj), False
 
         # ---- synchronous: choose and reserve (no await in between) ----
         stale = self.state.pods.get(key)
         if stale is not None:
             if stale.phase == "bound":
-                return f"pod {key} already holds devices on node {stale.allocation.node}"
+                return f"pod {key} already holds devices on node {stale.allocation.node}", False
             self.lifecycle.forget(key)  # a leftover reservation of an earlier attempt
         r = self._filtered.get(key)
         # the filter's devices are reused only when it judged this very request
         evaluated = r.evaluation if r is not None and r.evaluation is not None and r.evaluation.pod == pod else None
         alloc = self.scheduler.allocate_on(pod, node, evaluated=evaluated)
         if isinstance(alloc, str):
-            return f"pod {key} does not fit on node {node}: {alloc}"
+            return f"pod {key} does not fit on node {node}: {alloc}", False
         try:
             self.lifecycle.assume(pod, alloc, now=self.clock())
         except Conflict as e:
-            return f"pod {key}: {e}"
+            return f"pod {key}: {e}", False
         annotations = encode_annotations(pod, alloc, now_ns=time.time_ns(),
                                          device_memory=self.state.gpu_memory(node))
         # ---- asynchronous: one write, the Binding with the allocation annotations ----
         done = False
         try:
-            error = await self.writes.bind(ns, name, node, uid, pod=pod, allocation=alloc, annotations=annotations,
-                                           resource_version=str(m.get("resourceVersion") or "") or None)
+            error, conflict = await self.writes.try_bind(ns, name, node, uid, pod=pod, allocation=alloc,
+                                                         annotations=annotations,
+                                                         resource_version=str(m.get("resourceVersion") or "") or None)
             if error:
-                return error
+                return error, conflict
             done = True
         finally:
             if not done:
@@ -494,14 +559,17 @@ class Extender:
             log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
                         pod.key, reason)
         self.preemptor.done(pod.key)
-        return ""
+        self.requeue.forget(pod.key)
+        return "", False
 
     def pod_changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
-        """StateSync's hook: a deleted group member gives up its place in its group's plan; a pod known
-        from another replica's claim alone is recorded as the watch has it."""
+        """StateSync's hook: a deleted group member gives up its place in its group's plan; freed
+        devices nudge the pods refused for lack of them (:mod:`requeue`); a pod known from another
+        replica's claim alone is recorded as the watch has it."""
         claims = self.writes.claims
         if kind == "pods" and claims is not None and claims.stubs:
             claims.pod_changed(type_, obj)
+        self.requeue.changed(kind, type_, obj)
         if kind == "pods" and type_ == "DELETED":
             self.members.deleted(object_key(obj))
             self.preemptor.done(object_key(obj))

@@ -43,6 +43,16 @@ class NamedVerdicts:
         """The JSON array of the names that passed (kube-scheduler's ``NodeNames``)."""
         return self.nodes.names_json(self.passed_idx)
 
+    def best(self, k: int, rank: Ints) -> NamedVerdicts:
+        """The same answer with only the ``k`` best nodes passed, best first: highest raw score, ties
+        by the lowest ``rank`` (the state's tie-break order, by row). The others are left out of
+        every list (kube-scheduler keeps what ``NodeNames`` holds; they did not fail)."""
+        if self.passed_idx.size <= k:
+            return self
+        order = np.lexsort((rank[self.passed_rows], -self.raw_scores))[:k]
+        return NamedVerdicts(self.nodes, self.passed_idx[order], self.passed_rows[order], self.raw_scores[order],
+                             self.failed, self.unresolvable, self.evaluation)
+
     def without(self, held: dict[str, str]) -> NamedVerdicts:
         """The same answer with the nodes of ``held`` (name -> reason) moved from passed to failed."""
         names = self.nodes.known[self.passed_idx].tolist()

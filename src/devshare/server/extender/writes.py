@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from devshare.kube.backend import Backend
-from devshare.kube.errors import BackendError, Unavailable
+from devshare.kube.errors import BackendError, Conflict, Unavailable
 from devshare.model.allocation import PodAllocation
 from devshare.model.request import PodRequest
 from devshare.server.extender.claims import Claims
@@ -39,15 +39,24 @@ class PodWrites:
         """``pod``'s claim on ``allocation``, then the Binding, carrying the allocation ``annotations``
         (the API server writes both at once) and the pod's ``resource_version`` as a precondition: a
         pod that changed since it was read (e.g. a user wrote an allocation of their own) is not bound."""
+        error, _ = await self.try_bind(ns, name, node, uid, pod=pod, allocation=allocation, annotations=annotations,
+                                       resource_version=resource_version)
+        return error
+
+    async def try_bind(self, ns: str, name: str, node: str, uid: str, *, pod: PodRequest, allocation: PodAllocation,
+                       annotations: dict[str, str] | None = None, resource_version: str | None = None
+                       ) -> tuple[str, bool]:
+        """:meth:`bind`, and whether it failed on a precondition (409 Conflict: the pod changed since
+        it was read, or is bound already), which reading the pod afresh may resolve."""
         fenced = await self.fence() if self.fence is not None else None
         if fenced:
-            return fenced
+            return fenced, False
         if self.before_claim is not None:
             self.before_claim(f"{ns}/{name}")
         if self.claims is not None:
             refused = await self.claims.claim(pod, allocation)
             if refused:
-                return refused
+                return refused, False
         try:
             await self.backend.bind_pod(ns, name, node, uid=uid or None, annotations=annotations,
                                         resource_version=resource_version)
@@ -56,7 +65,7 @@ class PodWrites:
             # the pod is written to first (a Binding still on its way then fails) and checked
             if self.claims is not None:
                 await self.claims.withdraw(pod, allocation, unsure=isinstance(e, Unavailable))
-            return f"binding pod {ns}/{name} to node {node} failed: {e}"
+            return f"binding pod {ns}/{name} to node {node} failed: {e}", isinstance(e, Conflict)
         if self.after_bind is not None:
             self.after_bind()
-        return ""
+        return "", False

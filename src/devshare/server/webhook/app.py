@@ -1,9 +1,11 @@
-"""The webhook's HTTP application: ``POST /validate``, ``POST /mutate``, ``/metrics``, ``/healthz``,
-``/readyz``.
+"""The webhook's HTTP application: ``POST /validate``, ``POST /mutate``, ``POST /validate-binding``,
+``/metrics``, ``/healthz``, ``/readyz``.
 
 ``CREATE`` of a Pod that asks for a managed device is judged; so is every CREATE or UPDATE of a
 Pod that carries or changes an allocation annotation (only devshare's own identities may write
-those: :mod:`allocations`); every other review is allowed untouched after one cheap check. A body
+those: :mod:`allocations`); the CREATE of a Binding of a device pod by anyone but devshare is
+refused on ``/validate-binding`` (:mod:`bindings`); every other review is allowed untouched after one
+cheap check. A body
 that is not an AdmissionReview gets a 400 with the reason; nothing a client sends gets a 500: a
 failure inside the webhook refuses the pod on /validate (fail closed, with a message saying so)
 and leaves it unchanged on /mutate, and is logged and counted as ``result="error"``.
@@ -11,20 +13,24 @@ and leaves it unchanged on /mutate, and is logged and counted as ``result="error
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from devshare.config import refuse_unconfigured
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import requests_devices
 from devshare.server.webhook import metrics as m
 from devshare.server.webhook.allocations import DEFAULT_WRITERS, refuse_allocation_write
 from devshare.server.webhook.allocations import REASON as ALLOCATION_WRITE
+from devshare.server.webhook.bindings import REASON as FOREIGN_BINDING
+from devshare.server.webhook.bindings import PodSource, is_binding, refuse_binding
 from devshare.server.webhook.cluster import DeviceTypes
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER, REPLACEABLE_SCHEDULERS, mutation
 from devshare.server.webhook.review import (
@@ -36,7 +42,7 @@ from devshare.server.webhook.review import (
     patch,
     read_review,
 )
-from devshare.server.webhook.validate import judge, refusal, with_identity
+from devshare.server.webhook.validate import DEVICE_TYPE, judge, refusal, with_identity
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +56,12 @@ class WebhookConfig:
     replace_schedulers: Collection[str] = REPLACEABLE_SCHEDULERS  # names not chosen "on purpose"
     cluster: DeviceTypes | None = None  # device types in the cluster; None skips that check
     disabled_types: frozenset[str] = frozenset()  # switched off by the configuration file (deviceTypes)
+    disabled_dialects: frozenset[str] = frozenset()  # and dialects (dialects.mgpu: false is MGPUEnable: false)
     metrics: m.Metrics = field(default_factory=m.Metrics)
     # the usernames that may write allocation annotations (devshare's own ServiceAccounts)
     allocation_writers: Collection[str] = DEFAULT_WRITERS
+    # where /validate-binding reads the pod a Binding is for (the cluster connection or --cluster file)
+    pods: PodSource | None = None
 
 
 CONFIG = web.AppKey("config", WebhookConfig)
@@ -74,7 +83,7 @@ def _device_pod(review: Review) -> dict[str, Any] | None:
     return with_identity(pod, review.namespace, review.name)
 
 
-Decide = Callable[[Review, WebhookConfig], tuple[bytes, str]]
+Decide = Callable[[Review, WebhookConfig], tuple[bytes, str] | Awaitable[tuple[bytes, str]]]
 
 
 async def _review(request: web.Request, op: str, decide: Decide, on_error: Callable[[Review, Exception], bytes]
@@ -89,7 +98,8 @@ async def _review(request: web.Request, op: str, decide: Decide, on_error: Calla
         config.metrics.reviews.labels(op, m.MALFORMED).inc()
         return web.Response(status=400, body=bad_review_body(e), content_type=JSON)
     try:
-        body, result = decide(review, config)
+        decided = decide(review, config)
+        body, result = await decided if inspect.isawaitable(decided) else decided
     except Exception as e:
         log.exception("%s of %s/%s (uid %s) failed", op, review.namespace, review.name, review.uid)
         body, result = on_error(review, e), m.ERROR
@@ -107,8 +117,12 @@ def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]
             return deny(review, f"devshare: pod {_pod_name(review)}: {refused}"), m.DENIED
     pod = _device_pod(review)
     if pod is None:
+        unconfigured = _unconfigured(review, config)
+        if unconfigured:
+            config.metrics.rejections.labels(DEVICE_TYPE).inc()
+            return deny(review, f"devshare: {unconfigured}"), m.DENIED
         return allow(review), m.SKIPPED
-    problems = judge(pod, config.cluster, config.disabled_types)
+    problems = judge(pod, config.cluster, config.disabled_types, config.disabled_dialects)
     if not problems:
         return allow(review), m.ALLOWED
     for reason in {p.reason for p in problems}:
@@ -116,9 +130,28 @@ def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]
     return deny(review, refusal(problems)), m.DENIED
 
 
+def _unconfigured(review: Review, config: WebhookConfig) -> str | None:
+    """A pod CREATE asking no device devshare reads may still ask for a type some node has (its
+    Device objects) that no dialect reads: refused, rather than placed reserving nothing."""
+    if review.kind != "Pod" or review.operation != "CREATE" or review.sub_resource or config.cluster is None:
+        return None
+    return refuse_unconfigured(review.object, config.cluster.known_types())
+
+
 def _pod_name(review: Review) -> str:
     m = with_identity(review.object, review.namespace, review.name)["metadata"]
     return f"{m['namespace']}/{m['name']}"
+
+
+async def _decide_binding(review: Review, config: WebhookConfig) -> tuple[bytes, str]:
+    if not is_binding(review.kind, review.operation, review.sub_resource):
+        return allow(review), m.SKIPPED
+    refused = await refuse_binding(review.object, review.namespace, review.name, review.username,
+                                   config.allocation_writers, config.pods, config.scheduler_name)
+    if refused is None:
+        return allow(review), m.ALLOWED
+    config.metrics.rejections.labels(FOREIGN_BINDING).inc()
+    return deny(review, f"devshare: {refused}"), m.DENIED
 
 
 def _validate_failed(review: Review, e: Exception) -> bytes:
@@ -144,6 +177,15 @@ def _mutate_failed(review: Review, e: Exception) -> bytes:
 
 async def _validate(request: web.Request) -> web.Response:
     return await _review(request, "validate", _decide_validate, _validate_failed)
+
+
+async def _validate_binding(request: web.Request) -> web.Response:
+    return await _review(request, "validate-binding", _decide_binding, _binding_failed)
+
+
+def _binding_failed(review: Review, e: Exception) -> bytes:
+    return deny(review, f"devshare could not check this Binding (internal error: {type(e).__name__}); the "
+                "webhook's log has the details", code=500, reason="InternalError")
 
 
 async def _mutate(request: web.Request) -> web.Response:
@@ -187,6 +229,7 @@ def make_app(config: WebhookConfig | None = None) -> web.Application:
     app[READY] = [False]
     app.router.add_post("/validate", _validate)
     app.router.add_post("/mutate", _mutate)
+    app.router.add_post("/validate-binding", _validate_binding)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)

@@ -3,7 +3,9 @@
 The rules on the request itself (seed 000's mGPU rules, seed 001's combinations, Aliyun, mixed
 dialects) are the model's: :func:`devshare.model.pod.validate_pod`, the same function the
 scheduler relies on. This module only adds what needs more than the pod: a device type no node
-in the cluster has (only with a :class:`DeviceTypes` source).
+in the cluster has, or one some node has but no dialect reads (a type with Device objects that
+the configuration file does not name: it would be placed reserving nothing), both only with a
+:class:`DeviceTypes` source.
 
 (``spec.nodeName`` on a device pod is refused by :func:`validate_pod` itself; its problems are
 counted under their own reason class for the metrics.)
@@ -14,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from devshare.config import refuse_disabled
+from devshare.config import refuse_dialects, refuse_disabled, refuse_unconfigured
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod, validate_pod
 from devshare.server.webhook.cluster import DeviceTypes
@@ -23,11 +25,12 @@ from devshare.server.webhook.cluster import DeviceTypes
 REQUEST = "request"
 NODE_NAME = "node-name"
 DEVICE_TYPE = "device-type"
+DIALECT = "dialect"
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    reason: str  # REQUEST | NODE_NAME | DEVICE_TYPE
+    reason: str  # REQUEST | NODE_NAME | DEVICE_TYPE | DIALECT
     message: str
 
 
@@ -55,11 +58,18 @@ def _reason(message: str) -> str:
 
 
 def judge(pod: dict[str, Any], cluster: DeviceTypes | None = None,
-          disabled: frozenset[str] = frozenset()) -> list[Problem]:
+          disabled: frozenset[str] = frozenset(), disabled_dialects: frozenset[str] = frozenset()) -> list[Problem]:
     """Every reason to refuse ``pod`` (a pod that asks for managed devices); empty = allowed.
-    ``disabled``: device types the configuration file switches off (deviceTypes)."""
+    ``disabled``: device types the configuration file switches off (deviceTypes); ``disabled_dialects``:
+    dialects it switches off (dialects)."""
     problems = [Problem(_reason(p), p) for p in validate_pod(pod)]
+    off = refuse_dialects(pod, disabled_dialects)
+    if off:
+        problems.append(Problem(DIALECT, off))
     known = cluster.known_types() if cluster is not None else None
+    unconfigured = refuse_unconfigured(pod, known)
+    if unconfigured:
+        problems.append(Problem(DEVICE_TYPE, unconfigured))
     if problems or (known is None and not disabled):
         return problems
     try:

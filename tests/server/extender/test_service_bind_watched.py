@@ -1,0 +1,107 @@
+"""Bind decides from the pending pod as the state's watch delivered it (the API server's object) when
+it is the pod kube-scheduler filtered, without reading it again; a Binding that meets a changed pod
+reads it once and decides again. Never from the /filter body."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from devshare.kube.memory import MemoryBackend
+from devshare.model.codecs import decode_allocation
+from support.extender import bind, cluster, names_body, pod, post, running, settle
+
+
+class CountingBackend(MemoryBackend):
+    """A memory backend that counts the pod reads."""
+
+    gets = 0
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.gets += 1
+        return await super().get_pod(namespace, name)
+
+
+def backend_with(*pods: dict[str, Any]) -> CountingBackend:
+    base = cluster(2, gpus=2, pods=list(pods))
+    out = CountingBackend.from_objects(base.objects())
+    assert isinstance(out, CountingBackend)
+    return out
+
+
+def ours(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["spec"]["schedulerName"] = "devshare-scheduler"
+    return obj
+
+
+def stored(backend: MemoryBackend, name: str) -> dict[str, Any]:
+    obj = backend.store.get("pods", f"default/{name}")
+    assert obj is not None
+    return obj
+
+
+async def test_bind_after_filter_reads_no_pod() -> None:
+    backend = backend_with(ours(pod("p", core=60, mem="10Gi")))
+    async with running(backend) as (client, runtime):
+        await settle(runtime, backend)
+        filtered = stored(backend, "p")
+        out = await post(client, "/filter", names_body(filtered, ["node-0", "node-1"]))
+        assert out["NodeNames"]
+        assert await bind(client, "p", out["NodeNames"][0], uid=filtered["metadata"]["uid"]) == ""
+        assert backend.gets == 0
+        assert stored(backend, "p")["spec"]["nodeName"] == out["NodeNames"][0]
+        assert runtime.extender.rereads == 0
+
+
+async def test_a_forged_filter_body_never_decides_the_bind() -> None:
+    backend = backend_with(ours(pod("p", core=60, mem="10Gi")))
+    async with running(backend) as (client, runtime):
+        await settle(runtime, backend)
+        real = stored(backend, "p")
+        forged = ours(pod("p", core=5, mem="1Gi", uid=real["metadata"]["uid"],
+                          resource_version=real["metadata"]["resourceVersion"]))
+        await post(client, "/filter", names_body(forged, ["node-0"]))
+        assert await bind(client, "p", "node-0", uid=real["metadata"]["uid"]) == ""
+        alloc = decode_allocation(stored(backend, "p")["metadata"]["annotations"])
+        assert alloc is not None
+        (grant,) = [g for _, g in alloc.grants()]
+        assert grant.core_milli == 600 and grant.memory == 10 * 2**30  # the watched pod's ask
+        assert backend.gets == 0
+
+
+async def test_a_pod_changed_since_the_watch_saw_it_is_read_once_and_bound_as_it_is_now() -> None:
+    backend = backend_with(ours(pod("p", core=60, mem="10Gi")))
+    async with running(backend) as (client, runtime):
+        await settle(runtime, backend)
+        old = copy.deepcopy(stored(backend, "p"))
+        await post(client, "/filter", names_body(old, ["node-0"]))
+        backend.store.patch("pods", "default/p", {"metadata": {"annotations": {"note": "changed"}}})
+        await settle(runtime, backend)
+        runtime.sync.pending["default/p"] = old  # as if the watch had not delivered the change yet
+        assert await bind(client, "p", "node-0", uid=old["metadata"]["uid"]) == ""
+        assert backend.gets == 1 and runtime.extender.rereads == 1
+        now = stored(backend, "p")
+        assert now["spec"]["nodeName"] == "node-0" and now["metadata"]["annotations"]["note"] == "changed"
+        assert runtime.state.pods["default/p"].phase == "bound"
+
+
+async def test_without_its_filter_or_with_another_version_the_pod_is_read() -> None:
+    backend = backend_with(ours(pod("p", core=60, mem="10Gi")), ours(pod("q", core=60, mem="10Gi")))
+    async with running(backend) as (client, runtime):
+        await settle(runtime, backend)
+        assert await bind(client, "p", "node-0") == ""  # no filter remembered for it
+        assert backend.gets == 1
+        other = stored(backend, "q")
+        await post(client, "/filter", names_body({**other, "metadata": {**other["metadata"], "resourceVersion": "1"}},
+                                                 ["node-1"]))
+        assert await bind(client, "q", "node-1") == ""  # the filter saw another version
+        assert backend.gets == 2
+
+
+async def test_a_pod_of_another_scheduler_is_read() -> None:
+    backend = backend_with(pod("p", core=60, mem="10Gi"))  # no schedulerName: not kept from the watch
+    async with running(backend) as (client, runtime):
+        await settle(runtime, backend)
+        await post(client, "/filter", names_body(stored(backend, "p"), ["node-0"]))
+        assert await bind(client, "p", "node-0") == ""
+        assert backend.gets == 1
