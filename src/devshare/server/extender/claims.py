@@ -54,8 +54,8 @@ ATTEMPTS = 16  # compare-and-swap rounds before a bind gives up (each lost round
 STUB_RECHECK = 30.0  # seconds after which a claim not yet seen bound by the watch is read again
 
 
-class Refused(Exception):
-    """The claim was not written: the bind must not go out (the message says why)."""
+NO_FIT = "does not fit on node"
+Queued = tuple[PodRequest, PodAllocation, "asyncio.Future[str | None]"]  # a claim waiting for its node's write
 
 
 @dataclass
@@ -101,19 +101,54 @@ class Claims:
         self.stubs: dict[str, tuple[PodRequest, float]] = {}
         self.counters = ClaimCounters()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._queued: dict[str, list[Queued]] = {}  # claims waiting for their node's next write
+        self._writers: dict[str, asyncio.Task[None]] = {}  # the task writing each node's claims now
 
     # ------------------------------------------------------------------ the bind path
     async def claim(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
         """Record ``pod``'s claim on ``alloc`` in its node's ledger; None when written (the Binding may
-        go out), otherwise why not (the bind is refused; nothing was written)."""
+        go out), otherwise why not (the bind is refused; nothing was written for it).
+
+        Claims for one node are written one write at a time: those that come while a write is on its
+        way wait for it and then go out together, in one write (binpacking sends the binds of a node's
+        pods in a burst; each would otherwise wait for every write before it)."""
         node = alloc.node
+        done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._queued.setdefault(node, []).append((pod, alloc, done))
+        writer = self._writers.get(node)
+        if writer is None or writer.done():
+            writer = asyncio.create_task(self._drain(node), name=f"devshare-claims-{node}")
+            self._writers[node] = writer
+            writer.add_done_callback(lambda t: self._writers.pop(node) if self._writers.get(node) is t else None)
+        return await asyncio.shield(done)
+
+    async def _drain(self, node: str) -> None:
+        """Write the claims queued for ``node``, a batch per write, until none is left."""
+        while batch := self._queued.pop(node, None):
+            try:
+                answers = await self._write_batch(node, batch)
+            except Exception as e:  # never leave a bind waiting: each gets the reason
+                log.exception("writing the claim ledger of node %s failed unexpectedly", node)
+                answers = [f"pod {p.key}: recording its claim failed ({type(e).__name__}: {e}); nothing was bound"
+                           for p, _, _ in batch]
+            for (_, _, done), answer in zip(batch, answers, strict=True):
+                if not done.done():
+                    done.set_result(answer)
+
+    async def _write_batch(self, node: str, batch: list[Queued]) -> list[str | None]:
+        """One compare-and-swap write of ``batch``'s claims (retried on 409): per claim, None when
+        written, otherwise why not."""
         async with self._lock(node):
             try:
                 # a ledger not seen yet is written as if it did not exist: a create, answered 409 when
                 # it does (then read), so that a bind costs one request to the ledger either way
                 ledger = self.ledgers.get(node) or NodeLedger(node)
                 for _ in range(ATTEMPTS):
-                    claims, pruned = self._decide(ledger, pod, alloc)
+                    claims, answers, pruned = self._decide(ledger, batch)
+                    refused = sum(1 for a in answers if a and NO_FIT in a)
+                    if all(answers):
+                        self.counters.refused += refused
+                        return answers  # nothing to write
                     try:
                         written = await self.ledger.write(ledger, claims)
                     except Conflict:
@@ -122,42 +157,50 @@ class Claims:
                         continue
                     self.counters.writes += 1
                     self.counters.pruned += pruned
+                    self.counters.refused += refused
                     self._adopt(written)
-                    return None
-                raise Refused(f"pod {pod.key}: the claim ledger of node {node} ({self.ledger.where(node)}) changed "
-                              f"{ATTEMPTS} times while devshare tried to record the pod's claim; nothing was bound")
-            except Refused as e:
-                return str(e)
+                    return answers
+                return [f"pod {p.key}: the claim ledger of node {node} ({self.ledger.where(node)}) changed "
+                        f"{ATTEMPTS} times while devshare tried to record the pod's claim; nothing was bound"
+                        for p, _, _ in batch]
             except BackendError as e:
                 self.ledgers.pop(node, None)  # the write may have happened: read the ledger afresh next time
-                return (f"pod {pod.key}: recording its claim in the claim ledger of node {node} "
-                        f"({self.ledger.where(node)}) failed: {e}; nothing was bound")
+                return [f"pod {p.key}: recording its claim in the claim ledger of node {node} "
+                        f"({self.ledger.where(node)}) failed: {e}; nothing was bound" for p, _, _ in batch]
 
-    def _decide(self, ledger: NodeLedger, pod: PodRequest, alloc: PodAllocation) -> tuple[dict[str, Claim], int]:
-        """The claims to write for ``pod`` over ``ledger`` and how many were pruned (synchronous: no
-        other engine call between the absorption, the check and the claims returned). Raises Refused."""
+    def _decide(self, ledger: NodeLedger, batch: list[Queued]) -> tuple[dict[str, Claim], list[str | None], int]:
+        """The claims to write for ``batch`` over ``ledger``, the answer of each of its pods (None: its
+        claim is in) and how many claims were pruned: each pod decided in turn as if it were claimed
+        alone over the claims decided before it. Synchronous: no other engine call between the
+        absorptions, the checks and the claims returned."""
         node = ledger.node
         if ledger.error is not None:
-            raise Refused(f"the claim ledger of node {node} ({self.ledger.where(node)}) cannot be read: "
-                          f"{ledger.error}; devshare binds nothing there until it is repaired or deleted")
-        held = ledger.claims.get(pod.key)
-        if held is not None and held.by != self.identity and not self._gone(held):
+            why = (f"the claim ledger of node {node} ({self.ledger.where(node)}) cannot be read: "
+                   f"{ledger.error}; devshare binds nothing there until it is repaired or deleted")
+            return dict(ledger.claims), [why] * len(batch), 0
+        claims = {k: c for k, c in ledger.claims.items() if not self._gone(c)}
+        pruned = len(ledger.claims) - len(claims)
+        answers = [self._decide_one(node, claims, pod, alloc) for pod, alloc, _ in batch]
+        return claims, answers, pruned
+
+    def _decide_one(self, node: str, claims: dict[str, Claim], pod: PodRequest, alloc: PodAllocation) -> str | None:
+        """Add ``pod``'s claim to ``claims`` (None) when it fits beside every other claim there and
+        everything the state holds; otherwise leave ``claims`` as they are and say why not."""
+        held = claims.get(pod.key)
+        if held is not None and held.by != self.identity:
             # another replica's claim under this name (this pod's, or one of an earlier pod of the name
             # whose end the watch has not shown yet): never overwritten
-            raise Refused(f"pod {pod.key} is being bound by another devshare replica ({held.by} claimed devices "
-                          f"of node {node} for it {max(0.0, self.clock() - held.at):.0f} s ago); a claim whose "
-                          f"pod never binds is released after {self.ttl:g} s")
-        kept = {k: c for k, c in ledger.claims.items() if k != pod.key and not self._gone(c)}
-        pruned = len(ledger.claims) - len(kept) - (pod.key in ledger.claims)
-        unreflected = self._absorb(kept.values())
+            return (f"pod {pod.key} is being bound by another devshare replica ({held.by} claimed devices of node "
+                    f"{node} for it {max(0.0, self.clock() - held.at):.0f} s ago); a claim whose pod never binds "
+                    f"is released after {self.ttl:g} s")
+        unreflected = self._absorb(c for k, c in claims.items() if k != pod.key)
         reason = self._check(pod, alloc, unreflected)
         if reason is not None:
-            self.counters.refused += 1
-            raise Refused(f"pod {pod.key} does not fit on node {node} beside the claims in its claim ledger "
-                          f"(another devshare replica may have bound a pod to these devices first): {reason}")
-        kept[pod.key] = Claim(pod=pod.key, uid=pod.uid, by=self.identity, at=self.clock(), allocation=alloc,
-                              priority=pod.priority)
-        return kept, pruned
+            return (f"pod {pod.key} {NO_FIT} {node} beside the claims in its claim ledger (another devshare "
+                    f"replica may have bound a pod to these devices first): {reason}")
+        claims[pod.key] = Claim(pod=pod.key, uid=pod.uid, by=self.identity, at=self.clock(), allocation=alloc,
+                                priority=pod.priority)
+        return None
 
     def _gone(self, c: Claim) -> bool:
         """The claim's pod is surely gone or finished: the watch has seen it end (never a guess: a pod
