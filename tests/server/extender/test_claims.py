@@ -185,6 +185,15 @@ async def test_a_bind_costs_one_write_and_a_conflict_is_read_absorbed_and_refuse
     assert set(await ledger_claims(inner)) == {"default/a", "default/c"}
 
 
+async def test_claims_that_come_together_share_one_write() -> None:
+    inner = cluster(1, gpus=8, pods=[pod(f"p{i}", gpus=1) for i in range(8)])
+    a = Replica(Jittery(inner, random.Random(0)), "a")
+    answers = await asyncio.gather(*(a.bind(inner.store.get("pods", f"default/p{i}")) for i in range(8)))
+    assert answers == [""] * 8
+    assert a.claims.counters.writes <= 2  # not eight: the binds of a burst wait for one write together
+    assert len(await ledger_claims(inner)) == 8
+
+
 async def test_a_pod_claimed_by_another_replica_is_not_claimed_again() -> None:
     inner = cluster(1, gpus=2, pods=[pod("p", core=50)])
     a, b = Replica(inner, "a"), Replica(inner, "b")
