@@ -14,7 +14,7 @@ def test_manifests() -> None:
             for d in yaml.safe_load_all((DEPLOY / f).read_text())}
     role = docs[("ClusterRole", "devshare-agent")]
     rules = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert rules == {("", "nodes/status"): {"patch"}, ("", "pods"): {"list", "patch"},
+    assert rules == {("", "nodes"): {"patch"}, ("", "nodes/status"): {"patch"}, ("", "pods"): {"list", "patch"},
                      ("devshare.io", "devices"): {"get", "create", "update"}}
     ds = docs[("DaemonSet", "devshare-agent")]["spec"]["template"]["spec"]
     assert ds["serviceAccountName"] == "devshare-agent"

@@ -19,7 +19,8 @@ def test_reporter_creates_device_and_node_status_with_its_own_identity(cluster: 
     node = cluster.node("agent-1", gpus=0)
     cluster.cp.kubectl("delete", "device", node)  # the agent makes it
     fake = tmp_path / "node.yaml"
-    fake.write_text(yaml.safe_dump({"model": "Tesla-V100-SXM2-16GB", "memory": "16Gi", "gpus": 4}))
+    fake.write_text(yaml.safe_dump({"model": "Tesla V100-SXM2-16GB", "memory": "16Gi", "gpus": 4,
+                                    "driverVersion": "535.104.05"}))
     cfg = cluster.cp.token_kubeconfig("devshare-agent", on_node=node)  # as the DaemonSet's pod on the node
     proc = cluster.cp.spawn("agent", [*DEVSHARE, "agent", "report", "--fake", str(fake), "--node", node,
                                       "--interval", "1"],
@@ -37,6 +38,24 @@ def test_reporter_creates_device_and_node_status_with_its_own_identity(cluster: 
             return alloc if "vke.volcengine.com/mgpu-memory" in alloc else None
         alloc = wait_until(advertised, timeout=60, what="the node's extended resources")
         assert alloc["vke.volcengine.com/mgpu-memory"] == str(4 * 16 * 1024)  # MiB of the four cards
+
+        # seed 001: the GPU model, driver and vendor on the Node (and the Device), as labels
+        def labelled() -> dict[str, str] | None:
+            labels = cluster.cp.get("node", node)["metadata"]["labels"]
+            return labels if "devshare.io/gpu-model" in labels else None
+        labels = wait_until(labelled, timeout=60, what="the node's GPU labels")
+        for prefix in ("devshare.io", "node.koordinator.sh"):
+            assert labels[f"{prefix}/gpu-model"] == "Tesla-V100-SXM2-16GB"
+            assert labels[f"{prefix}/gpu-driver-version"] == "535.104.05"
+            assert labels[f"{prefix}/gpu-vendor"] == "nvidia"
+        assert yaml.safe_load(cluster.cp.kubectl("get", "device", node, "-o", "yaml").stdout)["metadata"][
+            "labels"]["devshare.io/gpu-model"] == "Tesla-V100-SXM2-16GB"
+        # a nodeSelector on the model, nobody labelled the node by hand: kube-scheduler and devshare place it
+        pod = cluster.pod("on-model", {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"},
+                          create=False)
+        pod["spec"]["nodeSelector"]["devshare.io/gpu-model"] = "Tesla-V100-SXM2-16GB"
+        cluster.cp.kubectl("create", "-f", "-", input=json.dumps(pod))
+        assert cluster.wait_bound("on-model", timeout=60)["spec"]["nodeName"] == node
         assert proc.alive, proc.tail()
     finally:
         proc.stop()
@@ -70,6 +89,20 @@ def test_each_agent_changes_only_its_own_node(cluster: Cluster) -> None:
         in out.stderr, cp.get("validatingadmissionpolicy", "devshare-agent-own-node").get("status")
 
     label = json.dumps({"metadata": {"labels": {"probe": "1"}}})
+    # its node's GPU labels, on its node only; no other label, not through the status either
+    gpu = json.dumps({"metadata": {"labels": {"devshare.io/gpu-model": "A100-SXM4-80GB",
+                                              "node.koordinator.sh/gpu-driver-version": None}}})
+    assert as_agent("patch", "node", mine, "--type=merge", "-p", gpu).returncode == 0
+    assert cp.get("node", mine)["metadata"]["labels"]["devshare.io/gpu-model"] == "A100-SXM4-80GB"
+    out = as_agent("patch", "node", other, "--type=merge", "-p", gpu)
+    assert out.returncode != 0 and f"not nodes {other} of node {other}" in out.stderr
+    out = as_agent("patch", "node", mine, "--type=merge", "-p", label)
+    assert out.returncode != 0 and "may only set devshare.io/gpu-model" in out.stderr, out.stderr
+    h100 = json.dumps({"metadata": {"labels": {"devshare.io/gpu-model": "H100"}}})
+    as_agent("patch", "node", mine, "--subresource=status", "--type=merge", "-p", h100)  # refused (or ignored)
+    assert cp.get("node", mine)["metadata"]["labels"]["devshare.io/gpu-model"] == "A100-SXM4-80GB"
+    taint = json.dumps({"spec": {"unschedulable": True}})
+    assert as_agent("patch", "node", mine, "--type=merge", "-p", taint).returncode != 0
     devices = "/apis/devshare.io/v1alpha1/devices"
     assert _relabel(agent, f"{devices}/{mine}").returncode == 0  # the agent reads and updates Devices
     out = _relabel(agent, f"{devices}/{other}")

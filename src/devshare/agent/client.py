@@ -26,6 +26,10 @@ class AgentClient(Protocol):
         """Merge these extended resources into the Node's status.capacity / status.allocatable."""
         ...
 
+    def patch_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
+        """Merge these labels into the Node's (None: remove the label)."""
+        ...
+
     def list_node_pods(self, node: str) -> list[dict[str, Any]]:
         """Every pod bound to ``node`` (spec.nodeName)."""
         ...
@@ -75,6 +79,17 @@ class MemoryClient:
             status = obj.setdefault("status", {})
             status.setdefault("capacity", {}).update(capacity)
             status.setdefault("allocatable", {}).update(allocatable)
+
+    def patch_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
+        with self._lock:
+            self.calls.append(f"patch_node_labels {node}")
+            obj = self.nodes.setdefault(node, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+            current = obj["metadata"].setdefault("labels", {})
+            for k, v in labels.items():
+                if v is None:
+                    current.pop(k, None)
+                else:
+                    current[k] = v
 
     def list_node_pods(self, node: str) -> list[dict[str, Any]]:
         with self._lock:

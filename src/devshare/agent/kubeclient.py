@@ -49,12 +49,19 @@ class LightkubeClient:
         annotations.pop(names.DEVICE_CHECKPOINTS, None)  # ours: absent now means none held outside
         annotations.update(obj["metadata"].get("annotations") or {})
         meta["annotations"] = annotations
+        labels = {k: v for k, v in ((current.get("metadata") or {}).get("labels") or {}).items()
+                  if k not in names.GPU_NODE_LABELS}  # ours: absent now means unknown
+        labels.update(obj["metadata"].get("labels") or {})
+        meta["labels"] = labels
         merged["metadata"] = meta
         self.client.replace(Device.from_dict(merged))
 
     def patch_node_status(self, node: str, capacity: dict[str, str], allocatable: dict[str, str]) -> None:
         self.client.patch(Node.Status, node, {"status": {"capacity": capacity, "allocatable": allocatable}},
                           patch_type=PatchType.MERGE)
+
+    def patch_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
+        self.client.patch(Node, node, {"metadata": {"labels": labels}}, patch_type=PatchType.MERGE)
 
     def list_node_pods(self, node: str) -> list[dict[str, Any]]:
         pods = (_dict(p) for p in self.client.list(Pod, namespace="*", fields={"spec.nodeName": node}))

@@ -32,12 +32,13 @@ class Agent:
         override: list[list[float]] | None = None,
         checkpoint: Path | None = None,
         watch_interval: float = 1.0,
+        label_node: bool = True,
     ) -> None:
         self.backend = backend
         self.node = node
         self.client = client
         self.reporter = Reporter(backend, node, client=client, override=override, checkpoint=checkpoint,
-                                 own_resources=[r.name for r in resources])
+                                 own_resources=[r.name for r in resources], label_node=label_node)
         self.reporter.load_previous()
         self.reporter.build()
         inv = self.reporter.inventory

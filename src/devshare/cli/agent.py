@@ -29,6 +29,8 @@ BandwidthOpt = Annotated[Path | None, typer.Option("--bandwidth", help="Measured
 CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="kubelet's device plugin checkpoint "
                                                     "(default: /var/lib/kubelet/device-plugins/"
                                                     "kubelet_internal_checkpoint when it exists).")]
+LabelOpt = Annotated[bool, typer.Option("--node-labels/--no-node-labels",
+                                         help="Put the GPU model, driver version and vendor on the Node as labels.")]
 XidsOpt = Annotated[str, typer.Option("--ignore-xids", help="XIDs that do not make a GPU unhealthy (comma list).")]
 
 
@@ -105,6 +107,7 @@ def report(
     checkpoint: CheckpointOpt = None,
     ignore_xids: XidsOpt = "",
     interval: Annotated[float, typer.Option("--interval", help="Seconds between reports.")] = 2.0,
+    node_labels: LabelOpt = True,
 ) -> None:
     """Report the node's devices: print the Device object (--once), or keep it up to date in the API."""
     from devshare.agent.reporter import Reporter
@@ -116,7 +119,7 @@ def report(
         backend = _backend(fake, devices, name, ignore_xids, watch_health=not once)
         try:
             reporter = Reporter(backend, name, client=None if once else _client(), override=_override(bandwidth),
-                                checkpoint=_checkpoint(checkpoint))
+                                checkpoint=_checkpoint(checkpoint), label_node=node_labels)
             if once:
                 emit(reporter.build(), output)
                 return
@@ -143,6 +146,7 @@ def run(
     resources: Annotated[str, typer.Option("--resources", help="Resource names to serve as device plugins "
                                            "(comma list; default: all devshare serves).")] = "",
     interval: Annotated[float, typer.Option("--interval", help="Seconds between reports.")] = 2.0,
+    node_labels: LabelOpt = True,
 ) -> None:
     """Run the agent: the reporter and the kubelet device plugins."""
     from devshare.agent.resources import PLUGIN_RESOURCES
@@ -165,7 +169,7 @@ def run(
         backend = _backend(fake, devices, name, ignore_xids, watch_health=True)
         try:
             agent = Agent(backend, name, _client(), resources=chosen, plugin_dir=plugin_dir,
-                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint))
+                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint), label_node=node_labels)
         except BaseException:
             backend.close()
             raise
