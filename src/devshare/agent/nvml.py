@@ -3,7 +3,8 @@
 Per GPU: UUID, minor, model, total memory, PCI bus id, NUMA node; and the driver's version.
 Between every pair: the NVLink count (links in the enabled state whose remote end is the other
 GPU, by remote PCI bus id; links whose remote device is an NVSwitch count toward the switch
-fabric, and two GPUs both on the fabric get ``min`` of their switch links, ``via: nvswitch``) and the PCIe common-ancestor level.
+fabric, and two GPUs both on the fabric get ``min`` of their switch links, ``via: nvswitch``)
+and the PCIe common-ancestor level.
 The bandwidth matrix comes from these through the model of :mod:`devshare.model.links`.
 
 Health: a thread waits for NVML's XID critical-error events; a card that reports an XID not in
