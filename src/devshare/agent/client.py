@@ -13,6 +13,10 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 
+class WriteRefused(Exception):
+    """The API refused a write for good (an admission webhook or policy, an invalid change)."""
+
+
 class AgentClient(Protocol):
     def get_device(self, name: str) -> dict[str, Any] | None:
         """The Device object named ``name`` (the node), or None."""
@@ -34,8 +38,11 @@ class AgentClient(Protocol):
         """Every pod bound to ``node`` (spec.nodeName)."""
         ...
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        """Merge these annotations into the pod's."""
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None], *,
+                              uid: str | None = None) -> None:
+        """Merge these annotations into the pod's (None: remove). ``uid``: only if the pod is still that
+        one. Raises LookupError when the pod is gone (or is another one now), :class:`WriteRefused`
+        when the API refuses the change for good (admission); anything else may pass on retry."""
         ...
 
 
@@ -95,10 +102,16 @@ class MemoryClient:
         with self._lock:
             return [copy.deepcopy(p) for p in self.pods.values() if (p.get("spec") or {}).get("nodeName") == node]
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None], *,
+                              uid: str | None = None) -> None:
         with self._lock:
             self.calls.append(f"patch_pod_annotations {namespace}/{name}")
             pod = self.pods.get((namespace, name))
-            if pod is None:
+            if pod is None or (uid is not None and pod["metadata"].get("uid") != uid):
                 raise LookupError(f"pod {namespace}/{name} not found")
-            pod["metadata"].setdefault("annotations", {}).update(annotations)
+            current = pod["metadata"].setdefault("annotations", {})
+            for k, v in annotations.items():
+                if v is None:
+                    current.pop(k, None)
+                else:
+                    current[k] = v

@@ -79,6 +79,21 @@ def _checkpoint(path: Path | None) -> Path | None:
     return DEFAULT_PATH if DEFAULT_PATH.exists() else None
 
 
+def _journal(path: Path | None) -> Path | None:
+    from devshare.agent.journal import DEFAULT_PATH
+
+    if path is not None:
+        if not path.parent.is_dir():
+            raise InvalidInput("its folder does not exist", field=f"--agent-checkpoint {path}")
+        return path
+    if DEFAULT_PATH.parent.is_dir():
+        return DEFAULT_PATH
+    logging.getLogger("devshare.agent").warning(
+        "%s does not exist: devices handed out for identical pods are remembered in memory only (mount it)",
+        DEFAULT_PATH.parent)
+    return None
+
+
 def _client() -> AgentClient:
     from devshare.agent.kubeclient import LightkubeClient
 
@@ -147,6 +162,9 @@ def run(
                                            "(comma list; default: all devshare serves).")] = "",
     interval: Annotated[float, typer.Option("--interval", help="Seconds between reports.")] = 2.0,
     node_labels: LabelOpt = True,
+    agent_checkpoint: Annotated[Path | None, typer.Option(
+        "--agent-checkpoint", help="The agent's own checkpoint: devices handed out for identical pods and the "
+        "trades it owes (default: /var/lib/devshare/agent-checkpoint.json when /var/lib/devshare exists).")] = None,
 ) -> None:
     """Run the agent: the reporter and the kubelet device plugins."""
     from devshare.agent.resources import PLUGIN_RESOURCES
@@ -169,7 +187,8 @@ def run(
         backend = _backend(fake, devices, name, ignore_xids, watch_health=True)
         try:
             agent = Agent(backend, name, _client(), resources=chosen, plugin_dir=plugin_dir,
-                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint), label_node=node_labels)
+                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint), label_node=node_labels,
+                          journal=_journal(agent_checkpoint))
         except BaseException:
             backend.close()
             raise

@@ -12,6 +12,7 @@ FPGA = "fpga"
 # --- devshare's own
 ALLOCATION = "devshare.io/allocation"
 ASSIGNED = "devshare.io/assigned"  # set by the node agent once every container got its devices
+TRADE = "devshare.io/trade"  # <partner uid>: two identical pods exchanged allocations (devshare.model.trade)
 NODE_GPU_MODEL = "devshare.io/gpu-model"  # node label (the agent sets it; the scheduler reads it)
 NODE_GPU_DRIVER = "devshare.io/gpu-driver-version"  # node label set by the agent
 NODE_GPU_VENDOR = "devshare.io/gpu-vendor"  # node label set by the agent
