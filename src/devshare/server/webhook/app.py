@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,9 +23,15 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import requests_devices
 from devshare.server.webhook import metrics as m
-from devshare.server.webhook.allocations import DEFAULT_WRITERS, refuse_allocation_write
+from devshare.server.webhook.allocations import (
+    DEFAULT_TRADERS,
+    DEFAULT_WRITERS,
+    refuse_allocation_write,
+    trade_partner,
+)
 from devshare.server.webhook.allocations import REASON as ALLOCATION_WRITE
 from devshare.server.webhook.cluster import DeviceTypes
+from devshare.server.webhook.pods import NodePods
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER, REPLACEABLE_SCHEDULERS, mutation
 from devshare.server.webhook.review import (
     BadReview,
@@ -53,6 +59,9 @@ class WebhookConfig:
     metrics: m.Metrics = field(default_factory=m.Metrics)
     # the usernames that may write allocation annotations (devshare's own ServiceAccounts)
     allocation_writers: Collection[str] = DEFAULT_WRITERS
+    # the usernames that may mark pods assigned and trade allocations (the node agent)
+    allocation_traders: Collection[str] = DEFAULT_TRADERS
+    pods: NodePods | None = None  # where a trade's partner is looked up; None: trades are refused
 
 
 CONFIG = web.AppKey("config", WebhookConfig)
@@ -74,11 +83,12 @@ def _device_pod(review: Review) -> dict[str, Any] | None:
     return with_identity(pod, review.namespace, review.name)
 
 
-Decide = Callable[[Review, WebhookConfig], tuple[bytes, str]]
+Decide = Callable[[Review, WebhookConfig, Any], tuple[bytes, str]]
+Prepare = Callable[[Review, WebhookConfig], Awaitable[Any]]
 
 
-async def _review(request: web.Request, op: str, decide: Decide, on_error: Callable[[Review, Exception], bytes]
-                  ) -> web.Response:
+async def _review(request: web.Request, op: str, decide: Decide, on_error: Callable[[Review, Exception], bytes],
+                  prepare: Prepare | None = None) -> web.Response:
     """Read the AdmissionReview (400 if malformed), decide, count and time it. A failure inside the
     decision is logged and answered by ``on_error`` (never a 500)."""
     config = request.app[CONFIG]
@@ -89,7 +99,7 @@ async def _review(request: web.Request, op: str, decide: Decide, on_error: Calla
         config.metrics.reviews.labels(op, m.MALFORMED).inc()
         return web.Response(status=400, body=bad_review_body(e), content_type=JSON)
     try:
-        body, result = decide(review, config)
+        body, result = decide(review, config, await prepare(review, config) if prepare is not None else None)
     except Exception as e:
         log.exception("%s of %s/%s (uid %s) failed", op, review.namespace, review.name, review.uid)
         body, result = on_error(review, e), m.ERROR
@@ -98,10 +108,20 @@ async def _review(request: web.Request, op: str, decide: Decide, on_error: Calla
     return web.Response(body=body, content_type=JSON)
 
 
-def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]:
+async def _trade_partners(review: Review, config: WebhookConfig) -> list[dict[str, Any]] | None:
+    """The pods of the namespace on the pod's node, when this is a node agent's trade write."""
+    if review.kind != "Pod" or review.sub_resource or config.pods is None:
+        return None
+    if trade_partner(review.operation, review.username, review.object, review.old_object,
+                     config.allocation_traders) is None:
+        return None
+    return await config.pods.node_pods(review.namespace, str(review.object["spec"]["nodeName"]))
+
+
+def _decide_validate(review: Review, config: WebhookConfig, partners: Any) -> tuple[bytes, str]:
     if review.kind == "Pod" and not review.sub_resource:
         refused = refuse_allocation_write(review.operation, review.username, review.object, review.old_object,
-                                          config.allocation_writers)
+                                          config.allocation_writers, config.allocation_traders, partners)
         if refused:
             config.metrics.rejections.labels(ALLOCATION_WRITE).inc()
             return deny(review, f"devshare: pod {_pod_name(review)}: {refused}"), m.DENIED
@@ -130,7 +150,7 @@ def _validate_failed(review: Review, e: Exception) -> bytes:
     )
 
 
-def _decide_mutate(review: Review, config: WebhookConfig) -> tuple[bytes, str]:
+def _decide_mutate(review: Review, config: WebhookConfig, _: Any) -> tuple[bytes, str]:
     pod = _device_pod(review)
     if pod is None:
         return allow(review), m.SKIPPED
@@ -143,7 +163,7 @@ def _mutate_failed(review: Review, e: Exception) -> bytes:
 
 
 async def _validate(request: web.Request) -> web.Response:
-    return await _review(request, "validate", _decide_validate, _validate_failed)
+    return await _review(request, "validate", _decide_validate, _validate_failed, _trade_partners)
 
 
 async def _mutate(request: web.Request) -> web.Response:
