@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from devshare.model import dialects, names
+from devshare.model import dialects, names, trade
 from devshare.model.dialects import koordinator
-from devshare.model import trade
 from devshare.server.webhook.allocations import DEFAULT_TRADERS, DEFAULT_WRITERS, refuse_allocation_write
-from devshare.server.webhook.pods import StaticPods
 from devshare.server.webhook.app import WebhookConfig
+from devshare.server.webhook.pods import StaticPods
 from support.webhook_client import Client
 
 (EXTENDER,), (AGENT,) = DEFAULT_WRITERS, DEFAULT_TRADERS

@@ -31,8 +31,8 @@ from devshare.server.webhook.allocations import (
 )
 from devshare.server.webhook.allocations import REASON as ALLOCATION_WRITE
 from devshare.server.webhook.cluster import DeviceTypes
-from devshare.server.webhook.pods import NodePods
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER, REPLACEABLE_SCHEDULERS, mutation
+from devshare.server.webhook.pods import NodePods
 from devshare.server.webhook.review import (
     BadReview,
     Review,
