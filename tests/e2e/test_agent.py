@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from e2e.cluster import DEVSHARE, wait_until
-from e2e.conftest import Cluster
+from e2e.conftest import Cluster, allocation
 
 
 def test_reporter_creates_device_and_node_status_with_its_own_identity(cluster: Cluster, tmp_path: Path) -> None:
@@ -161,3 +161,71 @@ def _relabel(kubeconfig: Path, path: str) -> subprocess.CompletedProcess[str]:
     obj = json.loads(got.stdout)
     obj["metadata"].setdefault("labels", {})["probe"] = "1"
     return _patch(kubeconfig, path, json.dumps(obj), method="PUT")
+
+
+def test_the_extender_follows_a_trade(cluster: Cluster) -> None:
+    """Issue 13: the node agent trades the allocations of two identical pods whose devices kubelet's
+    Allocate handed out crosswise. Made with the agent's own identity through the real admission
+    chain (its ValidatingAdmissionPolicy, the allocations webhook); the extender parks the first
+    write until the second arrives, so neither card is ever counted twice or refused in between,
+    and ends with each pod on the other's card."""
+    from devshare.model import trade
+
+    cp = cluster.cp
+    node = cluster.node("trade-1", gpus=2)
+    ask = {"koordinator.sh/gpu-core": "60", "koordinator.sh/gpu-memory-ratio": "60"}  # one per card
+    for name in ("a", "b", "c"):
+        cluster.pod(name, ask)
+    pods = {n: cluster.wait_bound(n, timeout=60) for n in ("a", "b")}
+    pending = cluster.get_pod("c")
+    assert not pending["spec"].get("nodeName")  # both cards are taken: c waits
+    card = {n: allocation(p)["containers"][0]["devices"][0]["minor"] for n, p in pods.items()}
+    assert sorted(card.values()) == [0, 1]
+
+    def holders() -> dict[int, list[str]]:
+        (n,) = cluster.inspect()["nodes"]
+        return {d["minor"]: sorted(p.split("/")[1] for p in d["pods"]) for d in n["devices"]}
+
+    assert holders() == {card["a"]: ["a"], card["b"]: ["b"]}
+    agent = cp.token_kubeconfig("devshare-agent", on_node=node)
+    uid = {n: p["metadata"]["uid"] for n, p in pods.items()}
+    ann = {n: p["metadata"]["annotations"] for n, p in pods.items()}
+    base = f"/api/v1/namespaces/{cluster.ns}/pods"
+
+    # what the webhook refuses: a user's trade, the agent rewriting an allocation without the tag
+    forged = json.dumps({"metadata": {"annotations": trade.leg(ann["a"], ann["b"], uid["b"])}})
+    user = cp.token_kubeconfig("default", cluster.ns)
+    assert _patch(user, f"{base}/a", forged).returncode != 0
+    untagged = {k: v for k, v in trade.leg(ann["a"], ann["b"], uid["b"]).items() if k != trade.TRADE}
+    out = _patch(agent, f"{base}/a", json.dumps({"metadata": {"annotations": untagged}}))
+    assert out.returncode != 0 and "trade" in out.stderr, out.stderr
+
+    # the first write: a takes b's card. Alone it would put 120% on that card: the extender waits
+    first = _patch(agent, f"{base}/a", forged)
+    assert first.returncode == 0, first.stderr
+    wait_until(lambda: cluster.get_pod("a")["metadata"]["annotations"].get(trade.TRADE) == uid["b"],
+               what="a's trade write")
+    wait_until(lambda: _parked(cp.extender_port) == 1 or None, timeout=30, what="the extender parking a's write")
+    assert holders() == {card["a"]: ["a"], card["b"]: ["b"]}  # parked: nothing counted twice
+    assert not cluster.events("a", "DeviceOverbooked")
+    assert not cluster.get_pod("c")["spec"].get("nodeName")  # no card looked free in between
+
+    # the second write: b takes a's former card; the extender applies the two together
+    second = _patch(agent, f"{base}/b", json.dumps({"metadata": {"annotations": trade.leg(
+        ann["b"], ann["a"], uid["a"])}}))
+    assert second.returncode == 0, second.stderr
+    wait_until(lambda: holders() == {card["b"]: ["a"], card["a"]: ["b"]}, timeout=30,
+               what="the extender following the trade")
+    assert not cluster.events("a", "DeviceOverbooked") and not cluster.events("b", "DeviceOverbooked")
+    assert allocation(cluster.get_pod("a"))["containers"][0]["devices"][0]["minor"] == card["b"]
+    assert not cluster.get_pod("c")["spec"].get("nodeName")
+
+
+def _parked(port: int) -> float:
+    """The extender's count of trade writes waiting for their partner's."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.split()[1]) for line in text.splitlines()
+               if line.startswith("devshare_extender_trade_writes_parked "))
