@@ -23,6 +23,7 @@ log = logging.getLogger("devshare.agent.journal")
 
 DEFAULT_PATH = Path("/var/lib/devshare/agent-checkpoint.json")
 VERSION = 1
+MARK = "assigned"  # the ``why`` of a mark write
 
 
 class Handout(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,7 +43,7 @@ class Write(msgspec.Struct, frozen=True, kw_only=True):
     namespace: str
     name: str
     annotations: dict[str, str | None]
-    why: str  # for the log: "trade with ns/name", "assigned"
+    why: str  # for the log: "trade with ns/name", or MARK
 
 
 class State(msgspec.Struct, kw_only=True):
@@ -61,10 +62,9 @@ class Journal:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.state = State()
-        self._saved = _encode(self.state)
         if path is not None:
             self.state = self._load(path)
-            self._saved = _encode(self.state)
+        self._saved = b""  # the first save writes (a fresh file, or one rid of writes made before)
 
     @staticmethod
     def _load(path: Path) -> State:
@@ -92,20 +92,25 @@ class Journal:
         return self.state.writes
 
     def save(self) -> None:
-        """Write the state when it changed (atomically: a temporary file renamed over the old one)."""
-        data = _encode(self.state)
-        if data == self._saved or self.path is None:
-            self._saved = data
+        """Write the state when its handouts or trade writes changed (atomically: a temporary file
+        renamed over the old one). Marks alone are not worth a write (a mark lost with a restart
+        leaves an informational annotation unset, as before trades existed); writes already made
+        may stay in the file: made again after a restart, they change nothing. No fsync: the file
+        must survive the agent's restarts, which the page cache does (a node that crashes restarts
+        its pods anyway)."""
+        key = _encode(State(version=self.state.version, handouts=self.state.handouts,
+                            writes=[w for w in self.state.writes if w.why != MARK]))
+        if key == self._saved or self.path is None:
+            self._saved = key
             return
+        data = _encode(self.state)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".agent-checkpoint-", dir=self.path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self._saved = data
+        self._saved = key

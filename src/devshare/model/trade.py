@@ -27,9 +27,16 @@ MARKS = (names.ASSIGNED, aliyun.ALIYUN_ASSIGNED)  # the node agent's marks
 KEPT = frozenset({*MARKS, aliyun.ALIYUN_ASSUME_TIME})  # and when the pod was bound
 
 
+_keys: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # (the registry's, less KEPT)
+
+
 def traded_keys() -> frozenset[str]:
     """The annotation keys a trade exchanges (besides those under :func:`traded_prefixes`)."""
-    return allocation_annotations() - KEPT
+    global _keys
+    registry = allocation_annotations()
+    if _keys[0] is not registry:  # a dialect was registered since
+        _keys = (registry, registry - KEPT)
+    return _keys[1]
 
 
 def traded_prefixes() -> tuple[str, ...]:
@@ -42,7 +49,9 @@ def is_traded(key: str) -> bool:
 
 def traded(annotations: Mapping[str, Any]) -> dict[str, str]:
     """The annotations of a pod that a trade exchanges."""
-    return {k: str(v) for k, v in annotations.items() if isinstance(k, str) and is_traded(k)}
+    keys, prefixes = traded_keys(), traded_prefixes()
+    return {k: str(v) for k, v in annotations.items()
+            if isinstance(k, str) and (k in keys or k.startswith(prefixes)) and k not in KEPT}
 
 
 def leg(mine: Mapping[str, Any], partner: Mapping[str, Any], partner_uid: str) -> dict[str, str | None]:

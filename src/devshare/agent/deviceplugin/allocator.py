@@ -25,7 +25,7 @@ from devshare.agent.checkpoint import CheckpointEntry, read_checkpoint
 from devshare.agent.client import AgentClient, WriteRefused
 from devshare.agent.envs import ContainerDevices, container_devices
 from devshare.agent.inventory import Inventory
-from devshare.agent.journal import Handout, Journal, Write
+from devshare.agent.journal import MARK, Handout, Journal, Write
 from devshare.agent.matching import (
     ASSIGNED,
     AllocateError,
@@ -142,10 +142,11 @@ class Allocator:
         with self._lock:
             api = self.client.list_node_pods(self.node)
             entries = self._entries()
-            if self._resolve(entries, self._overlaid(api)):
+            resolved = self._resolve(entries, self._overlaid(api))
+            raw = self._overlaid(api)  # the pods as the writes owed leave them
+            if resolved:
+                self.journal.save()  # a trade's two writes are owed before the first is made
                 self._flush()  # the trade's writes first: the webhook checks each against the API's pods
-                api = self.client.list_node_pods(self.node) if not self.journal.writes else api
-            raw = self._overlaid(api)
             self._drop_stale(resource.name)
             pods = self._pending(raw)
             served, started = self._progress(entries)
@@ -324,12 +325,13 @@ class Allocator:
         if any(w.uid == pod.uid and w.annotations.get(ASSIGNED) for w in self.journal.writes):
             return
         self.journal.writes.append(Write(uid=pod.uid, namespace=pod.namespace, name=pod.name, annotations=marks,
-                                         why="assigned"))
+                                         why=MARK))
 
     def _flush(self) -> None:
         """Apply the owed writes in order; stop at the first that fails for a passing reason (retried
-        at the next call or tick). A write to a pod that is gone, or that the API refuses, is dropped."""
-        changed = False
+        at the next call or tick). A write to a pod that is gone, or that the API refuses, is dropped.
+        The journal is saved before (a trade is owed on disk before its first write is made), not
+        after: a write made again after a restart changes nothing."""
         while self.journal.writes:
             w = self.journal.writes[0]
             try:
@@ -342,14 +344,11 @@ class Allocator:
                 log.warning("could not write pod %s/%s (%s), will retry: %s", w.namespace, w.name, w.why, e)
                 break
             self.journal.writes.pop(0)
-            changed = True
             if w.annotations.get(ASSIGNED) == "true":
                 self.unmarked.discard(w.uid)
                 # the mark now remembers it (the pod is no longer a candidate)
                 self.served = {s for s in self.served if s[0] != w.uid}
                 self.last_call.pop(w.uid, None)
-        if changed:
-            self.journal.save()
 
 
 __all__ = ["AllocateError", "Allocator"]
