@@ -9,6 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from e2e.cluster import DEVSHARE, wait_until
@@ -219,6 +220,19 @@ def test_the_extender_follows_a_trade(cluster: Cluster) -> None:
     assert not cluster.events("a", "DeviceOverbooked") and not cluster.events("b", "DeviceOverbooked")
     assert allocation(cluster.get_pod("a"))["containers"][0]["devices"][0]["minor"] == card["b"]
     assert not cluster.get_pod("c")["spec"].get("nodeName")
+
+    # the agent's client writes a pod only while it is the pod it means (its uid as a precondition)
+    from lightkube import Client
+    from lightkube.config.kubeconfig import KubeConfig
+
+    from devshare.agent.kubeclient import LightkubeClient
+
+    client = LightkubeClient(Client(KubeConfig.from_file(str(agent)), field_manager="devshare-agent"))
+    mark = {"devshare.io/assigned": "true"}
+    with pytest.raises(LookupError):
+        client.patch_pod_annotations(cluster.ns, "a", mark, uid="a-pod-of-the-same-name-that-is-gone")
+    client.patch_pod_annotations(cluster.ns, "a", mark, uid=uid["a"])
+    assert cluster.get_pod("a")["metadata"]["annotations"]["devshare.io/assigned"] == "true"
 
 
 def _parked(port: int) -> float:
