@@ -161,10 +161,12 @@ class Allocator:
                     m = match(resource.name, len(ids), pods, served, started, standins=self.standins)
                     answers.append(container_devices(m.pod, m.container, inv, resource.device_type))
                 except AllocateError:
-                    # kubelet fails the pod it was admitting: whatever was half-way is dead
-                    self.abandoned.update(self._half_way(pods, served))
-                    self.last_call.clear()
+                    # kubelet fails the pod it was admitting: whatever was half-way is dead (a stand-in's
+                    # handouts were some other pod's: that one is dead, the stand-in is not)
+                    tentative = self._tentative()
                     self._forget_handouts(list(self.journal.handouts))
+                    self.abandoned.update(self._half_way(pods, served - tentative))
+                    self.last_call.clear()
                     self.journal.save()
                     raise
                 key = (m.pod.uid, m.container, resource.name)
@@ -178,13 +180,16 @@ class Allocator:
                 log.info("Allocate %s x%d -> %s/%s%s: %s", resource.name, len(ids), m.pod.key, m.container,
                          " (stand-in)" if m.standin else "", answers[-1].envs.get("NVIDIA_VISIBLE_DEVICES", ""))
             self.served.update(done)
-            self.journal.handouts.extend(handouts)
             now = self.clock()
             current = {p.uid for p in matched}
             for uid in current:
                 self.last_call[uid] = now
-            # kubelet admits one pod at a time: any other half-allocated pod was given up
-            self.abandoned.update(self._half_way(pods, served) - current)
+            # kubelet admits one pod at a time: any other half-allocated pod was given up, and so was the
+            # pod behind another stand-in's handouts kubelet never recorded
+            tentative = self._tentative()
+            self._forget_handouts([h for h in self.journal.handouts if h.standin not in current])
+            self.journal.handouts.extend(handouts)
+            self.abandoned.update(self._half_way(pods, served - tentative) - current)
             pending_uids = {p.uid for p in pods}
             self.abandoned &= pending_uids | current
             for pod in {p.uid: p for p in matched}.values():
@@ -196,6 +201,10 @@ class Allocator:
             self.journal.save()  # before the answer leaves: a restart must know these handouts
             self._flush()
             return answers
+
+    def _tentative(self) -> Served:
+        """What the handouts not matched to their pod yet count as served (for their stand-in)."""
+        return {(h.standin, h.container, h.resource) for h in self.journal.handouts}
 
     def _half_way(self, pods: list[PendingPod], served: Served) -> set[str]:
         """The pending pods some of whose containers were served, not all (complete ones only wait
@@ -221,10 +230,15 @@ class Allocator:
     def _complete_unmarked(self, entries: list[CheckpointEntry], raw: list[dict[str, Any]]) -> None:
         waiting = {h.standin for h in self.journal.handouts}
         served, _ = self._progress(entries)
-        pods = {p.uid: p for p in self._pending(raw)}
+        pods = {}
+        for p in raw:
+            if str((p.get("metadata") or {}).get("uid", "")) in self.unmarked:
+                pod = pending_pod(p, node=self.node, resources=self.resources, any_phase=True)
+                if pod is not None and pod.annotations.get(ASSIGNED) != "true":
+                    pods[pod.uid] = pod
         for uid in list(self.unmarked):
             pod = pods.get(uid)
-            if pod is None:  # assigned, running, gone
+            if pod is None:  # assigned, or gone
                 self.unmarked.discard(uid)
             elif uid not in waiting and complete(pod, served, self.resources):
                 self._owe_mark(pod)
