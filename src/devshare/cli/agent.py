@@ -183,12 +183,13 @@ def run(
         if not plugin_dir.is_dir():
             raise InvalidInput("not a directory (mount kubelet's device plugin directory here)",
                                field=f"--plugin-dir {plugin_dir}")
+        journal = _journal(agent_checkpoint)
         name = _node(node)
         backend = _backend(fake, devices, name, ignore_xids, watch_health=True)
         try:
             agent = Agent(backend, name, _client(), resources=chosen, plugin_dir=plugin_dir,
                           override=_override(bandwidth), checkpoint=_checkpoint(checkpoint), label_node=node_labels,
-                          journal=_journal(agent_checkpoint))
+                          journal=journal)
         except BaseException:
             backend.close()
             raise
