@@ -70,6 +70,7 @@ class Allocator:
         self.checkpoint = checkpoint
         # stand-ins need kubelet's checkpoint to learn which pod a handout went to
         self.standins = checkpoint is not None
+        self.readable = checkpoint is not None
         self.journal = Journal(journal)
         self.progress_window = progress_window
         self.clock = clock
@@ -85,12 +86,16 @@ class Allocator:
 
     # ------------------------------------------------------------------ what kubelet and the API say
     def _entries(self) -> list[CheckpointEntry]:
+        """kubelet's checkpoint entries of the resources served here (``readable`` tells whether it
+        could be read: stand-ins are only used while it can, else nothing would settle them)."""
+        self.readable = self.checkpoint is not None
         if self.checkpoint is None:
             return []
         try:
             return [e for e in read_checkpoint(self.checkpoint) if e.resource in self.resources]
         except InvalidInput as e:
-            log.warning("cannot read kubelet's checkpoint: %s", e)
+            log.warning("cannot read kubelet's checkpoint (identical pods are refused meanwhile): %s", e)
+            self.readable = False
             return []
 
     def _progress(self, entries: list[CheckpointEntry]) -> tuple[Served, set[str]]:
@@ -158,7 +163,8 @@ class Allocator:
             pending_handouts = {h.standin for h in self.journal.handouts}
             for ids in requests:
                 try:
-                    m = match(resource.name, len(ids), pods, served, started, standins=self.standins)
+                    m = match(resource.name, len(ids), pods, served, started,
+                              standins=self.standins and self.readable)
                     answers.append(container_devices(m.pod, m.container, inv, resource.device_type))
                 except AllocateError:
                     # kubelet fails the pod it was admitting: whatever was half-way is dead (a stand-in's
