@@ -24,8 +24,12 @@ def test_deleted_and_finished_pods_free_their_devices(cluster: Cluster) -> None:
     cluster.pod("b", whole)
     cluster.wait_event("b", "FailedScheduling")
     cluster.delete_pod("a")
-    _wait_free(cluster)
+    # b takes the card as soon as kube-scheduler retries it after the deletion (or the extender's
+    # nudge): the card is never seen free in between, but it holds b alone
     cluster.wait_bound("b", timeout=60)
+    wait_until(lambda: [[p.rsplit("/", 1)[0] for p in d["pods"]] for n in cluster.inspect()["nodes"]
+                        if n["name"] == "free-1" for d in n["devices"]] == [[f"{cluster.ns}/b"]],
+               timeout=60, interval=0.3, what="the card held by b alone")
 
     cluster.set_phase("b", "Succeeded")
     _wait_free(cluster)
