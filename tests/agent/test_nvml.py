@@ -64,6 +64,7 @@ def fake_nvml(gpus: list[dict[str, Any]], nvlinks: dict[int, list[Any]], ancesto
     m.nvmlInit = lambda: state.__setitem__("init", state["init"] + 1)  # type: ignore[attr-defined]
     m.nvmlShutdown = lambda: state.__setitem__("init", state["init"] - 1)  # type: ignore[attr-defined]
     m.nvmlDeviceGetCount = lambda: len(gpus)  # type: ignore[attr-defined]
+    m.nvmlSystemGetDriverVersion = lambda: b"535.104.05"  # type: ignore[attr-defined]
     m.nvmlDeviceGetHandleByIndex = lambda i: Handle(i)  # type: ignore[attr-defined]
     m.nvmlDeviceGetUUID = lambda h: g(h)["uuid"]  # type: ignore[attr-defined]
     m.nvmlDeviceGetMinorNumber = lambda h: g(h)["minor"]  # type: ignore[attr-defined]
@@ -138,6 +139,7 @@ def test_discovery_links_and_bandwidth(monkeypatch: pytest.MonkeyPatch) -> None:
         (0, "GPU-0", "Tesla V100-SXM2-16GB", 16 * GIB, 0), (1, "GPU-1", "Tesla V100-SXM2-16GB", 16 * GIB, 0),
         (2, "GPU-2", "Tesla V100-SXM2-16GB", 16 * GIB, 1), (3, "GPU-3", "Tesla V100-SXM2-16GB", 16 * GIB, -1)]
     assert inv.gpus[0].pci_bus_id == "0000:1a:00.0"
+    assert (inv.vendor, inv.driver_version) == ("nvidia", "535.104.05")
     links = {(lk.a, lk.b): (lk.nvlinks, lk.pcie) for lk in inv.links}
     assert links == {(0, 1): (2, "single-switch"), (0, 2): (1, "same-cpu"), (0, 3): (0, "cross-cpu"),
                      (1, 2): (0, "same-cpu"), (1, 3): (0, "cross-cpu"), (2, 3): (1, "host-bridge")}

@@ -97,3 +97,53 @@ def test_measured_matrix_overrides_links(tmp_path: Path) -> None:
                  override=[[0.0 if i == j else float(i + j) for j in range(8)] for i in range(8)])
     nd = parse_device(r.build())
     assert nd.gpu_bandwidth is not None and nd.gpu_bandwidth[2][5] == 7.0
+
+
+def test_gpu_labels_on_node_and_device(tmp_path: Path) -> None:
+    """Seed 001: the agent labels its Node (and its Device) with the GPU model, driver and vendor, so
+    that a nodeSelector on the model works without labelling nodes by hand."""
+    from devshare.engine.state import ClusterState
+    from devshare.model.node import parse_node
+
+    f = write_fake(tmp_path / "n.yaml", gpus=2, model="NVIDIA A100-SXM4-80GB", driverVersion="535.104.05")
+    client = MemoryClient([{"kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "a"}}}])
+    r = Reporter(FakeBackend(f, node="n1"), "n1", client=client)
+    r.sync()
+    labels = client.nodes["n1"]["metadata"]["labels"]
+    assert labels == {"zone": "a", names.NODE_GPU_MODEL: "A100-SXM4-80GB", names.KOORD_NODE_GPU_MODEL: "A100-SXM4-80GB",
+                      names.NODE_GPU_DRIVER: "535.104.05", names.KOORD_NODE_GPU_DRIVER: "535.104.05",
+                      names.NODE_GPU_VENDOR: "nvidia", names.KOORD_NODE_GPU_VENDOR: "nvidia"}
+    device = client.devices["n1"]
+    assert device["metadata"]["labels"] == {k: v for k, v in labels.items() if k != "zone"}
+    # the scheduler reads the model from the Node's label, and from the Device's when the Node has none
+    state = ClusterState()
+    state.upsert_node(parse_node(client.nodes["n1"]))
+    state.set_devices(parse_device(device))
+    assert state.gpu_model(state.row_of["n1"]) == "A100-SXM4-80GB"
+    state.upsert_node(parse_node({"kind": "Node", "metadata": {"name": "n1"}}))
+    assert state.gpu_model(state.row_of["n1"]) == "A100-SXM4-80GB"
+    # unchanged: not patched again; a driver upgrade is; an unknown driver removes the label
+    calls = client.calls.count("patch_node_labels n1")
+    r.sync()
+    assert client.calls.count("patch_node_labels n1") == calls
+    write_fake(f, gpus=2, model="NVIDIA A100-SXM4-80GB", driverVersion="550.54.15")
+    r.sync()
+    assert client.nodes["n1"]["metadata"]["labels"][names.KOORD_NODE_GPU_DRIVER] == "550.54.15"
+    write_fake(f, gpus=2, model="NVIDIA A100-SXM4-80GB")
+    r.sync()
+    assert names.NODE_GPU_DRIVER not in client.nodes["n1"]["metadata"]["labels"]
+
+
+def test_label_refusal_does_not_stop_the_report(tmp_path: Path) -> None:
+    class NoLabels(MemoryClient):
+        def patch_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
+            raise PermissionError("nodes is forbidden")
+
+    client = NoLabels()
+    r = Reporter(FakeBackend(write_fake(tmp_path / "n.yaml", gpus=1), node="n1"), "n1", client=client)
+    r.sync()
+    assert "n1" in client.devices and client.nodes["n1"]["status"]["capacity"]
+    off = MemoryClient()
+    Reporter(FakeBackend(write_fake(tmp_path / "m.yaml", gpus=1), node="n1"), "n1", client=off,
+             label_node=False).sync()
+    assert "patch_node_labels n1" not in off.calls

@@ -81,6 +81,14 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], needle: s
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
 
 
+def test_agent_checkpoint_needs_its_folder(tmp_path: Path) -> None:
+    good = write_fake(tmp_path / "good.yaml", gpus=2)
+    result = runner.invoke(app, ["agent", "run", "--fake", str(good), "--plugin-dir", str(tmp_path),
+                                 "--agent-checkpoint", "/no/such/dir/agent.json"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: --agent-checkpoint /no/such/dir/agent.json: its folder does not exist"
+
+
 def test_nvml_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
     import types

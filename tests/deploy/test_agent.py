@@ -14,14 +14,17 @@ def test_manifests() -> None:
             for d in yaml.safe_load_all((DEPLOY / f).read_text())}
     role = docs[("ClusterRole", "devshare-agent")]
     rules = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert rules == {("", "nodes/status"): {"patch"}, ("", "pods"): {"list", "patch"},
+    assert rules == {("", "nodes"): {"patch"}, ("", "nodes/status"): {"patch"}, ("", "pods"): {"list", "patch"},
                      ("devshare.io", "devices"): {"get", "create", "update"}}
     ds = docs[("DaemonSet", "devshare-agent")]["spec"]["template"]["spec"]
     assert ds["serviceAccountName"] == "devshare-agent"
     assert ds["nodeSelector"]
     mounts = {m["mountPath"] for m in ds["containers"][0]["volumeMounts"]}
     assert "/var/lib/kubelet/device-plugins" in mounts
-    assert {v["hostPath"]["path"] for v in ds["volumes"] if "hostPath" in v} == {"/var/lib/kubelet/device-plugins"}
+    assert {v["hostPath"]["path"] for v in ds["volumes"] if "hostPath" in v} == {"/var/lib/kubelet/device-plugins",
+                                                                                 "/var/lib/devshare"}
+    assert "/var/lib/devshare" in mounts
+    assert "--agent-checkpoint=/var/lib/devshare/agent-checkpoint.json" in ds["containers"][0]["args"]
     assert ds["containers"][0]["command"] == ["devshare", "agent", "run"]
 
 
@@ -44,3 +47,19 @@ def test_every_write_the_agent_may_make_is_restricted_to_its_own_node() -> None:
     binding = docs[("ValidatingAdmissionPolicyBinding", "devshare-agent-own-node")]["spec"]
     assert binding == {"policyName": "devshare-agent-own-node", "validationActions": ["Deny"]}
     assert "node-restriction.yaml" in yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
+
+
+def test_the_policy_lists_what_a_trade_exchanges_and_the_gpu_labels() -> None:
+    """The CEL lists are devshare's own: the keys a trade exchanges (devshare.model.trade) and the
+    GPU labels the agent owns (devshare.model.names)."""
+    import ast
+
+    from devshare.model import names, trade
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all((DEPLOY / "node-restriction.yaml").read_text())}
+    variables = {v["name"]: v["expression"] for v in docs["ValidatingAdmissionPolicy"]["spec"]["variables"]}
+    assert set(ast.literal_eval(variables["traded"])) == trade.traded_keys()
+    assert tuple(ast.literal_eval(variables["tradedPrefixes"])) == trade.traded_prefixes()
+    assert set(ast.literal_eval(variables["marks"])) == set(trade.MARKS)
+    assert tuple(ast.literal_eval(variables["gpuLabels"])) == names.GPU_NODE_LABELS
+    assert names.TRADE in variables["trading"]

@@ -246,19 +246,22 @@ def test_grafana_dashboard_configmap() -> None:
 
 @needs_helm
 def test_devshares_identities_follow_the_release_namespace() -> None:
-    """In another namespace the webhook is told devshare's ServiceAccounts there (--allocation-writer), and
-    the bindings webhook's matchConditions leave those out: only they write allocations and bind device pods."""
+    """In another namespace the webhook is told devshare's ServiceAccounts there (--allocation-writer: the
+    extender; --allocation-trader: the node agent), and the bindings webhook's matchConditions leave the
+    writer out: only it writes allocations and binds device pods."""
     r = helm("template", "devshare", str(CHART), "--namespace", "gpu-sched", *KUBE_VERSION,
              "--set", "webhook.caBundle=Q0E=")
     assert r.returncode == 0, r.stderr
     objs = {key(o): o for o in yaml.safe_load_all(r.stdout) if o}
     (container,) = objs["Deployment/gpu-sched/devshare-webhook"]["spec"]["template"]["spec"]["containers"]
     writers = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--allocation-writer=")]
-    assert writers == ["system:serviceaccount:gpu-sched:devshare-scheduler",
-                       "system:serviceaccount:gpu-sched:devshare-agent"]
+    traders = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--allocation-trader=")]
+    assert writers == ["system:serviceaccount:gpu-sched:devshare-scheduler"]
+    assert traders == ["system:serviceaccount:gpu-sched:devshare-agent"]
     hooks = objs["ValidatingWebhookConfiguration//devshare-webhook"]["webhooks"]
     (binding,) = [h for h in hooks if h["name"] == "bindings.webhook.devshare.io"]
     assert all(w in binding["matchConditions"][0]["expression"] for w in writers)
+    assert not any(w in binding["matchConditions"][0]["expression"] for w in traders)
     assert binding["clientConfig"]["service"]["path"] == "/validate-binding"
     default = {key(o): o for o in render()}
     (container,) = default[f"Deployment/{NAMESPACE}/devshare-webhook"]["spec"]["template"]["spec"]["containers"]

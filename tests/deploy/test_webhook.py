@@ -83,7 +83,8 @@ def test_the_bindings_webhook_sees_every_binding_but_devshares() -> None:
     assert {x.strip().strip("'") for x in listed.split(",")} == set(DEFAULT_WRITERS)
     assert cond["expression"].startswith("!(request.userInfo.username in [")
     rules = d["ClusterRole/devshare-webhook"]["rules"]
-    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]} in rules
+    # get: a Binding's pod; list: a trade's partner
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]} in rules
 
 
 def test_deployment_serves_what_the_service_targets() -> None:

@@ -9,17 +9,19 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from e2e.cluster import DEVSHARE, wait_until
-from e2e.conftest import Cluster
+from e2e.conftest import Cluster, allocation
 
 
 def test_reporter_creates_device_and_node_status_with_its_own_identity(cluster: Cluster, tmp_path: Path) -> None:
     node = cluster.node("agent-1", gpus=0)
     cluster.cp.kubectl("delete", "device", node)  # the agent makes it
     fake = tmp_path / "node.yaml"
-    fake.write_text(yaml.safe_dump({"model": "Tesla-V100-SXM2-16GB", "memory": "16Gi", "gpus": 4}))
+    fake.write_text(yaml.safe_dump({"model": "Tesla V100-SXM2-16GB", "memory": "16Gi", "gpus": 4,
+                                    "driverVersion": "535.104.05"}))
     cfg = cluster.cp.token_kubeconfig("devshare-agent", on_node=node)  # as the DaemonSet's pod on the node
     proc = cluster.cp.spawn("agent", [*DEVSHARE, "agent", "report", "--fake", str(fake), "--node", node,
                                       "--interval", "1"],
@@ -37,6 +39,24 @@ def test_reporter_creates_device_and_node_status_with_its_own_identity(cluster: 
             return alloc if "vke.volcengine.com/mgpu-memory" in alloc else None
         alloc = wait_until(advertised, timeout=60, what="the node's extended resources")
         assert alloc["vke.volcengine.com/mgpu-memory"] == str(4 * 16 * 1024)  # MiB of the four cards
+
+        # seed 001: the GPU model, driver and vendor on the Node (and the Device), as labels
+        def labelled() -> dict[str, str] | None:
+            labels = cluster.cp.get("node", node)["metadata"]["labels"]
+            return labels if "devshare.io/gpu-model" in labels else None
+        labels = wait_until(labelled, timeout=60, what="the node's GPU labels")
+        for prefix in ("devshare.io", "node.koordinator.sh"):
+            assert labels[f"{prefix}/gpu-model"] == "Tesla-V100-SXM2-16GB"
+            assert labels[f"{prefix}/gpu-driver-version"] == "535.104.05"
+            assert labels[f"{prefix}/gpu-vendor"] == "nvidia"
+        assert yaml.safe_load(cluster.cp.kubectl("get", "device", node, "-o", "yaml").stdout)["metadata"][
+            "labels"]["devshare.io/gpu-model"] == "Tesla-V100-SXM2-16GB"
+        # a nodeSelector on the model, nobody labelled the node by hand: kube-scheduler and devshare place it
+        pod = cluster.pod("on-model", {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory-ratio": "50"},
+                          create=False)
+        pod["spec"]["nodeSelector"]["devshare.io/gpu-model"] = "Tesla-V100-SXM2-16GB"
+        cluster.cp.kubectl("create", "-f", "-", input=json.dumps(pod))
+        assert cluster.wait_bound("on-model", timeout=60)["spec"]["nodeName"] == node
         assert proc.alive, proc.tail()
     finally:
         proc.stop()
@@ -70,6 +90,20 @@ def test_each_agent_changes_only_its_own_node(cluster: Cluster) -> None:
         in out.stderr, cp.get("validatingadmissionpolicy", "devshare-agent-own-node").get("status")
 
     label = json.dumps({"metadata": {"labels": {"probe": "1"}}})
+    # its node's GPU labels, on its node only; no other label, not through the status either
+    gpu = json.dumps({"metadata": {"labels": {"devshare.io/gpu-model": "A100-SXM4-80GB",
+                                              "node.koordinator.sh/gpu-driver-version": None}}})
+    assert as_agent("patch", "node", mine, "--type=merge", "-p", gpu).returncode == 0
+    assert cp.get("node", mine)["metadata"]["labels"]["devshare.io/gpu-model"] == "A100-SXM4-80GB"
+    out = as_agent("patch", "node", other, "--type=merge", "-p", gpu)
+    assert out.returncode != 0 and f"not nodes {other} of node {other}" in out.stderr
+    out = as_agent("patch", "node", mine, "--type=merge", "-p", label)
+    assert out.returncode != 0 and "may only set devshare.io/gpu-model" in out.stderr, out.stderr
+    h100 = json.dumps({"metadata": {"labels": {"devshare.io/gpu-model": "H100"}}})
+    as_agent("patch", "node", mine, "--subresource=status", "--type=merge", "-p", h100)  # refused (or ignored)
+    assert cp.get("node", mine)["metadata"]["labels"]["devshare.io/gpu-model"] == "A100-SXM4-80GB"
+    taint = json.dumps({"spec": {"unschedulable": True}})
+    assert as_agent("patch", "node", mine, "--type=merge", "-p", taint).returncode != 0
     devices = "/apis/devshare.io/v1alpha1/devices"
     assert _relabel(agent, f"{devices}/{mine}").returncode == 0  # the agent reads and updates Devices
     out = _relabel(agent, f"{devices}/{other}")
@@ -128,3 +162,85 @@ def _relabel(kubeconfig: Path, path: str) -> subprocess.CompletedProcess[str]:
     obj = json.loads(got.stdout)
     obj["metadata"].setdefault("labels", {})["probe"] = "1"
     return _patch(kubeconfig, path, json.dumps(obj), method="PUT")
+
+
+def test_the_extender_follows_a_trade(cluster: Cluster) -> None:
+    """Issue 13: the node agent trades the allocations of two identical pods whose devices kubelet's
+    Allocate handed out crosswise. Made with the agent's own identity through the real admission
+    chain (its ValidatingAdmissionPolicy, the allocations webhook); the extender parks the first
+    write until the second arrives, so neither card is ever counted twice or refused in between,
+    and ends with each pod on the other's card."""
+    from devshare.model import trade
+
+    cp = cluster.cp
+    node = cluster.node("trade-1", gpus=2)
+    ask = {"koordinator.sh/gpu-core": "60", "koordinator.sh/gpu-memory-ratio": "60"}  # one per card
+    for name in ("a", "b", "c"):
+        cluster.pod(name, ask)
+    pods = {n: cluster.wait_bound(n, timeout=60) for n in ("a", "b")}
+    pending = cluster.get_pod("c")
+    assert not pending["spec"].get("nodeName")  # both cards are taken: c waits
+    card = {n: allocation(p)["containers"][0]["devices"][0]["minor"] for n, p in pods.items()}
+    assert sorted(card.values()) == [0, 1]
+
+    def holders() -> dict[int, list[str]]:
+        (n,) = cluster.inspect()["nodes"]
+        return {d["minor"]: sorted(p.split("/")[1] for p in d["pods"]) for d in n["devices"]}
+
+    assert holders() == {card["a"]: ["a"], card["b"]: ["b"]}
+    agent = cp.token_kubeconfig("devshare-agent", on_node=node)
+    uid = {n: p["metadata"]["uid"] for n, p in pods.items()}
+    ann = {n: p["metadata"]["annotations"] for n, p in pods.items()}
+    base = f"/api/v1/namespaces/{cluster.ns}/pods"
+
+    # what the webhook refuses: anyone else's trade (even a cluster admin's), the agent rewriting an
+    # allocation without the tag
+    forged = json.dumps({"metadata": {"annotations": trade.leg(ann["a"], ann["b"], uid["b"])}})
+    out = cp.kubectl("patch", "pod", "a", "-n", cluster.ns, "--type=merge", "-p", forged, check=False)
+    assert out.returncode != 0 and "may only be changed by devshare" in out.stderr, out.stderr
+    untagged = {k: v for k, v in trade.leg(ann["a"], ann["b"], uid["b"]).items() if k != trade.TRADE}
+    out = _patch(agent, f"{base}/a", json.dumps({"metadata": {"annotations": untagged}}))
+    assert out.returncode != 0 and "trade" in out.stderr, out.stderr
+
+    # the first write: a takes b's card. Alone it would put 120% on that card: the extender waits
+    first = _patch(agent, f"{base}/a", forged)
+    assert first.returncode == 0, first.stderr
+    wait_until(lambda: cluster.get_pod("a")["metadata"]["annotations"].get(trade.TRADE) == uid["b"],
+               what="a's trade write")
+    wait_until(lambda: _parked(cp.extender_port) == 1 or None, timeout=30, what="the extender parking a's write")
+    assert holders() == {card["a"]: ["a"], card["b"]: ["b"]}  # parked: nothing counted twice
+    assert not cluster.events("a", "DeviceOverbooked")
+    assert not cluster.get_pod("c")["spec"].get("nodeName")  # no card looked free in between
+
+    # the second write: b takes a's former card; the extender applies the two together
+    second = _patch(agent, f"{base}/b", json.dumps({"metadata": {"annotations": trade.leg(
+        ann["b"], ann["a"], uid["a"])}}))
+    assert second.returncode == 0, second.stderr
+    wait_until(lambda: holders() == {card["b"]: ["a"], card["a"]: ["b"]}, timeout=30,
+               what="the extender following the trade")
+    assert not cluster.events("a", "DeviceOverbooked") and not cluster.events("b", "DeviceOverbooked")
+    assert allocation(cluster.get_pod("a"))["containers"][0]["devices"][0]["minor"] == card["b"]
+    assert not cluster.get_pod("c")["spec"].get("nodeName")
+
+    # the agent's client writes a pod only while it is the pod it means (its uid as a precondition)
+    from lightkube import Client
+    from lightkube.config.kubeconfig import KubeConfig
+
+    from devshare.agent.kubeclient import LightkubeClient
+
+    client = LightkubeClient(Client(KubeConfig.from_file(str(agent)), field_manager="devshare-agent"))
+    mark = {"devshare.io/assigned": "true"}
+    with pytest.raises(LookupError):
+        client.patch_pod_annotations(cluster.ns, "a", mark, uid="a-pod-of-the-same-name-that-is-gone")
+    client.patch_pod_annotations(cluster.ns, "a", mark, uid=uid["a"])
+    assert cluster.get_pod("a")["metadata"]["annotations"]["devshare.io/assigned"] == "true"
+
+
+def _parked(port: int) -> float:
+    """The extender's count of trade writes waiting for their partner's."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.split()[1]) for line in text.splitlines()
+               if line.startswith("devshare_extender_trade_writes_parked "))

@@ -13,6 +13,10 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 
+class WriteRefused(Exception):
+    """The API refused a write for good (an admission webhook or policy, an invalid change)."""
+
+
 class AgentClient(Protocol):
     def get_device(self, name: str) -> dict[str, Any] | None:
         """The Device object named ``name`` (the node), or None."""
@@ -26,12 +30,19 @@ class AgentClient(Protocol):
         """Merge these extended resources into the Node's status.capacity / status.allocatable."""
         ...
 
+    def patch_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
+        """Merge these labels into the Node's (None: remove the label)."""
+        ...
+
     def list_node_pods(self, node: str) -> list[dict[str, Any]]:
         """Every pod bound to ``node`` (spec.nodeName)."""
         ...
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        """Merge these annotations into the pod's."""
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None], *,
+                              uid: str | None = None) -> None:
+        """Merge these annotations into the pod's (None: remove). ``uid``: only if the pod is still that
+        one. Raises LookupError when the pod is gone (or is another one now), :class:`WriteRefused`
+        when the API refuses the change for good (admission); anything else may pass on retry."""
         ...
 
 
@@ -76,14 +87,31 @@ class MemoryClient:
             status.setdefault("capacity", {}).update(capacity)
             status.setdefault("allocatable", {}).update(allocatable)
 
+    def patch_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
+        with self._lock:
+            self.calls.append(f"patch_node_labels {node}")
+            obj = self.nodes.setdefault(node, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+            current = obj["metadata"].setdefault("labels", {})
+            for k, v in labels.items():
+                if v is None:
+                    current.pop(k, None)
+                else:
+                    current[k] = v
+
     def list_node_pods(self, node: str) -> list[dict[str, Any]]:
         with self._lock:
             return [copy.deepcopy(p) for p in self.pods.values() if (p.get("spec") or {}).get("nodeName") == node]
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None], *,
+                              uid: str | None = None) -> None:
         with self._lock:
             self.calls.append(f"patch_pod_annotations {namespace}/{name}")
             pod = self.pods.get((namespace, name))
-            if pod is None:
+            if pod is None or (uid is not None and pod["metadata"].get("uid") != uid):
                 raise LookupError(f"pod {namespace}/{name} not found")
-            pod["metadata"].setdefault("annotations", {}).update(annotations)
+            current = pod["metadata"].setdefault("annotations", {})
+            for k, v in annotations.items():
+                if v is None:
+                    current.pop(k, None)
+                else:
+                    current[k] = v

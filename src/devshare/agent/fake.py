@@ -5,6 +5,8 @@ count, and ``links`` or ``bandwidth_gbps``); everything else is optional::
 
     node: node-1                  # the node name (the command line's --node wins)
     model: Tesla-V100-SXM2-16GB   # default GPU model (default: fake-gpu)
+    vendor: nvidia                # the GPUs' vendor (default: nvidia)
+    driverVersion: 535.104.05     # the GPU driver's version (default: none)
     memory: 16Gi                  # default memory per GPU (default: 16Gi)
     gpus: 8                       # a count, or a list of GPUs:
     #  - {minor: 0, uuid: GPU-..., model: ..., memory: 32Gi, pciBusId: "0000:3b:00.0", numa: 0, health: true}
@@ -37,6 +39,7 @@ from devshare.model.quantity import quantity_int
 
 DEFAULT_MODEL = "fake-gpu"
 DEFAULT_MEMORY = "16Gi"
+DEFAULT_VENDOR = "nvidia"
 
 
 def fake_uuid(node: str, minor: int) -> str:
@@ -59,6 +62,10 @@ def parse_fake(data: Any, *, source: str, node: str) -> Inventory:
     if not isinstance(model, str):
         raise InvalidDevice(f"model must be a string, got {model!r}", field=f"{source}: model")
     memory = _memory(data.get("memory", DEFAULT_MEMORY), field=f"{source}: memory")
+    vendor, driver = data.get("vendor", DEFAULT_VENDOR), data.get("driverVersion", "")
+    for key, value in (("vendor", vendor), ("driverVersion", driver)):
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise InvalidDevice(f"{key} must be a string, got {value!r}", field=f"{source}: {key}")
     unhealthy = data.get("unhealthy") or []
     if not isinstance(unhealthy, list) or not all(isinstance(m, int) for m in unhealthy):
         raise InvalidDevice("unhealthy must be a list of GPU minors", field=f"{source}: unhealthy")
@@ -109,7 +116,8 @@ def parse_fake(data: Any, *, source: str, node: str) -> Inventory:
         if "bandwidth_gbps" in data:
             bandwidth = tuple(tuple(r) for r in topo.matrix)
     return Inventory(
-        gpus=tuple(gpus), links=links, bandwidth=bandwidth, others=parse_other_devices(data, source=source)
+        gpus=tuple(gpus), links=links, bandwidth=bandwidth, others=parse_other_devices(data, source=source),
+        vendor=str(vendor) if gpus else "", driver_version=str(driver),
     )
 
 

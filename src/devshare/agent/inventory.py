@@ -41,6 +41,8 @@ class Inventory(msgspec.Struct, frozen=True, kw_only=True):
     # bandwidth matrix (GB/s) in the order of `gpus`; None: none known (computed from links later)
     bandwidth: tuple[tuple[float, ...], ...] | None = None
     others: tuple[OtherDevice, ...] = ()
+    vendor: str = ""  # the GPUs' vendor ("nvidia" from NVML); "" when there are none
+    driver_version: str = ""  # the GPU driver's version (NVML's system driver version), "" when unknown
 
     def gpu_by_minor(self, minor: int) -> Gpu | None:
         for g in self.gpus:

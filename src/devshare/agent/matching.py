@@ -15,8 +15,12 @@ carries an unassigned devshare allocation. The rules:
    carries ids.
 3. One matching pod: that one. Several: a pod kubelet is in the middle of (some container or
    resource already allocated) wins, since kubelet finishes a pod before starting the next. Still
-   several: the call is refused, naming the candidates; a guess could hand a container another
-   pod's GPUs.
+   several, all identical (:func:`interchangeable`: the same namespace, containers and asks, and
+   allocations of the same shape): the call is served with the devices of one of them, the
+   **stand-in** (the first bound: kubelet most likely admits it first), and the agent learns later
+   which pod it really was (:mod:`devshare.agent.deviceplugin.allocator`: a trade when it was
+   another). Several that differ: the call is refused, naming the candidates; a guess could hand a
+   container another pod's GPUs.
 4. None: refused, with what was looked for.
 """
 
@@ -32,6 +36,7 @@ from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import decode_allocation
 from devshare.model.errors import InvalidInput
 from devshare.model.quantity import quantity_int
+from devshare.model.trade import in_group, interchangeable
 
 ASSIGNED = names.ASSIGNED
 
@@ -56,6 +61,8 @@ class PendingPod(msgspec.Struct, frozen=True, kw_only=True):
     app_containers: tuple[str, ...]  # spec.containers names, for container indexes (seed 003)
     annotations: dict[str, str]
     allocation: PodAllocation
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    order: tuple[str, str, str] = ("", "", "")  # when it was bound (PodScheduled, else created), then its name
 
     @property
     def key(self) -> str:
@@ -65,6 +72,7 @@ class PendingPod(msgspec.Struct, frozen=True, kw_only=True):
 class Match(msgspec.Struct, frozen=True, kw_only=True):
     pod: PendingPod
     container: str
+    standin: bool = False  # chosen among identical pods: the call may be another one's (module doc)
 
 
 Served = set[tuple[str, str, str]]  # (pod uid, container name, resource name)
@@ -88,17 +96,19 @@ def _amounts(container: Mapping[str, Any], resources: Collection[str]) -> dict[s
     return out
 
 
-def pending_pod(pod: Mapping[str, Any], *, node: str, resources: Collection[str]) -> PendingPod | None:
-    """The pod as a candidate for Allocate calls on ``node``, or None when it cannot be one."""
+def pending_pod(pod: Mapping[str, Any], *, node: str, resources: Collection[str],
+                any_phase: bool = False) -> PendingPod | None:
+    """The pod as a candidate for Allocate calls on ``node``, or None when it cannot be one
+    (``any_phase``: also when it runs or is assigned already)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     if spec.get("nodeName") != node or meta.get("deletionTimestamp"):
         return None
-    if status.get("phase") not in (None, "", "Pending"):
+    if status.get("phase") not in (None, "", "Pending") and not any_phase:
         return None
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
-    if annotations.get(ASSIGNED) == "true":
+    if annotations.get(ASSIGNED) == "true" and not any_phase:
         return None
     try:
         allocation = decode_allocation(annotations)
@@ -110,6 +120,11 @@ def pending_pod(pod: Mapping[str, Any], *, node: str, resources: Collection[str]
     for init, key in ((True, "initContainers"), (False, "containers")):
         for c in spec.get(key) or []:
             asks.append(ContainerAsk(name=str(c.get("name", "")), init=init, amounts=_amounts(c, resources)))
+    scheduled = ""
+    for c in status.get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "True":
+            scheduled = str(c.get("lastTransitionTime") or "")
+    created = str(meta.get("creationTimestamp") or "")
     return PendingPod(
         uid=str(meta.get("uid", "")),
         namespace=str(meta.get("namespace", "default")),
@@ -118,7 +133,17 @@ def pending_pod(pod: Mapping[str, Any], *, node: str, resources: Collection[str]
         app_containers=tuple(str(c.get("name", "")) for c in spec.get("containers") or []),
         annotations=annotations,
         allocation=allocation,
+        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        order=(scheduled or created, created, f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"),
     )
+
+
+def identical(a: PendingPod, b: PendingPod) -> bool:
+    """Whether ``a`` and ``b`` may stand in for each other: same namespace, same containers asking the
+    same amounts, allocations of the same shape, neither in a group (:mod:`devshare.model.trade`)."""
+    return (a.namespace == b.namespace and a.containers == b.containers
+            and not in_group(a.labels, a.annotations) and not in_group(b.labels, b.annotations)
+            and interchangeable(a.allocation, b.allocation, a.annotations, b.annotations))
 
 
 def next_container(pod: PendingPod, resource: str, served: Served) -> ContainerAsk | None:
@@ -137,11 +162,14 @@ def complete(pod: PendingPod, served: Served, resources: Collection[str]) -> boo
 
 
 def match(
-    resource: str, count: int, pods: Iterable[PendingPod], served: Served, started: Collection[str] = ()
+    resource: str, count: int, pods: Iterable[PendingPod], served: Served, started: Collection[str] = (),
+    *, standins: bool = False,
 ) -> Match:
     """The container an Allocate call for ``count`` units of ``resource`` is for (module doc).
 
-    ``started``: UIDs of the pods kubelet is in the middle of allocating.
+    ``started``: UIDs of the pods kubelet is in the middle of allocating. ``standins``: serve a call
+    that matches several identical pods with the first bound of them (``Match.standin``) rather
+    than refuse it.
     """
     candidates: list[tuple[PendingPod, ContainerAsk]] = []
     waiting: list[str] = []
@@ -162,6 +190,9 @@ def match(
         current = [pc for pc in candidates if pc[0].uid in started]
         if len(current) == 1:
             candidates = current
+    if len(candidates) > 1 and standins and all(identical(candidates[0][0], p) for p, _ in candidates[1:]):
+        pod, c = min(candidates, key=lambda pc: pc[0].order)
+        return Match(pod=pod, container=c.name, standin=True)
     if len(candidates) > 1:
         names = ", ".join(sorted(f"{p.key}/{c.name}" for p, c in candidates))
         raise AllocateError(

@@ -1,9 +1,10 @@
 """GPU discovery and health through NVML (``pynvml``, package nvidia-ml-py).
 
-Per GPU: UUID, minor, model, total memory, PCI bus id, NUMA node. Between every pair: the NVLink
-count (links in the enabled state whose remote end is the other GPU, by remote PCI bus id; links
-whose remote device is an NVSwitch count toward the switch fabric, and two GPUs both on the
-fabric get ``min`` of their switch links, ``via: nvswitch``) and the PCIe common-ancestor level.
+Per GPU: UUID, minor, model, total memory, PCI bus id, NUMA node; and the driver's version.
+Between every pair: the NVLink count (links in the enabled state whose remote end is the other
+GPU, by remote PCI bus id; links whose remote device is an NVSwitch count toward the switch
+fabric, and two GPUs both on the fabric get ``min`` of their switch links, ``via: nvswitch``)
+and the PCIe common-ancestor level.
 The bandwidth matrix comes from these through the model of :mod:`devshare.model.links`.
 
 Health: a thread waits for NVML's XID critical-error events; a card that reports an XID not in
@@ -29,6 +30,7 @@ from devshare.model.links import Link
 
 log = logging.getLogger("devshare.agent.nvml")
 
+VENDOR = "nvidia"  # the vendor of every GPU NVML reports (Koordinator's GPUVendorNVIDIA)
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
 # nvmlGpuTopologyLevel_t -> the PCIe level names of devshare.model.links
@@ -187,7 +189,14 @@ class NvmlBackend:
         key = tuple(g.uuid for g in gpus)
         if self._links_cache is None or self._links_cache[0] != key:
             self._links_cache = (key, self._links(handles, gpus))
-        return Inventory(gpus=tuple(gpus), links=self._links_cache[1], others=self.others)
+        return Inventory(gpus=tuple(gpus), links=self._links_cache[1], others=self.others,
+                         vendor=VENDOR if gpus else "", driver_version=self._driver_version())
+
+    def _driver_version(self) -> str:
+        try:
+            return _text(self.nvml.nvmlSystemGetDriverVersion())
+        except (self.nvml.NVMLError, AttributeError):
+            return ""
 
     # ---- health
 

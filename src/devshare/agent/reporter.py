@@ -1,9 +1,10 @@
 """The reporter: keeps the node's Device object and extended resources up to date.
 
 Each round it discovers the devices, builds the Device object (DESIGN.md shape: spec.devices,
-spec.topologies.gpu bandwidth matrix, and the ``node.koordinator.sh/devices-checkpoints``
-annotation listing the cards another device plugin already handed out), and publishes it when it
-changed. A card that was reported before and is gone now stays in the object, unhealthy, so the
+spec.topologies.gpu bandwidth matrix, the GPU model, driver and vendor labels of
+:mod:`devshare.agent.labels`, and the ``node.koordinator.sh/devices-checkpoints`` annotation listing
+the cards another device plugin already handed out), and publishes it when it changed; the same
+labels go on the Node. A card that was reported before and is gone now stays in the object, unhealthy, so the
 scheduler stops using it instead of losing track of what was placed on it.
 """
 
@@ -22,6 +23,7 @@ import msgspec
 from devshare.agent.checkpoint import held_outside, read_checkpoint
 from devshare.agent.client import AgentClient
 from devshare.agent.inventory import Backend, Inventory
+from devshare.agent.labels import gpu_labels
 from devshare.agent.resources import status_resources
 from devshare.model import names
 from devshare.model.device import DeviceInfo, NodeDevices, device_object, parse_device
@@ -100,6 +102,7 @@ class Reporter:
         checkpoint: Path | None = None,
         own_resources: Collection[str] = (),
         status_extra: tuple[str, ...] = (),
+        label_node: bool = True,
     ) -> None:
         self.backend = backend
         self.node = node
@@ -108,6 +111,9 @@ class Reporter:
         self.checkpoint = checkpoint
         self.own_resources = tuple(own_resources)
         self.status_extra = status_extra
+        self.label_node = label_node  # put the GPU labels (devshare.agent.labels) on the Node
+        self.published_labels: dict[str, str | None] | None = None
+        self._label_failures = 0
         self.previous: NodeDevices | None = None
         self.inventory = Inventory()
         self.published: dict[str, Any] | None = None
@@ -155,7 +161,8 @@ class Reporter:
         with self._lock:
             self.inventory = inv
             self.previous = nd
-        return device_object(nd, annotations=annotations)
+        labels = {k: v for k, v in gpu_labels(inv).items() if v is not None}
+        return device_object(nd, annotations=annotations, labels=labels)
 
     def sync(self, *, resync_s: float = 300.0) -> bool:
         """One round: build, and publish what changed (or everything every ``resync_s``). True: published."""
@@ -175,7 +182,28 @@ class Reporter:
             self.client.patch_node_status(self.node, *status)
             self.published_status = status
             changed = True
+        if self.label_node:
+            labels = gpu_labels(self.inventory)
+            if labels != self.published_labels or changed:
+                self._publish_labels(labels)
         return changed
+
+    def _publish_labels(self, labels: dict[str, str | None]) -> None:
+        """Patch the Node's GPU labels; a refusal (an older deploy/agent without ``patch nodes``) is
+        logged and retried next round, and never stops the report."""
+        assert self.client is not None
+        try:
+            self.client.patch_node_labels(self.node, labels)
+        except Exception as e:
+            self._label_failures += 1
+            level = logging.WARNING if self._label_failures == 1 else logging.DEBUG
+            log.log(level, "cannot label node %s with its GPU model, driver and vendor (%s); retrying each round. "
+                    "deploy/agent's ClusterRole must allow patch on nodes", self.node, e)
+            return
+        if self._label_failures:
+            log.info("node %s labelled with its GPU model, driver and vendor", self.node)
+        self._label_failures = 0
+        self.published_labels = labels
 
     def run(self, stop: threading.Event, *, interval: float = 2.0,
             on_change: Callable[[Inventory], None] | None = None) -> None:

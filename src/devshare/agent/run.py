@@ -32,12 +32,15 @@ class Agent:
         override: list[list[float]] | None = None,
         checkpoint: Path | None = None,
         watch_interval: float = 1.0,
+        label_node: bool = True,
+        journal: Path | None = None,
+        tick_interval: float = 1.0,
     ) -> None:
         self.backend = backend
         self.node = node
         self.client = client
         self.reporter = Reporter(backend, node, client=client, override=override, checkpoint=checkpoint,
-                                 own_resources=[r.name for r in resources])
+                                 own_resources=[r.name for r in resources], label_node=label_node)
         self.reporter.load_previous()
         self.reporter.build()
         inv = self.reporter.inventory
@@ -55,13 +58,26 @@ class Agent:
         self.served = serve
         self.reporter.status_extra = tuple(fallback)
         self.allocator = Allocator(node, client, lambda: self.reporter.inventory,
-                                   resources=[r.name for r in serve], checkpoint=checkpoint)
+                                   resources=[r.name for r in serve], checkpoint=checkpoint, journal=journal)
+        self.tick_interval = tick_interval
+        self._ticking = threading.Event()
+        self._ticker: threading.Thread | None = None
         self.plugins = DevicePlugins(serve, self.allocator, lambda: self.reporter.inventory, plugin_dir=plugin_dir,
                                      kubelet_socket=kubelet_socket, watch_interval=watch_interval)
 
     def start(self) -> None:
         self.reporter.sync()
         self.plugins.start()
+        self._ticker = threading.Thread(target=self._tick, name="devshare-trades", daemon=True)
+        self._ticker.start()
+
+    def _tick(self) -> None:
+        """Resolve stand-in handouts and apply owed pod writes between Allocate calls."""
+        while not self._ticking.wait(self.tick_interval):
+            try:
+                self.allocator.tick()
+            except Exception:
+                log.exception("resolving handed-out devices failed; retrying")
 
     def run_until(self, stop: threading.Event, *, interval: float = 2.0) -> None:
         try:
@@ -70,5 +86,8 @@ class Agent:
             self.close()
 
     def close(self) -> None:
+        self._ticking.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
         self.plugins.stop()
         self.backend.close()

@@ -29,6 +29,8 @@ BandwidthOpt = Annotated[Path | None, typer.Option("--bandwidth", help="Measured
 CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="kubelet's device plugin checkpoint "
                                                     "(default: /var/lib/kubelet/device-plugins/"
                                                     "kubelet_internal_checkpoint when it exists).")]
+LabelOpt = Annotated[bool, typer.Option("--node-labels/--no-node-labels",
+                                         help="Put the GPU model, driver version and vendor on the Node as labels.")]
 XidsOpt = Annotated[str, typer.Option("--ignore-xids", help="XIDs that do not make a GPU unhealthy (comma list).")]
 
 
@@ -77,6 +79,21 @@ def _checkpoint(path: Path | None) -> Path | None:
     return DEFAULT_PATH if DEFAULT_PATH.exists() else None
 
 
+def _journal(path: Path | None) -> Path | None:
+    from devshare.agent.journal import DEFAULT_PATH
+
+    if path is not None:
+        if not path.parent.is_dir():
+            raise InvalidInput("its folder does not exist", field=f"--agent-checkpoint {path}")
+        return path
+    if DEFAULT_PATH.parent.is_dir():
+        return DEFAULT_PATH
+    logging.getLogger("devshare.agent").warning(
+        "%s does not exist: devices handed out for identical pods are remembered in memory only (mount it)",
+        DEFAULT_PATH.parent)
+    return None
+
+
 def _client() -> AgentClient:
     from devshare.agent.kubeclient import LightkubeClient
 
@@ -105,6 +122,7 @@ def report(
     checkpoint: CheckpointOpt = None,
     ignore_xids: XidsOpt = "",
     interval: Annotated[float, typer.Option("--interval", help="Seconds between reports.")] = 2.0,
+    node_labels: LabelOpt = True,
 ) -> None:
     """Report the node's devices: print the Device object (--once), or keep it up to date in the API."""
     from devshare.agent.reporter import Reporter
@@ -116,7 +134,7 @@ def report(
         backend = _backend(fake, devices, name, ignore_xids, watch_health=not once)
         try:
             reporter = Reporter(backend, name, client=None if once else _client(), override=_override(bandwidth),
-                                checkpoint=_checkpoint(checkpoint))
+                                checkpoint=_checkpoint(checkpoint), label_node=node_labels)
             if once:
                 emit(reporter.build(), output)
                 return
@@ -143,6 +161,10 @@ def run(
     resources: Annotated[str, typer.Option("--resources", help="Resource names to serve as device plugins "
                                            "(comma list; default: all devshare serves).")] = "",
     interval: Annotated[float, typer.Option("--interval", help="Seconds between reports.")] = 2.0,
+    node_labels: LabelOpt = True,
+    agent_checkpoint: Annotated[Path | None, typer.Option(
+        "--agent-checkpoint", help="The agent's own checkpoint: devices handed out for identical pods and the "
+        "trades it owes (default: /var/lib/devshare/agent-checkpoint.json when /var/lib/devshare exists).")] = None,
 ) -> None:
     """Run the agent: the reporter and the kubelet device plugins."""
     from devshare.agent.resources import PLUGIN_RESOURCES
@@ -161,11 +183,13 @@ def run(
         if not plugin_dir.is_dir():
             raise InvalidInput("not a directory (mount kubelet's device plugin directory here)",
                                field=f"--plugin-dir {plugin_dir}")
+        journal = _journal(agent_checkpoint)
         name = _node(node)
         backend = _backend(fake, devices, name, ignore_xids, watch_health=True)
         try:
             agent = Agent(backend, name, _client(), resources=chosen, plugin_dir=plugin_dir,
-                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint))
+                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint), label_node=node_labels,
+                          journal=journal)
         except BaseException:
             backend.close()
             raise

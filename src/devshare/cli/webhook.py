@@ -53,9 +53,15 @@ def webhook(
     allocation_writer: Annotated[
         list[str] | None,
         typer.Option(help="A username that may write allocation annotations on pods (repeatable; default: "
-                     "devshare's ServiceAccounts system:serviceaccount:devshare-system:devshare-scheduler and "
-                     "...:devshare-agent). Anyone else's pod CREATE carrying them, or UPDATE changing them, "
-                     "is refused, and so is anyone else's Binding of a device pod (/validate-binding)."),
+                     "devshare's extender, system:serviceaccount:devshare-system:devshare-scheduler). Anyone "
+                     "else's pod CREATE carrying them, or UPDATE changing them, is refused, and so is anyone "
+                     "else's Binding of a device pod (/validate-binding)."),
+    ] = None,
+    allocation_trader: Annotated[
+        list[str] | None,
+        typer.Option(help="A username that may mark pods assigned and trade the allocations of identical pods "
+                     "of one node (repeatable; default: the node agent, "
+                     "system:serviceaccount:devshare-system:devshare-agent)."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     config_file: ConfigOption = None,
@@ -87,16 +93,16 @@ def webhook(
 
         from devshare.server.tls import load_server_context
         from devshare.server.webhook.app import WebhookConfig
-        from devshare.server.webhook.bindings import PodSource
         from devshare.server.webhook.cluster import ClusterFileDeviceTypes, DeviceTypes
         from devshare.server.webhook.mutate import REPLACEABLE_SCHEDULERS
+        from devshare.server.webhook.pods import PodSource
         from devshare.server.webhook.serve import serve
 
         load_server_context(tls_cert, tls_key)  # a bad pair is reported here, as one line
         if cluster is not None and (kubeconfig is not None or in_cluster):
             raise fail("give --cluster or --kubeconfig/--in-cluster, not both")
         source: DeviceTypes | None = None
-        pods: PodSource | None = None  # where /validate-binding reads the pod a Binding is for
+        pods: PodSource | None = None  # where a Binding's pod and a trade's partner are read
         if cluster is not None:
             from devshare.kube.memory import MemoryBackend
 
@@ -122,6 +128,11 @@ def webhook(
                 raise fail("--allocation-writer must be a username, e.g. "
                            "system:serviceaccount:devshare-system:devshare-scheduler")
             config.allocation_writers = tuple(allocation_writer)
+        if allocation_trader:
+            if not all(w.strip() for w in allocation_trader):
+                raise fail("--allocation-trader must be a username, e.g. "
+                           "system:serviceaccount:devshare-system:devshare-agent")
+            config.allocation_traders = tuple(allocation_trader)
     try:
         serve(config, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, reload_interval=reload_interval)
     except OSError as e:

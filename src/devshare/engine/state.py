@@ -86,10 +86,15 @@ class ClusterState:
         return self.caches.per_layout(key, make)
 
     def gpu_model(self, row: int) -> str:
-        """The node's GPU model: its label if set, else its first GPU's model ("" when unknown)."""
-        info = self.nodes.get(self.name_of.get(row, ""))
+        """The node's GPU model: its label if set, else its Device's label (both the agent's), else its
+        first GPU's model ("" when unknown)."""
+        name = self.name_of.get(row, "")
+        info = self.nodes.get(name)
         if info is not None and info.gpu_model:
             return info.gpu_model
+        nd = self.devices.get(name)
+        if nd is not None and nd.gpu_model:
+            return nd.gpu_model
         t = self.tables.get(names.GPU)
         models = [m for m in (t.models[row] if t is not None and row < len(t.models) else []) if m]
         return models[0] if models else ""

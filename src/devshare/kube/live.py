@@ -145,6 +145,12 @@ class LiveBackend:
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.api.get_pod(namespace, name)
 
+    async def list_node_pods(self, namespace: str, node: str) -> list[dict[str, Any]]:
+        """The pods of ``namespace`` bound to ``node`` (a field selector: one small list)."""
+        with _translated():
+            return [dict(o) async for o in self.client.list(Pod, namespace=namespace,
+                                                             fields={"spec.nodeName": node})]
+
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> dict[str, Any]:

@@ -186,6 +186,12 @@ class MemoryBackend:
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.store.get("pods", f"{namespace}/{name}")
 
+    async def list_node_pods(self, namespace: str, node: str) -> list[dict[str, Any]]:
+        """The pods of ``namespace`` bound to ``node``."""
+        return [copy.deepcopy(o) for o in self.snapshot() if o.get("kind") == "Pod"
+                and (o.get("metadata") or {}).get("namespace") == namespace
+                and (o.get("spec") or {}).get("nodeName") == node]
+
     async def patch_pod_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> dict[str, Any]:

@@ -18,6 +18,8 @@ Rules for pods:
   delivered it (:meth:`StateSync.pending_pod`, at most ``MAX_PENDING``), so that a bind can decide
   from the pod as the API server has it without reading it again;
 - a malformed annotation is logged and counted in :attr:`StateSync.malformed`, never fatal;
+- a changed allocation tagged ``devshare.io/trade`` (the node agent's trade of two identical pods)
+  waits for its partner's write and is applied with it (:mod:`devshare.kube.trades`);
 - an allocation that would book a card beyond its compute or memory is refused and not counted
   (:meth:`ClusterState.add_bound_checked`), logged, counted in :attr:`StateSync.overbooked` and
   reported by a Warning Event ``DeviceOverbooked`` on the pod; it is judged again at each change of
@@ -41,6 +43,7 @@ from typing import Any
 from devshare.engine.state import ClusterState
 from devshare.kube.backend import KINDS, Backend, Kind, WatchEvent, meta, object_key, resource_version
 from devshare.kube.errors import BackendError, Gone, Unavailable
+from devshare.kube.trades import DEFAULT_TIMEOUT, Trades
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import decode_allocation
 from devshare.model.device import parse_device
@@ -102,6 +105,7 @@ class StateSync:
         on_change: Callable[[str, str, dict[str, Any]], None] | None = None,
         kinds: tuple[Kind, ...] = KINDS,
         scheduler_name: str | None = None,
+        trade_timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self.backend = backend
         # pending pods with this spec.schedulerName are kept from the watch (None: none are kept)
@@ -135,6 +139,8 @@ class StateSync:
         self.events = 0  # watch events applied
         self.apply_errors = 0  # objects whose handling failed unexpectedly (a bug: logged with its trace)
         self._tasks: list[asyncio.Task[None]] = []
+        # the node agent's trades: a tagged write waits for its partner's (devshare.kube.trades)
+        self.trades = Trades(state, self._record_bound, timeout=trade_timeout)
 
     @property
     def is_synced(self) -> bool:
@@ -364,6 +370,7 @@ class StateSync:
             self.state.release(key)  # a new pod under an old name: the old one is gone
             rec = None
         if type_ == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            self.trades.gone(uid)
             self.state.release_finished(key, uid)
             self._refused.pop(key, None)
             self.pending.pop(key, None)
@@ -396,7 +403,10 @@ class StateSync:
                         key, node, alloc.node)
             return
         if rec is not None and rec.phase == "bound" and rec.allocation == alloc:
+            self.trades.settled(uid)
             return  # already recorded (the extender's own bind): nothing changes
+        if rec is not None and self.trades.offer(key, uid, obj, alloc):
+            return  # one write of a trade: applied with its partner's
         self._record_bound(key, obj, alloc)
 
     def _record_bound(self, key: str, obj: dict[str, Any], alloc: PodAllocation) -> None:

@@ -40,6 +40,7 @@ class NodeDevices(msgspec.Struct, frozen=True, kw_only=True):
     gpu_bandwidth: tuple[tuple[float, ...], ...] | None = None
     # device ids held outside devshare (kubelet checkpoint of another device plugin, seed 001)
     held_outside: tuple[str, ...] = ()
+    gpu_model: str = ""  # the Device's devshare.io/gpu-model label (the agent's, as on the Node)
 
     def of_type(self, device_type: str) -> tuple[DeviceInfo, ...]:
         return tuple(d for d in self.devices if d.type == device_type)
@@ -174,14 +175,18 @@ def parse_device(obj: Any) -> NodeDevices:
                 f"annotation {names.DEVICE_CHECKPOINTS} must be a JSON list of checkpoint entries",
                 field=f"Device {name}",
             ) from e
-    return NodeDevices(node=name, devices=tuple(devices), gpu_bandwidth=bandwidth, held_outside=held)
+    labels = meta.get("labels") or {}
+    model = labels.get(names.NODE_GPU_MODEL, "") if isinstance(labels, dict) else ""
+    return NodeDevices(node=name, devices=tuple(devices), gpu_bandwidth=bandwidth, held_outside=held,
+                       gpu_model=model if isinstance(model, str) else "")
 
 
 def _pct(milli: int) -> str:
     return str(milli // 10) if milli % 10 == 0 else f"{milli / 10:g}"
 
 
-def device_object(nd: NodeDevices, *, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def device_object(nd: NodeDevices, *, annotations: dict[str, str] | None = None,
+                  labels: dict[str, str] | None = None) -> dict[str, Any]:
     """The Device object (dict) that describes ``nd``, in DESIGN.md's shape."""
     devices: list[dict[str, Any]] = []
     for d in nd.devices:
@@ -204,6 +209,8 @@ def device_object(nd: NodeDevices, *, annotations: dict[str, str] | None = None)
             names.GPU: [{"name": "bandwidth", "topology": json.dumps([list(r) for r in nd.gpu_bandwidth])}]
         }
     meta: dict[str, Any] = {"name": nd.node}
+    if labels:
+        meta["labels"] = dict(labels)
     if annotations:
         meta["annotations"] = dict(annotations)
     return {"apiVersion": names.DEVICE_API_VERSION, "kind": names.DEVICE_KIND, "metadata": meta, "spec": spec}

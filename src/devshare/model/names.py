@@ -12,11 +12,22 @@ FPGA = "fpga"
 # --- devshare's own
 ALLOCATION = "devshare.io/allocation"
 ASSIGNED = "devshare.io/assigned"  # set by the node agent once every container got its devices
-NODE_GPU_MODEL = "devshare.io/gpu-model"
+TRADE = "devshare.io/trade"  # <partner uid>: two identical pods exchanged allocations (devshare.model.trade)
+NODE_GPU_MODEL = "devshare.io/gpu-model"  # node label (the agent sets it; the scheduler reads it)
+NODE_GPU_DRIVER = "devshare.io/gpu-driver-version"  # node label set by the agent
+NODE_GPU_VENDOR = "devshare.io/gpu-vendor"  # node label set by the agent
 COMPUTE_POLICY = "devshare.io/gpu-compute-policy"  # node label and pod annotation
 MULTI_GPU_SHARE = "devshare.io/multi-gpu-share"  # node label "true"
 COMPUTE_POLICIES = ("fixed-share", "guaranteed-burst-share", "native-burst-share")
 MULTI_SHARE_POLICY = "native-burst-share"
+
+# --- Koordinator's node labels (koordlet puts them on the Device, koord-manager copies them to the Node)
+KOORD_NODE_GPU_MODEL = "node.koordinator.sh/gpu-model"
+KOORD_NODE_GPU_DRIVER = "node.koordinator.sh/gpu-driver-version"
+KOORD_NODE_GPU_VENDOR = "node.koordinator.sh/gpu-vendor"
+# every node label the agent owns (it sets them from discovery and removes those it cannot tell)
+GPU_NODE_LABELS = (NODE_GPU_MODEL, NODE_GPU_DRIVER, NODE_GPU_VENDOR,
+                   KOORD_NODE_GPU_MODEL, KOORD_NODE_GPU_DRIVER, KOORD_NODE_GPU_VENDOR)
 
 # --- Koordinator's group topology and gang (seed 003)
 TOPOLOGY_GPU = "topology.scheduling.koordinator.sh/gpu"

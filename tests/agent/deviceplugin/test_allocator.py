@@ -243,3 +243,40 @@ def test_never_a_wrong_container(tmp_path: Path, pods: list[list[tuple[dict[str,
         assert refused == 0
         ann = client.pods[("default", "p0")]["metadata"]["annotations"]
         assert ann.get(ASSIGNED) == ("true" if any(c[0] for c in pods[0]) else None)
+
+
+def test_a_refusal_after_a_stand_in_does_not_bury_the_stand_in(backend: FakeBackend, tmp_path: Path) -> None:
+    """A stand-in's devices went to some identical pod K whose admission then failed: K is dead, the
+    stand-in is not (it was never admitted) and must still be found when kubelet admits it."""
+    import json
+
+    u = [g.uuid for g in backend.discover().gpus]
+    cp = tmp_path / "cp"
+    cp.write_text(json.dumps({"Data": {"PodDeviceEntries": []}}))
+    twins = [pod(f"r{i}", "n1", [("c", {KOORD_GPU_CORE: 30}, [gpu(i, u[i], 300)])]) for i in range(2)]
+    for i, p in enumerate(twins):
+        p["status"]["conditions"] = [{"type": "PodScheduled", "status": "True",
+                                      "lastTransitionTime": f"2026-01-01T00:00:0{i}Z"}]
+    inv = backend.discover()
+    a = Allocator("n1", MemoryClient(twins), lambda: inv, resources=SERVED, checkpoint=cp,
+                  journal=tmp_path / "journal.json")
+    assert a.allocate(CORE, ids(30))[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[0]  # r0 stands in
+    assert [h.standin for h in a.journal.handouts] == ["uid-r0"]
+    with pytest.raises(AllocateError):
+        a.allocate(RATIO, ids(7))  # kubelet's pod asked for something else too: it fails admission
+    assert not a.journal.handouts and "uid-r0" not in a.abandoned
+    assert a.allocate(CORE, ids(30))[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+
+
+def test_no_stand_in_while_kubelets_checkpoint_cannot_be_read(backend: FakeBackend, tmp_path: Path) -> None:
+    """Nothing would settle a stand-in then: identical pods are refused, as without trades."""
+    u = [g.uuid for g in backend.discover().gpus]
+    cp = tmp_path / "cp"
+    cp.write_text("{broken")
+    twins = [pod(f"r{i}", "n1", [("c", {KOORD_GPU_CORE: 30}, [gpu(i, u[i], 300)])]) for i in range(2)]
+    inv = backend.discover()
+    a = Allocator("n1", MemoryClient(twins), lambda: inv, resources=SERVED, checkpoint=cp)
+    with pytest.raises(AllocateError, match="ambiguous"):
+        a.allocate(CORE, ids(30))
+    cp.write_text('{"Data": {"PodDeviceEntries": []}}')
+    assert a.allocate(CORE, ids(30))[0].envs["NVIDIA_VISIBLE_DEVICES"] in (u[0], u[1])

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from devshare.model import dialects, names
+from devshare.model import dialects, names, trade
 from devshare.model.dialects import koordinator
-from devshare.server.webhook.allocations import DEFAULT_WRITERS, refuse_allocation_write
+from devshare.server.webhook.allocations import DEFAULT_TRADERS, DEFAULT_WRITERS, refuse_allocation_write
 from devshare.server.webhook.app import WebhookConfig
+from devshare.server.webhook.pods import StaticPods
 from support.webhook_client import Client
 
-EXTENDER, AGENT = DEFAULT_WRITERS
+(EXTENDER,), (AGENT,) = DEFAULT_WRITERS, DEFAULT_TRADERS
 USER = "alice"
 ALLOC = json.dumps({"node": "gpu-node-1", "containers": [{"name": "main", "devices": [
     {"type": "gpu", "minor": 0, "id": "GPU-0", "core": 100, "memory": 85899345920}]}]})
@@ -79,8 +80,11 @@ def test_updates_may_not_change_an_allocation_unless_devshare_makes_them(client:
         verdict = client.review("/validate", forged, operation="UPDATE", old=bound, username=USER)
         assert verdict["allowed"] is False, change
         assert f"annotation(s) {next(iter(change))} may only be changed by devshare" in verdict["status"]["message"]
-        # the node agent marks pods assigned
-        assert client.review("/validate", forged, operation="UPDATE", old=bound, username=AGENT)["allowed"] is True
+        # the node agent marks pods assigned, and changes an allocation only by a trade
+        agent = client.review("/validate", forged, operation="UPDATE", old=bound, username=AGENT)
+        assert agent["allowed"] is (next(iter(change)) == names.ASSIGNED), change
+        if not agent["allowed"]:
+            assert "the node agent may only set devshare.io/assigned" in agent["status"]["message"]
 
 
 def test_the_rule_itself() -> None:
@@ -89,3 +93,102 @@ def test_the_rule_itself() -> None:
     assert refuse_allocation_write("CREATE", USER, {"metadata": {"annotations": "junk"}}, None, writers) is None
     reason = refuse_allocation_write("CREATE", "", gpu_pod({names.ALLOCATION: ALLOC}), None, writers)
     assert reason is not None and "not by an anonymous user" in reason
+
+
+# ---- trades (issue 13): the node agent exchanges the allocations of two identical pods of its node
+
+
+def replica(name: str, minor: int, *, uid: str | None = None, node: str = "gpu-node-1",
+            ns: str = "team") -> dict[str, Any]:
+    alloc = ALLOC.replace('"minor": 0, "id": "GPU-0"', f'"minor": {minor}, "id": "GPU-{minor}"')
+    p = gpu_pod({names.ALLOCATION: alloc, koordinator.KOORD_DEVICE_ALLOCATED: f'{{"gpu": [{{"minor": {minor}}}]}}'},
+                node=node)
+    p["metadata"].update(name=name, uid=uid or f"uid-{name}", namespace=ns)
+    return p
+
+
+def take(pod: dict[str, Any], partner: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` after its trade write: ``partner``'s allocation, tagged."""
+    out = copy.deepcopy(pod)
+    ann = out["metadata"]["annotations"]
+    for k, v in trade.leg(ann, partner["metadata"]["annotations"], partner["metadata"]["uid"]).items():
+        if v is None:
+            ann.pop(k, None)
+        else:
+            ann[k] = v
+    return out
+
+
+@pytest.fixture
+def pods(webhook_config: WebhookConfig) -> Any:
+    """The pods the webhook finds on the node (a trade's partner)."""
+    found = StaticPods([])
+    webhook_config.pods = found
+    yield found
+    webhook_config.pods = None
+
+
+def test_the_agent_trades_identical_pods_exactly(client: Client, pods: StaticPods) -> None:
+    a, b = replica("a", 0), replica("b", 1)
+    pods.pods = [a, b]
+    first = take(a, b)
+    assert client.review("/validate", first, operation="UPDATE", old=a, username=AGENT,
+                         namespace="team")["allowed"] is True
+    pods.pods = [first, b]
+    second = take(b, a)  # b takes a's former allocation
+    assert client.review("/validate", second, operation="UPDATE", old=b, username=AGENT,
+                         namespace="team")["allowed"] is True
+    # nobody else may, not even tagged
+    assert client.review("/validate", first, operation="UPDATE", old=a, username=USER,
+                         namespace="team")["allowed"] is False
+
+
+@pytest.mark.parametrize("case", ["untagged", "not-the-partners", "partner-elsewhere", "other-namespace",
+                                  "different-ask", "no-partner", "second-leg-forged", "group"])
+def test_anything_but_an_exact_trade_is_refused(client: Client, pods: StaticPods, case: str) -> None:
+    a, b, c = replica("a", 0), replica("b", 1), replica("c", 2)
+    pods.pods = [a, b, c]
+    new = take(a, b)
+    expect = "not an exchange"
+    if case == "untagged":
+        del new["metadata"]["annotations"][names.TRADE]
+        expect = "the node agent may only set devshare.io/assigned, ALIYUN_COM_GPU_MEM_ASSIGNED, or trade"
+    elif case == "not-the-partners":
+        new = take(a, c)
+        new["metadata"]["annotations"][names.TRADE] = "uid-b"  # c's allocation, tagged b
+    elif case == "partner-elsewhere":
+        pods.pods = [a, replica("b", 1, node="gpu-node-2"), c]
+        expect = "is not another pod of namespace team on node gpu-node-1"
+    elif case == "other-namespace":
+        pods.pods = [a, replica("b", 1, ns="other"), c]  # the webhook looks in a's namespace only
+        expect = "is not another pod"
+    elif case == "different-ask":
+        bigger = replica("b", 1)
+        bigger["spec"]["containers"][0]["resources"]["limits"]["koordinator.sh/gpu-core"] = "50"
+        pods.pods = [a, bigger, c]
+        new = take(a, bigger)
+        expect = "only identical pods trade"
+    elif case == "no-partner":
+        pods.pods = [a]
+        expect = "is not another pod"
+    elif case == "second-leg-forged":
+        new = take(b, c)  # b claims a took its allocation (a did not) and takes c's
+        new["metadata"]["annotations"][names.TRADE] = "uid-a"
+        verdict = client.review("/validate", new, operation="UPDATE", old=b, username=AGENT, namespace="team")
+        assert verdict["allowed"] is False and "not an exchange" in verdict["status"]["message"]
+        return
+    elif case == "group":
+        for p in (a, b):
+            p["metadata"]["labels"] = {names.GROUP_NAME: "g"}
+        new = take(a, b)
+        expect = "only identical pods trade"
+    verdict = client.review("/validate", new, operation="UPDATE", old=a, username=AGENT, namespace="team")
+    assert verdict["allowed"] is False, case
+    assert expect in verdict["status"]["message"], verdict["status"]["message"]
+
+
+def test_trades_need_a_pod_source() -> None:
+    a, b = replica("a", 0), replica("b", 1)
+    reason = refuse_allocation_write("UPDATE", AGENT, take(a, b), a, DEFAULT_WRITERS, DEFAULT_TRADERS, None)
+    assert reason is not None and "cannot look up the trade's partner" in reason
+    assert refuse_allocation_write("UPDATE", AGENT, take(a, b), a, DEFAULT_WRITERS, DEFAULT_TRADERS, [a, b]) is None

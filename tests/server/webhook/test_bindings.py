@@ -14,13 +14,13 @@ import pytest
 from devshare.kube.memory import MemoryBackend
 from devshare.model import names
 from devshare.server.tls import CertReloader, ServingCert
-from devshare.server.webhook.allocations import DEFAULT_WRITERS
+from devshare.server.webhook.allocations import DEFAULT_TRADERS, DEFAULT_WRITERS
 from devshare.server.webhook.app import WebhookConfig, make_app
 from devshare.server.webhook.bindings import refuse_binding
 from support.server import ServerThread
 from support.webhook_client import Client
 
-EXTENDER, AGENT = DEFAULT_WRITERS
+(EXTENDER,), (AGENT,) = DEFAULT_WRITERS, DEFAULT_TRADERS
 USER = "alice"
 OTHER_SCHEDULER = "system:kube-scheduler"
 
@@ -97,13 +97,18 @@ def test_the_older_bindings_resource_is_judged_alike(hook: tuple[Client, Webhook
     assert review(client, binding("plain"), sub_resource="", resource="bindings")["allowed"] is True
 
 
-@pytest.mark.parametrize("who", [EXTENDER, AGENT])
-def test_devshare_binds_device_pods(hook: tuple[Client, WebhookConfig], who: str) -> None:
+def test_devshare_binds_device_pods(hook: tuple[Client, WebhookConfig]) -> None:
     client, _ = hook
-    assert review(client, binding("gpu"), username=who)["allowed"] is True
+    assert review(client, binding("gpu"), username=EXTENDER)["allowed"] is True
     # with its allocation, which the API server copies onto the pod
     alloc = binding("gpu", annotations={names.ALLOCATION: "{}"})
-    assert review(client, alloc, username=who)["allowed"] is True
+    assert review(client, alloc, username=EXTENDER)["allowed"] is True
+
+
+def test_the_node_agent_binds_nothing(hook: tuple[Client, WebhookConfig]) -> None:
+    """The agent may trade allocations of its node's pods (allocations.py), never bind a device pod."""
+    client, _ = hook
+    assert review(client, binding("gpu"), username=AGENT)["allowed"] is False
 
 
 def test_other_pods_pass_and_refusals_are_counted(hook: tuple[Client, WebhookConfig]) -> None:

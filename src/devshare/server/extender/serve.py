@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from devshare.config import Configuration, refuse_pod
@@ -326,6 +326,16 @@ class _SyncCollector(Collector):
             "devshare_extender_malformed_allocations",
             "Bound pods whose allocation annotation could not be used (unreadable, or naming another node).",
             value=self.sync.malformed)
+        trades = self.sync.trades
+        yield CounterMetricFamily(
+            "devshare_extender_trades", "Trades of the node agents (identical pods exchanging allocations) "
+            "applied as exact exchanges.", value=trades.exchanged)
+        yield CounterMetricFamily(
+            "devshare_extender_trade_writes_alone", "Trade writes applied alone, through the over-booking check "
+            "(their partner's write late, gone, or not an exact exchange).", value=trades.unpaired)
+        yield GaugeMetricFamily(
+            "devshare_extender_trade_writes_parked", "Trade writes waiting for their partner's.",
+            value=len(trades.parked))
 
 
 class _ClaimsCollector(Collector):

@@ -27,12 +27,18 @@ from devshare.config import refuse_unconfigured
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import requests_devices
 from devshare.server.webhook import metrics as m
-from devshare.server.webhook.allocations import DEFAULT_WRITERS, refuse_allocation_write
+from devshare.server.webhook.allocations import (
+    DEFAULT_TRADERS,
+    DEFAULT_WRITERS,
+    refuse_allocation_write,
+    trade_partner,
+)
 from devshare.server.webhook.allocations import REASON as ALLOCATION_WRITE
 from devshare.server.webhook.bindings import REASON as FOREIGN_BINDING
-from devshare.server.webhook.bindings import PodSource, is_binding, refuse_binding
+from devshare.server.webhook.bindings import is_binding, refuse_binding
 from devshare.server.webhook.cluster import DeviceTypes
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER, REPLACEABLE_SCHEDULERS, mutation
+from devshare.server.webhook.pods import PodSource
 from devshare.server.webhook.review import (
     BadReview,
     Review,
@@ -60,8 +66,11 @@ class WebhookConfig:
     metrics: m.Metrics = field(default_factory=m.Metrics)
     # the usernames that may write allocation annotations (devshare's own ServiceAccounts)
     allocation_writers: Collection[str] = DEFAULT_WRITERS
-    # where /validate-binding reads the pod a Binding is for (the cluster connection or --cluster file)
+    # where a Binding's pod (/validate-binding) and a trade's partner are read (the cluster connection
+    # or the --cluster file); None: foreign Bindings of device pods and trades are refused
     pods: PodSource | None = None
+    # the usernames that may mark pods assigned and trade allocations (the node agent)
+    allocation_traders: Collection[str] = DEFAULT_TRADERS
 
 
 CONFIG = web.AppKey("config", WebhookConfig)
@@ -83,11 +92,12 @@ def _device_pod(review: Review) -> dict[str, Any] | None:
     return with_identity(pod, review.namespace, review.name)
 
 
-Decide = Callable[[Review, WebhookConfig], tuple[bytes, str] | Awaitable[tuple[bytes, str]]]
+Decide = Callable[[Review, WebhookConfig, Any], tuple[bytes, str] | Awaitable[tuple[bytes, str]]]
+Prepare = Callable[[Review, WebhookConfig], Awaitable[Any]]
 
 
-async def _review(request: web.Request, op: str, decide: Decide, on_error: Callable[[Review, Exception], bytes]
-                  ) -> web.Response:
+async def _review(request: web.Request, op: str, decide: Decide, on_error: Callable[[Review, Exception], bytes],
+                  prepare: Prepare | None = None) -> web.Response:
     """Read the AdmissionReview (400 if malformed), decide, count and time it. A failure inside the
     decision is logged and answered by ``on_error`` (never a 500)."""
     config = request.app[CONFIG]
@@ -98,7 +108,7 @@ async def _review(request: web.Request, op: str, decide: Decide, on_error: Calla
         config.metrics.reviews.labels(op, m.MALFORMED).inc()
         return web.Response(status=400, body=bad_review_body(e), content_type=JSON)
     try:
-        decided = decide(review, config)
+        decided = decide(review, config, await prepare(review, config) if prepare is not None else None)
         body, result = await decided if inspect.isawaitable(decided) else decided
     except Exception as e:
         log.exception("%s of %s/%s (uid %s) failed", op, review.namespace, review.name, review.uid)
@@ -108,10 +118,20 @@ async def _review(request: web.Request, op: str, decide: Decide, on_error: Calla
     return web.Response(body=body, content_type=JSON)
 
 
-def _decide_validate(review: Review, config: WebhookConfig) -> tuple[bytes, str]:
+async def _trade_partners(review: Review, config: WebhookConfig) -> list[dict[str, Any]] | None:
+    """The pods of the namespace on the pod's node, when this is a node agent's trade write."""
+    if review.kind != "Pod" or review.sub_resource or config.pods is None:
+        return None
+    if trade_partner(review.operation, review.username, review.object, review.old_object,
+                     config.allocation_traders) is None:
+        return None
+    return await config.pods.list_node_pods(review.namespace, str(review.object["spec"]["nodeName"]))
+
+
+def _decide_validate(review: Review, config: WebhookConfig, partners: Any) -> tuple[bytes, str]:
     if review.kind == "Pod" and not review.sub_resource:
         refused = refuse_allocation_write(review.operation, review.username, review.object, review.old_object,
-                                          config.allocation_writers)
+                                          config.allocation_writers, config.allocation_traders, partners)
         if refused:
             config.metrics.rejections.labels(ALLOCATION_WRITE).inc()
             return deny(review, f"devshare: pod {_pod_name(review)}: {refused}"), m.DENIED
@@ -143,7 +163,7 @@ def _pod_name(review: Review) -> str:
     return f"{m['namespace']}/{m['name']}"
 
 
-async def _decide_binding(review: Review, config: WebhookConfig) -> tuple[bytes, str]:
+async def _decide_binding(review: Review, config: WebhookConfig, _: Any) -> tuple[bytes, str]:
     if not is_binding(review.kind, review.operation, review.sub_resource):
         return allow(review), m.SKIPPED
     refused = await refuse_binding(review.object, review.namespace, review.name, review.username,
@@ -163,7 +183,7 @@ def _validate_failed(review: Review, e: Exception) -> bytes:
     )
 
 
-def _decide_mutate(review: Review, config: WebhookConfig) -> tuple[bytes, str]:
+def _decide_mutate(review: Review, config: WebhookConfig, _: Any) -> tuple[bytes, str]:
     pod = _device_pod(review)
     if pod is None:
         return allow(review), m.SKIPPED
@@ -176,7 +196,7 @@ def _mutate_failed(review: Review, e: Exception) -> bytes:
 
 
 async def _validate(request: web.Request) -> web.Response:
-    return await _review(request, "validate", _decide_validate, _validate_failed)
+    return await _review(request, "validate", _decide_validate, _validate_failed, _trade_partners)
 
 
 async def _validate_binding(request: web.Request) -> web.Response:

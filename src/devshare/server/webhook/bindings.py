@@ -23,23 +23,17 @@ lets a device pod through whenever it cannot look is no guard).
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, Protocol
+from typing import Any
 
 from devshare.model import dialects
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import container_resources, requests_devices
 from devshare.model.problems import Problems
 from devshare.server.webhook.allocations import allocation_annotations
+from devshare.server.webhook.pods import PodSource
 
 REASON = "foreign-binding"  # the rejections metric's reason class
 BINDING_KINDS = ("Binding",)
-
-
-class PodSource(Protocol):
-    """Where the webhook reads the pod a Binding is for (a kube Backend has this method)."""
-
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        ...
 
 
 def is_binding(kind: str, operation: str, sub_resource: str) -> bool:

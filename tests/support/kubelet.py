@@ -1,0 +1,134 @@
+"""A client that plays kubelet over the real device-plugin gRPC sockets.
+
+It serves kubelet's Registration service on ``kubelet.sock``, follows each registered plugin's
+ListAndWatch, and admits pods as kubelet does: one pod at a time, container by container (init
+containers first), each device-plugin resource of a container in turn (in map order: any order),
+picking free device ids from the plugin's list, calling ``Allocate`` on the plugin's socket, and
+writing its checkpoint (``kubelet_internal_checkpoint``, the NUMA-keyed format) after each
+container, before the next one. What every container got is kept in :attr:`Kubelet.got`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import queue
+import random
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from devshare.agent.deviceplugin import deviceplugin_v1beta1_pb2 as pb
+from devshare.agent.deviceplugin import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from devshare.agent.resources import resource_named
+
+CHECKPOINT = "kubelet_internal_checkpoint"
+
+
+class Refused(Exception):
+    """A plugin refused an Allocate: kubelet fails the pod's admission (UnexpectedAdmissionError)."""
+
+
+class Kubelet(pb_grpc.RegistrationServicer):
+    def __init__(self, directory: Path, *, rng: random.Random | None = None) -> None:
+        self.directory = directory
+        self.rng = rng or random.Random(0)
+        self.registered: queue.Queue[str] = queue.Queue()
+        self.devices: dict[str, list[str]] = {}  # resource -> the ids its plugin lists now
+        self.endpoints: dict[str, str] = {}  # resource -> socket file name
+        self.entries: list[dict[str, Any]] = []  # the checkpoint's PodDeviceEntries
+        self.got: dict[tuple[str, str], dict[str, str]] = {}  # (pod uid, container) -> envs handed to it
+        self.calls = 0
+        self._channels: list[grpc.Channel] = []
+        self._lock = threading.Lock()
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_RegistrationServicer_to_server(self, self.server)
+        self.server.add_insecure_port(f"unix://{directory / 'kubelet.sock'}")
+        self.server.start()
+
+    # ------------------------------------------------------------------ Registration
+    def Register(self, request: pb.RegisterRequest, context: Any) -> pb.Empty:
+        assert request.version == "v1beta1"
+        self.endpoints[request.resource_name] = request.endpoint
+        channel = grpc.insecure_channel(f"unix://{self.directory / request.endpoint}")
+        self._channels.append(channel)
+        stub = pb_grpc.DevicePluginStub(channel)
+        first = threading.Event()
+
+        def follow() -> None:
+            try:
+                for response in stub.ListAndWatch(pb.Empty(), wait_for_ready=True, timeout=600):
+                    with self._lock:
+                        self.devices[request.resource_name] = [d.ID for d in response.devices
+                                                               if d.health == "Healthy"]
+                    first.set()
+            except grpc.RpcError:
+                pass
+
+        threading.Thread(target=follow, daemon=True).start()
+        first.wait(10)
+        self.registered.put(request.resource_name)
+        return pb.Empty()
+
+    def wait_registered(self, n: int, timeout: float = 10) -> set[str]:
+        return {self.registered.get(timeout=timeout) for _ in range(n)}
+
+    # ------------------------------------------------------------------ admission
+    def _free(self, resource: str, n: int) -> list[str]:
+        used = {i for e in self.entries if e["ResourceName"] == resource for ids in e["DeviceIDs"].values()
+                for i in ids}
+        with self._lock:
+            free = [i for i in self.devices.get(resource, []) if i not in used]
+        if len(free) < n:
+            raise Refused(f"kubelet: {n} {resource} asked, {len(free)} free")
+        return free[:n]
+
+    def allocate(self, resource: str, ids: list[str]) -> pb.ContainerAllocateResponse:
+        res = resource_named(resource)
+        assert res is not None
+        with grpc.insecure_channel(f"unix://{self.directory / res.socket_name()}") as channel:
+            stub = pb_grpc.DevicePluginStub(channel)
+            try:
+                out = stub.Allocate(pb.AllocateRequest(container_requests=[
+                    pb.ContainerAllocateRequest(devices_ids=ids)]), timeout=30, wait_for_ready=True)
+            except grpc.RpcError as e:
+                raise Refused(e.details() or str(e)) from None
+        self.calls += 1
+        return out.container_responses[0]
+
+    def admit(self, pod: dict[str, Any], served: set[str], between: Any = None) -> None:
+        """Admit ``pod`` (a Pod object): Allocate for each container and resource of ``served``.
+        ``between()`` is called before every Allocate (a test's hook: restart the agent there)."""
+        uid = pod["metadata"]["uid"]
+        spec = pod["spec"]
+        for c in [*spec.get("initContainers", []), *spec["containers"]]:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            names = [r for r in limits if r in served]
+            self.rng.shuffle(names)  # Go map order
+            envs: dict[str, str] = {}
+            for resource in names:
+                ids = self._free(resource, int(limits[resource]))
+                if between is not None:
+                    between()
+                response = self.allocate(resource, ids)
+                envs.update(response.envs)
+                self.entries.append({"PodUID": uid, "ContainerName": c["name"], "ResourceName": resource,
+                                     "DeviceIDs": {"0": ids},
+                                     "AllocResp": base64.b64encode(response.SerializeToString()).decode()})
+            if names:
+                self.got[(uid, c["name"])] = envs
+                self.write_checkpoint()  # after the container, before the next one (kubelet's devicemanager)
+
+    def write_checkpoint(self) -> None:
+        data = {"Data": {"PodDeviceEntries": self.entries, "RegisteredDevices": {}}, "Checksum": 0}
+        tmp = self.directory / f".{CHECKPOINT}.tmp"
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.directory / CHECKPOINT)
+
+    def stop(self) -> None:
+        self.server.stop(None)
+        for c in self._channels:
+            c.close()
