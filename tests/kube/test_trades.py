@@ -36,6 +36,14 @@ def cluster(n: int) -> tuple[MemoryBackend, StateSync, list[float]]:
     return mb, sync, clock
 
 
+def rebuilt(mb: MemoryBackend) -> StateSync:
+    """A fresh state listed from the cluster (a restart)."""
+    sync = StateSync(mb, ClusterState())
+    for kind in ("nodes", "devices", "pods"):
+        sync.reconcile(kind, mb.store.list(kind)[0], initial=True)
+    return sync
+
+
 def annotations(mb: MemoryBackend, name: str) -> dict[str, Any]:
     obj = mb.store.get("pods", f"default/{name}")
     assert obj is not None
@@ -120,9 +128,11 @@ def test_a_write_whose_partner_never_comes_is_applied_alone_and_checked() -> Non
     assert set(sync.trades.parked) == {"u0"}
     clock[0] = 30.0
     sync.trades.expire()
-    # alone it would put a fourth 30% on card 1: refused, counted, the pod keeps its old record
+    # alone it puts a fourth 30% on card 1: the node is judged in the order its pods got it, as a
+    # restart would, so p0 (the first) is counted on card 1 and the last pod there is refused, counted
     assert not sync.trades.parked and sync.trades.unpaired == 1 and sync.overbooked == 1
-    assert sync.state.pods["default/p0"].allocation.containers[0].devices[0].minor == 0
+    assert sync.state.pods["default/p0"].allocation.containers[0].devices[0].minor == 1
+    assert "default/p5" not in sync.state.pods and sync.state.usage_key() == rebuilt(mb).state.usage_key()
 
 
 def test_a_write_whose_partner_is_deleted_is_applied_alone() -> None:

@@ -22,9 +22,11 @@ Rules for pods:
   waits for its partner's write and is applied with it (:mod:`devshare.kube.trades`);
 - an allocation that would book a card beyond its compute or memory is refused and not counted
   (:meth:`ClusterState.add_bound_checked`), logged, counted in :attr:`StateSync.overbooked` and
-  reported by a Warning Event ``DeviceOverbooked`` on the pod; it is judged again at each change of
-  the pod. A (re-)list applies pods in the order they got their node, so the earlier allocation
-  keeps the card after a restart as it did before.
+  reported by a Warning Event ``DeviceOverbooked`` on the pod. While such a pod waits on its node,
+  every change there (a pod leaving, an allocation changing) judges the node's bound pods again in
+  the order they got it, the earlier winning a card: a refused pod is counted as soon as its card
+  has room, and the state never depends on the order the events came in. A (re-)list applies pods
+  in that same order, so a restart rebuilds the same state.
 A re-list keeps the state's assumed pods (their bind may not be visible yet), and releases a bound
 pod missing from the list only once a GET confirms it is gone (it may have been created and bound
 after the list was taken).
@@ -128,6 +130,12 @@ class StateSync:
         # refusal of a change of the pod counts once; a DeviceOverbooked Event per pod and allocation)
         self.overbooked = 0
         self._refused: dict[str, tuple[str, PodAllocation]] = {}
+        # the refused ones still on their node, with what re-judging them needs; and when each bound
+        # pod got its node (bound_order): a node holding a refused pod is judged again in that order
+        # at each change on it, so the state never depends on the order events came in (a restart
+        # rebuilds it the same) and a refused pod is counted as soon as its card has room
+        self._waiting: dict[str, tuple[dict[str, Any], PodRequest, PodAllocation]] = {}
+        self._order: dict[str, tuple[str, str, str]] = {}
         self._event_tasks: set[asyncio.Task[None]] = set()
         # every pod that exists (not deleted, not finished), key -> uid, and the pods of each group
         # (``<ns>/<group>`` -> keys): a group's plan holds devices only for pods that exist
@@ -368,14 +376,19 @@ class StateSync:
         uid = str(m.get("uid") or "")
         if rec is not None and uid and rec.pod.uid and rec.pod.uid != uid:
             self.state.release(key)  # a new pod under an old name: the old one is gone
+            self._forget_bound(key, rec.allocation.node)
             rec = None
         if type_ == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self.trades.gone(uid)
-            self.state.release_finished(key, uid)
+            gone = self.state.release_finished(key, uid)
+            waiting = self._waiting.get(key)
             self._refused.pop(key, None)
             self.pending.pop(key, None)
             if self.pods_present.get(key) in (uid, "") or not uid:
                 self._absent(key)
+            node = gone.allocation.node if gone is not None else waiting[2].node if waiting is not None else None
+            if node is not None:
+                self._forget_bound(key, node)
             return
         self._present(key, uid, obj)
         node = (obj.get("spec") or {}).get("nodeName")
@@ -403,6 +416,7 @@ class StateSync:
                         key, node, alloc.node)
             return
         if rec is not None and rec.phase == "bound" and rec.allocation == alloc:
+            self._order.setdefault(key, bound_order(obj))
             self.trades.settled(uid)
             return  # already recorded (the extender's own bind): nothing changes
         if rec is not None and self.trades.offer(key, uid, obj, alloc):
@@ -418,14 +432,57 @@ class StateSync:
             log.warning("pod %s: request does not parse (%s); recording its allocation anyway", key, e)
             pod = PodRequest(namespace=str(m.get("namespace", "")), name=str(m.get("name", "")),
                              uid=str(m.get("uid") or ""))
+        self._order[key] = bound_order(obj)
+        self._waiting.pop(key, None)
         reason = self.state.add_bound_checked(pod, alloc)
         if reason is None:
             self._refused.pop(key, None)
+            if any(w[2].node == alloc.node for w in self._waiting.values()):
+                self._rejudge(alloc.node)  # a change on a node where a refused pod waits
             return
-        self.overbooked += 1
+        self._waiting[key] = (obj, pod, alloc)
+        while len(self._waiting) > REFUSED_KEPT:
+            oldest = next(iter(self._waiting))
+            del self._waiting[oldest]
+            self._order.pop(oldest, None)
+        self._rejudge(alloc.node)  # reports it, unless an earlier allocation's change let it in
+
+    def _forget_bound(self, key: str, node: str) -> None:
+        """``key`` left ``node``: a pod refused there may fit now."""
+        self._order.pop(key, None)
+        self._waiting.pop(key, None)
+        if any(w[2].node == node for w in self._waiting.values()):
+            self._rejudge(node)
+
+    def _rejudge(self, node: str) -> None:
+        """Count the bound pods of ``node`` again in the order they got it, the earlier winning a
+        card, as a fresh list would (:func:`bound_order`); the ones that do not fit wait."""
+        entries: list[tuple[tuple[str, str, str], str, dict[str, Any] | None, PodRequest, PodAllocation]] = []
+        for key, rec in list(self.state.pods.items()):
+            if rec.phase == "bound" and rec.hold is None and rec.allocation.node == node:
+                entries.append((self._order.get(key, ("", "", key)), key, None, rec.pod, rec.allocation))
+                self.state.release(key)
+        for key, (obj, pod, alloc) in list(self._waiting.items()):
+            if alloc.node == node:
+                entries.append((self._order.get(key, ("", "", key)), key, obj, pod, alloc))
+                del self._waiting[key]
+        for _, key, obj, pod, alloc in sorted(entries, key=lambda e: (e[0], e[1])):
+            reason = self.state.add_bound_checked(pod, alloc)
+            if reason is None:
+                self._refused.pop(key, None)
+                continue
+            self._waiting[key] = (obj or {"metadata": {"namespace": pod.namespace, "name": pod.name,
+                                                         "uid": pod.uid}}, pod, alloc)
+            self._refused_report(key, self._waiting[key][0], reason)
+
+    def _refused_report(self, key: str, obj: dict[str, Any], reason: str) -> None:
+        """Count, log and report (once per pod and allocation) an allocation refused for over-booking."""
+        m = meta(obj)
+        alloc = self._waiting[key][2]
         seen = (str(m.get("uid") or ""), alloc)
         if self._refused.get(key) == seen:
-            return  # already reported; judged again at each change of the pod
+            return  # already reported; judged again at each change on its node
+        self.overbooked += 1
         self._refused[key] = seen
         while len(self._refused) > REFUSED_KEPT:
             self._refused.pop(next(iter(self._refused)))
