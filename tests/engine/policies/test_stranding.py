@@ -68,3 +68,5 @@ def test_stranded_is_monotone(pods: list, n: int, cpu: int, mem: int, more_cpu: 
     assert -1e-9 <= x <= 1000 * n + 1e-9
     assert _stranded(s, n, cpu + more_cpu, mem + more_mem) <= x + 1e-9
     assert _stranded(s, n + 1, cpu, mem) >= x - 1e-9
+    c, m = np.array([cpu], float), np.array([mem * GIB], float)
+    assert np.isclose(float(s.stranded(np.array([n], float), c, m, s.fill(c, m))[0]), x)  # the fill given

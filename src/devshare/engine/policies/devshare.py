@@ -287,8 +287,9 @@ class DevsharePolicy:
         cpu_after, mem_after = cpu - view.pod.cpu_milli, mem - view.pod.memory_bytes
         req = view.request
         if share:
-            kept = self.stranding.stranded(n, cpu_after, mem_after)
-            opened = self.stranding.stranded(np.maximum(n - 1.0, 0.0), cpu_after, mem_after)
+            fill = self.stranding.fill(cpu_after, mem_after)
+            kept = self.stranding.stranded(n, cpu_after, mem_after, fill)
+            opened = self.stranding.stranded(np.maximum(n - 1.0, 0.0), cpu_after, mem_after, fill)
             after = np.where(whole[:, :view.fits.shape[1]], opened[:, None], kept[:, None])
             return np.asarray(before[:, None] - after, np.float64)
         taken = req.count if req is not None and req.core_milli >= WHOLE else 0  # whole cards taken

@@ -147,14 +147,13 @@ def share_prices(mix: Mapping[int, float], capacity: int = WHOLE) -> dict[int, f
 
 def best_value(prices: Mapping[int, float], capacity: int = WHOLE) -> Floats:
     """``[capacity + 1]``: ``V(r)``, the most the shares of ``prices`` (any number of each) that fit in
-    ``r`` are worth together."""
+    ``r`` are worth together (an unbounded knapsack; per share size, the gaps in blocks of that size, each
+    block from the one before it)."""
     v = np.zeros(capacity + 1, np.float64)
-    items = sorted((s, y) for s, y in prices.items() if 0 < s <= capacity and y > 0)
-    if not items:
-        return v
-    s = np.array([i[0] for i in items], np.int64)
-    y = np.array([i[1] for i in items], np.float64)
-    for r in range(int(s[0]), capacity + 1):
-        k = int(np.searchsorted(s, r, side="right"))
-        v[r] = max(v[r - 1], float((v[r - s[:k]] + y[:k]).max()))
+    for s, y in sorted(prices.items()):
+        if not 0 < s <= capacity or y <= 0:
+            continue
+        for a in range(s, capacity + 1, s):
+            b = min(a + s, capacity + 1)
+            np.maximum(v[a:b], v[a - s:b - s] + y, out=v[a:b])
     return v

@@ -145,16 +145,21 @@ def paired_waste_tables_by_cpu(classes: Mapping[ClassKey, float], kappa: float, 
 
 
 def _eventual_waste(sizes: list[int], probs: list[float], kappa: float) -> Floats:
-    """W(r) on the 1-milli grid for share ``sizes`` with (absolute) probabilities ``probs``."""
+    """W(r) on the 1-milli grid for share ``sizes`` (increasing) with (absolute) probabilities ``probs``.
+    W(r) reads W below r by at least the smallest size, so the grid is filled in blocks of that size."""
     w = np.arange(WHOLE + 1, dtype=np.float64)  # no share fits: all of r is wasted
     if sizes:
         s = np.array(sizes, np.int64)
         p = np.array(probs, np.float64)
         cum = np.cumsum(p)
-        for r in range(int(s[0]), WHOLE + 1):
-            k = int(np.searchsorted(s, r, side="right"))  # shares s[:k] fit
-            fit = float(cum[k - 1])
-            a = fit / (fit + kappa) if kappa > 0 else 1.0
-            w[r] = (1.0 - a) * r + a * float((p[:k] * w[r - s[:k]]).sum()) / fit
+        step = int(s[0])
+        for lo in range(step, WHOLE + 1, step):
+            r = np.arange(lo, min(lo + step, WHOLE + 1))
+            k = np.searchsorted(s, r, side="right")  # shares s[:k] fit
+            fits = s[None, :] <= r[:, None]
+            fit = cum[k - 1]
+            a = fit / (fit + kappa) if kappa > 0 else np.ones_like(fit)
+            below = w[np.where(fits, r[:, None] - s[None, :], 0)]
+            w[r] = (1.0 - a) * r + a * (np.where(fits, p * below, 0.0)).sum(axis=1) / fit
     w[WHOLE] = 0.0  # a free card goes to whole-card tasks
     return w

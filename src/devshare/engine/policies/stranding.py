@@ -56,9 +56,16 @@ class Stranding:
         w = np.array([v for _, v in kept], np.float64)
         self.weight = w / w.sum()
 
-    def stranded(self, free_cards: Floats, cpu: Floats, mem: Floats) -> Floats:
-        """Milli-GPU expected to stay unused for lack of CPU or memory (module doc), per element of the
-        broadcast ``free_cards``, ``cpu`` and ``mem`` (memory in bytes; a huge value for untracked)."""
-        fill = np.minimum(cpu[..., None] / self.cpu, mem[..., None] / self.mem)
-        left = np.maximum(free_cards[..., None] - np.maximum(fill, 0.0), 0.0)
-        return np.asarray(WHOLE * (left * self.weight).sum(axis=-1), np.float64)
+    def fill(self, cpu: Floats, mem: Floats) -> Floats:
+        """``[..., K]``: how many pods of each need the CPU and memory left would take (at least 0)."""
+        f = np.minimum(np.multiply.outer(cpu, 1.0 / self.cpu), np.multiply.outer(mem, 1.0 / self.mem))
+        return np.maximum(f, 0.0, out=f)
+
+    def stranded(self, free_cards: Floats, cpu: Floats, mem: Floats, fill: Floats | None = None) -> Floats:
+        """Milli-GPU expected to stay unused for lack of CPU or memory (module doc), per element of
+        ``free_cards``, ``cpu`` and ``mem`` (one shape; memory in bytes, a huge value for untracked);
+        ``fill``: :meth:`fill` of ``cpu`` and ``mem`` when already known."""
+        f = self.fill(cpu, mem) if fill is None else fill
+        left = free_cards[..., None] - f
+        np.maximum(left, 0.0, out=left)
+        return np.asarray(WHOLE * (left @ self.weight), np.float64)
