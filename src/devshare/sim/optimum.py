@@ -36,10 +36,10 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from devshare.engine.policies.pairing import highs, item_arcs
 from devshare.sim.replay import arrival_order
 from devshare.sim.trace import Trace, TracePod
 
@@ -87,25 +87,8 @@ def solve(cards: int, shares: Mapping[int, int], whole: int = 0, *, forced_share
             raise ValueError(f"{forced_whole} forced whole cards, {cards} cards")
         return Packing(min(whole, cards) * capacity, cards, time.perf_counter() - started)
 
-    # item arcs on decreasing paths: arcs of size s leave every position reached by sizes >= s
-    reached = np.zeros(capacity + 1, bool)
-    reached[0] = True
-    tails: list[int] = []
-    kinds: list[int] = []  # index into sizes
-    for k, s in enumerate(sizes):
-        most = min(shares[s], capacity // s)  # copies of s one card can hold (and that exist)
-        for _ in range(most - 1):  # positions reached by sizes >= s: chains of s from those reached so far
-            grown = reached.copy()
-            grown[s:] |= reached[:-s]
-            if (grown == reached).all():
-                break
-            reached = grown
-        starts = np.flatnonzero(reached[: capacity - s + 1])
-        tails += starts.tolist()
-        kinds += [k] * len(starts)
-        reached[starts + s] = True  # every path is a card that fits; every card's shares, largest first, a path
-    positions = np.flatnonzero(reached)
-    inner = [int(p) for p in positions if 0 < p < capacity]
+    # item arcs on decreasing paths (a card's shares, largest first): at most the copies that exist
+    tails, kinds, inner = item_arcs(sizes, [min(shares[s], capacity // s) for s in sizes], capacity)
     row_of = {p: i for i, p in enumerate(inner)}  # conservation rows 0..len(inner)-1
 
     n_item = len(tails)
@@ -173,8 +156,7 @@ def solve(cards: int, shares: Mapping[int, int], whole: int = 0, *, forced_share
     integer = highspy.HighsVarType.kInteger
     cont = highspy.HighsVarType.kContinuous
     lp.integrality_ = [integer] * n_item + [cont] * len(loss_tails) + [integer]
-    h = _quiet_highs(highspy)
-    h.setOptionValue("output_flag", False)
+    h = highs()
     h.setOptionValue("mip_rel_gap", 0.0)
     h.setOptionValue("mip_abs_gap", 0.99)  # the objective is an integer: a gap below 1 is zero
     h.setOptionValue("time_limit", float(time_limit))
@@ -189,31 +171,6 @@ def solve(cards: int, shares: Mapping[int, int], whole: int = 0, *, forced_share
     # stopped early (not exact): HiGHS's dual bound is still an upper bound on the packing
     best = round(info.objective_function_value) if exact else int(np.floor(info.mip_dual_bound + 1e-6))
     return Packing(best, cards, time.perf_counter() - started, exact)
-
-
-def _quiet_highs(highspy: Any) -> Any:
-    """A ``Highs`` solver without the banner HiGHS prints on stdout (from C, once per process) when the
-    first one is made: fd 1 points at /dev/null meanwhile, and C's buffers are flushed before it is back."""
-    import contextlib
-    import ctypes
-    import os
-    import sys
-
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:
-        return highspy.Highs()
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 1)
-            h = highspy.Highs()
-            with contextlib.suppress(OSError, AttributeError):
-                ctypes.CDLL(None).fflush(None)
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-    return h
 
 
 def arrived(trace: Trace, seed: int, pct: int = 100) -> list[TracePod]:

@@ -102,3 +102,28 @@ def test_waste_removed_for_a_cpu_only_pod_is_the_gap_waste_it_strands() -> None:
     assert np.isclose(got[1], t[row[16000], 530] - t[row[10000], 530])
     assert got[0] < got[1] <= 1e-9  # stranding costs (a negative "removed"), n0 more than n1
     assert names.GPU in state.tables
+
+
+def test_a_pod_does_not_strand_free_cards_next_to_too_little_memory() -> None:
+    # two nodes of 64 cores and two free cards, 128 and 512 GiB; the pods seen: one card, 8 cores, 32 GiB.
+    # A one-card pod asking 120 GiB leaves the small node 8 GiB: its other card would stay empty (no pod
+    # seen fits beside it). FGD's fragmentation does not look at memory (a tie, the node order decides);
+    # devshare's stranding term sends it to the large node whatever the order.
+    def state(rank: tuple[int, int]) -> ClusterState:
+        nodes = (TraceNode("small", 64000, 128 * 1024, 2, "A100"), TraceNode("large", 64000, 512 * 1024, 2, "A100"))
+        st_ = build_state(Trace("t", nodes, ()))
+        st_.rank[st_.node_rows()] = np.array(rank)
+        return st_
+
+    def policy(**options: float) -> DevsharePolicy:
+        pol = DevsharePolicy(**options)
+        for i in range(64):
+            pol.observe(pod_request(TracePod(f"m{i}", 8000, 32 * 1024, 1, 1000), f"m{i}"))
+        return pol
+
+    pod = pod_request(TracePod("big", 8000, 120 * 1024, 1, 1000))
+    for rank in ((0, 1), (1, 0)):
+        where = Scheduler(state(rank), policy=policy()).place(pod)
+        assert where is not None and where.node == "large"
+    blind = Scheduler(state((0, 1)), policy=policy(strand=0.0)).place(pod)
+    assert blind is not None and blind.node == "small"  # without the term: the first node in the order

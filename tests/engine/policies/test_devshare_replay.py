@@ -98,9 +98,10 @@ def test_choice_depends_only_on_pods_observed() -> None:
 
 
 def test_share_avoids_leaving_a_remainder_nothing_will_fill() -> None:
-    # one node, cards free [530, 680] (470 and 320 taken); the mix: 650, 470, 320 shares and whole cards.
-    # A 320 share on card 0 leaves 210 (FGD's pick: only tasks of at most 210 fit it, none come); on card 1
-    # it leaves 360, which the next 320 fills to 40. devshare takes card 1.
+    # one node, cards free [530, 680] (470 and 320 taken); the mix: 650, 470, twice as many 320 shares, and
+    # whole cards. A 320 share on card 0 leaves 210 (FGD's pick: only tasks of at most 210 fit it, none
+    # come); on card 1 it leaves 360, which the next 320 fills to 40 (the 320s the 650s leave go three to
+    # a card: the packing's prices make a 320 worth 1/3). devshare takes card 1.
     def state() -> ClusterState:
         st_ = build_state(Trace("t", (TraceNode("n0", 64000, 1 << 20, 2, "G2"),), ()))
         for k, (card, milli) in enumerate(((0, 470), (1, 320))):
@@ -109,10 +110,10 @@ def test_share_avoids_leaving_a_remainder_nothing_will_fill() -> None:
             st_.assume(pod_request(TracePod(f"u{k}", 0, 0, 1, milli)), alloc, now=0.0, ttl=None)
         return st_
 
-    mix = [650, 470, 320, 1000, 1000]
+    mix = [650, 470, 320, 320, 1000, 1000]
     pol = DevsharePolicy()
     counts: dict = {}
-    for i in range(200):
+    for i in range(240):
         milli = mix[i % len(mix)]
         pol.observe(pod_request(TracePod(f"m{i}", 1000, 0, 1, milli), f"m{i}"))
         counts[(1000, milli, 1, ())] = counts.get((1000, milli, 1, ()), 0) + 1

@@ -39,6 +39,15 @@ def cpu_left(state: ClusterState, rows: Ints) -> Ints:
     return np.where(total > 0, total - state.cpu_used[rows], MAX_SPEC_CPU * 1000)
 
 
+def mem_left(state: ClusterState, rows: Ints) -> Ints:
+    """Memory (bytes) left per row; nodes that do not track memory count as having plenty."""
+    total = state.mem_total[rows]
+    return np.where(total > 0, total - state.mem_used[rows], UNTRACKED_MEMORY)
+
+
+UNTRACKED_MEMORY = 1 << 60  # bytes: more than any node has
+
+
 def pod_gpu(pod: PodRequest) -> tuple[int, int]:
     """(GPU count, per-GPU milli) of the pod's first GPU ask; (0, 0) for none."""
     for c in pod.containers:

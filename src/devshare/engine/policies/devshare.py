@@ -76,11 +76,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from devshare.engine.policies.base import MAX_SPEC_GPU, class_key, cpu_left, empty_choice, gpu_free
+from devshare.engine.policies.base import (
+    MAX_SPEC_GPU,
+    class_key,
+    cpu_left,
+    empty_choice,
+    gpu_free,
+    mem_left,
+    pod_gpu,
+)
 from devshare.engine.policies.fgd import NodeFrag, frag_deltas
 from devshare.engine.policies.frag import ClassKey, Floats, FragModel, top_classes
 from devshare.engine.policies.protocol import Choice, FitView
-from devshare.engine.policies.remainder import fgd_card_frag, waste_tables_by_cpu
+from devshare.engine.policies.remainder import fgd_card_frag, paired_waste_tables_by_cpu
+from devshare.engine.policies.stranding import Stranding
 from devshare.engine.state import ClusterState
 from devshare.model.request import WHOLE, PodRequest
 
@@ -98,6 +107,10 @@ REBUILD = 1024  # pods seen between two rebuilds of the class table, once it has
 SCARCE = 1.04
 SCARCE_COVERAGE = 0.95
 SCARCE_AFTER = 1024  # pods seen before the CPU pressure is trusted (early mixes are noisy)
+KAPPA = 0.01  # the eventual waste's chance that no fitting share comes (remainder.py)
+PAIRING = 0.7  # the pairing table's share of the remainder table (remainder.paired_waste_tables_by_cpu)
+OPEN_COST = 0.1  # per milli-GPU left open on a used card, in the pairing table
+STRAND = 0.5  # the weight of the GPU stranded next to too little CPU or memory (stranding.py)
 
 
 class DevsharePolicy:
@@ -109,7 +122,8 @@ class DevsharePolicy:
     def __init__(self, *, coverage: float = COVERAGE, prior: dict[ClassKey, float] | None = None,
                  prior_weight: float = 2.0, fit_weight: float = 0.0, quantize: float = 100.0,
                  fixed: dict[ClassKey, float] | None = None, card_weight: float = 0.0, cpu_pack: float = 0.5,
-                 kappa: float = 0.05, remainder_weight: float = 2.0,
+                 kappa: float = KAPPA, remainder_weight: float = 2.0, pairing: float = PAIRING,
+                 open_cost: float = OPEN_COST, strand: float = STRAND,
                  tight: float = TIGHT, tight_coverage: float = TIGHT_COVERAGE, scarce: float = SCARCE,
                  scarce_coverage: float = SCARCE_COVERAGE) -> None:
         self.tight = tight
@@ -123,6 +137,10 @@ class DevsharePolicy:
 
         self.kappa = kappa
         self.remainder_weight = remainder_weight
+        self.pairing = pairing
+        self.open_cost = open_cost
+        self.strand = strand
+        self.stranding = Stranding()
         self.cpu_pack = cpu_pack
         self.card_weight = card_weight
         self.quantize = quantize
@@ -141,8 +159,10 @@ class DevsharePolicy:
     def _tables(self) -> None:
         classes = self.cache.model.classes
         self.card_frag = fgd_card_frag(classes)
-        self.cpu_steps, tables = waste_tables_by_cpu(classes, self.kappa)
+        self.cpu_steps, tables = paired_waste_tables_by_cpu(classes, self.kappa, open_cost=self.open_cost,
+                                                            blend=self.pairing)
         self.card_waste = self.remainder_weight * tables  # [CPU step, free milli] -> eventual waste
+        self.stranding.rebuild()
 
     # ------------------------------------------------------------------ learning
     def distribution(self) -> dict[ClassKey, float]:
@@ -167,6 +187,7 @@ class DevsharePolicy:
         return self.pressure >= self.scarce
 
     def observe(self, pod: PodRequest) -> None:
+        self.stranding.observe(pod, *pod_gpu(pod))
         key = class_key(pod)
         self.counts[key] = self.counts.get(key, 0.0) + 1.0
         self.cpu_seen += pod.cpu_milli
@@ -198,9 +219,11 @@ class DevsharePolicy:
         self._learn_cluster(view.state)
         self._refresh()
         delta, cols = frag_deltas(self.cache, view)
+        share = view.request.core_milli if delta.ndim == 2 and view.request is not None else 0
         if self.remainder_weight:
-            share = view.request.core_milli if delta.ndim == 2 and view.request is not None else 0
             delta = delta + self._waste_removed(view, share)
+        if self.strand:
+            delta = delta + self.strand * self._stranding_removed(view, share)
         if self.quantize:
             with np.errstate(over="ignore"):
                 q = np.floor(self.quantize / (1.0 + np.exp(-delta / 1000.0)))
@@ -249,6 +272,29 @@ class DevsharePolicy:
         ours = self.card_waste[row_after, before] - self.card_waste[row_after, after]
         fgd = self.card_frag[before] - self.card_frag[after]
         return np.asarray(removed[:, None] + ours - fgd, np.float64)
+
+
+    def _stranding_removed(self, view: FitView, share: int) -> Floats:
+        """The free GPU stranded next to too little CPU or memory (:mod:`stranding`) on each node before
+        the pod minus after it, ``[M]``; for a ``share`` of one card ``[M, W]`` (a share on a free card
+        leaves one free card fewer)."""
+        free = gpu_free(view.state, view.rows)
+        whole = free >= WHOLE
+        n = whole.sum(axis=1).astype(np.float64)
+        cpu = cpu_left(view.state, view.rows).astype(np.float64)
+        mem = mem_left(view.state, view.rows).astype(np.float64)
+        before = self.stranding.stranded(n, cpu, mem)
+        cpu_after, mem_after = cpu - view.pod.cpu_milli, mem - view.pod.memory_bytes
+        req = view.request
+        if share:
+            fill = self.stranding.fill(cpu_after, mem_after)
+            kept = self.stranding.stranded(n, cpu_after, mem_after, fill)
+            opened = self.stranding.stranded(np.maximum(n - 1.0, 0.0), cpu_after, mem_after, fill)
+            after = np.where(whole[:, :view.fits.shape[1]], opened[:, None], kept[:, None])
+            return np.asarray(before[:, None] - after, np.float64)
+        taken = req.count if req is not None and req.core_milli >= WHOLE else 0  # whole cards taken
+        after = self.stranding.stranded(np.maximum(n - taken, 0.0), cpu_after, mem_after)
+        return np.asarray(before - after, np.float64)
 
 
 def _capacity(state: ClusterState) -> tuple[int, int]:
