@@ -13,8 +13,11 @@ import typer
 import yaml
 
 from devshare.model.errors import InvalidInput, yaml_error
+from devshare.sim import solver
 
 T = TypeVar("T")
+
+solver.install()  # a command's stdout (schedule's JSON, simulate's report) carries no HiGHS banner
 
 # options shared by the commands that read a real cluster
 KubeconfigOption = Annotated[

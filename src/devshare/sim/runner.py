@@ -12,6 +12,7 @@ from typing import Any
 
 from devshare.engine.policies import make_policy, top_classes
 from devshare.engine.policies.protocol import Policy
+from devshare.sim import solver
 from devshare.sim.replay import RunResult, replay
 from devshare.sim.trace import Trace, class_counts, load_trace
 
@@ -46,6 +47,7 @@ _TICKS: Any = None
 def _init(ticks: Any) -> None:
     global _TICKS
     _TICKS = ticks
+    solver.install()  # a spawned worker's solvers print no banner into the report
 
 
 def run_job(job: Job) -> RunResult:

@@ -23,11 +23,7 @@ It is solved when the policy rebuilds its class table, never on the hot path.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,28 +32,23 @@ from devshare.engine.policies.frag import Floats
 from devshare.model.request import WHOLE
 
 
-def highs() -> Any:
-    """A ``highspy.Highs`` solver, quiet: HiGHS prints a banner on stdout (from C, once per process)
-    when the first one is made, so fd 1 points at /dev/null meanwhile and C's buffers are flushed before
-    it is back; its own log is off."""
+def plain_highs() -> Any:
+    """A ``highspy.Highs`` solver as the library makes it."""
     import highspy as module
 
     highspy: Any = module  # untyped
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:
-        h = highspy.Highs()
-    else:
-        try:
-            with open(os.devnull, "wb") as null:
-                os.dup2(null.fileno(), 1)
-                h = highspy.Highs()
-                with contextlib.suppress(OSError, AttributeError):
-                    ctypes.CDLL(None).fflush(None)
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
+    return highspy.Highs()
+
+
+# How a solver is made. HiGHS prints a banner on stdout (from C) when a process makes its first one;
+# the layers that own a process's stdout (the CLI, the simulator's workers) install one that keeps it
+# off (devshare.sim.solver.quiet_highs): the engine does no I/O itself.
+make_solver: Callable[[], Any] = plain_highs
+
+
+def highs() -> Any:
+    """A solver with its own log off."""
+    h = make_solver()
     h.setOptionValue("output_flag", False)
     return h
 
