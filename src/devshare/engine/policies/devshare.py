@@ -58,9 +58,9 @@ little CPU or memory.
 Unallocated GPU % at 100% arrival (BENCHMARKS.md has every trace and seed, ``bench/bench_sim_policy.py``):
 default trace, seeds 42-51: 3.87 (FGD 4.78, the paper's FGD 4.77; the exact offline optimum 3.10, the
 floor of a replay that places every pod arriving before 95% 3.62: devshare is 0.25 above the floor,
-FGD 1.16); seeds 52-61 not measured yet. CPU-scarcer mixes built like cpuNNN, seeds 42-51: cpu250x
-4.38 (FGD 6.02), cpu275x 5.62 (7.85), cpu300x 7.24 (10.36). The 13 other openb traces, seed 42 only:
-below FGD on 12, above on gpushare80 (11.22 against 11.08).
+FGD 1.16); seeds 52-61: 3.90 (FGD 4.90). CPU-scarcer mixes built like cpuNNN, seeds 42-51: cpu250x
+4.38 (FGD 6.02), cpu275x 5.62 (7.85), cpu300x 7.24 (10.36). Below FGD on every openb trace (ten seeds
+where the margin was smallest: gpushare80 10.42 vs 10.95, multigpu40 2.96 vs 3.12; seed 42 elsewhere).
 What each part is worth on the default trace: without the stranding term 4.23 (seeds 42-44, against
 3.84 with it); with the stranding term and the eventual waste alone (kappa 0.01, no pairing table) 4.07
 (seeds 42-51); the policy before issue 14 (eventual waste only, kappa 0.05) 4.38. Tried on the way (seeds
