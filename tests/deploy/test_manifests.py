@@ -223,3 +223,11 @@ def test_device_objects_fit_the_crd_schema(obj: dict[str, Any]) -> None:
 def test_the_crd_schema_rejects_malformed_devices(bad: dict[str, Any]) -> None:
     with pytest.raises(AssertionError):
         validate({**DESIGN_EXAMPLE, "spec": bad}, crd_schema())
+
+
+def test_devshare_profile_filters_a_small_window_of_nodes() -> None:
+    """With an extender kube-scheduler batches nothing (v1.37 turns its signatures off), so every pod
+    is filtered over a window of nodes: the profile keeps it at 1% (kube-scheduler's floor: 100 nodes)."""
+    (profile,) = scheduler_config()["profiles"]
+    assert profile["schedulerName"] == "devshare-scheduler"
+    assert profile["percentageOfNodesToScore"] == 1
