@@ -58,6 +58,10 @@ NO_FIT = "does not fit on node"
 Queued = tuple[PodRequest, PodAllocation, "asyncio.Future[str | None]"]  # a claim waiting for its node's write
 
 
+class Contended(Exception):
+    """A ledger write lost its compare-and-swap :data:`ATTEMPTS` times in a row."""
+
+
 @dataclass
 class ClaimCounters:
     writes: int = 0  # ledger writes that went through (claims, withdrawals, prunings)
@@ -139,27 +143,18 @@ class Claims:
         """One compare-and-swap write of ``batch``'s claims (retried on 409): per claim, None when
         written, otherwise why not."""
         async with self._lock(node):
+            decided: list[tuple[list[str | None], int]] = []
+
+            def change(ledger: NodeLedger) -> dict[str, Claim] | None:
+                claims, answers, pruned = self._decide(ledger, batch)
+                decided[:] = [(answers, pruned)]
+                return None if all(answers) else claims  # every claim refused: nothing to write
+
             try:
                 # a ledger not seen yet is written as if it did not exist: a create, answered 409 when
                 # it does (then read), so that a bind costs one request to the ledger either way
-                ledger = self.ledgers.get(node) or NodeLedger(node)
-                for _ in range(ATTEMPTS):
-                    claims, answers, pruned = self._decide(ledger, batch)
-                    refused = sum(1 for a in answers if a and NO_FIT in a)
-                    if all(answers):
-                        self.counters.refused += refused
-                        return answers  # nothing to write
-                    try:
-                        written = await self.ledger.write(ledger, claims)
-                    except Conflict:
-                        self.counters.conflicts += 1
-                        ledger = await self._read(node)
-                        continue
-                    self.counters.writes += 1
-                    self.counters.pruned += pruned
-                    self.counters.refused += refused
-                    self._adopt(written)
-                    return answers
+                written = await self._swap(self.ledgers.get(node) or NodeLedger(node), change)
+            except Contended:
                 return [f"pod {p.key}: the claim ledger of node {node} ({self.ledger.where(node)}) changed "
                         f"{ATTEMPTS} times while devshare tried to record the pod's claim; nothing was bound"
                         for p, _, _ in batch]
@@ -167,6 +162,33 @@ class Claims:
                 self.ledgers.pop(node, None)  # the write may have happened: read the ledger afresh next time
                 return [f"pod {p.key}: recording its claim in the claim ledger of node {node} "
                         f"({self.ledger.where(node)}) failed: {e}; nothing was bound" for p, _, _ in batch]
+            answers, pruned = decided[0]
+            self.counters.refused += sum(1 for a in answers if a and NO_FIT in a)
+            if written is not None:
+                self.counters.pruned += pruned
+            return answers
+
+    async def _swap(self, ledger: NodeLedger,
+                    change: Callable[[NodeLedger], dict[str, Claim] | None]) -> NodeLedger | None:
+        """The one compare-and-swap loop of every ledger write: write ``change(ledger)`` at the version
+        ``ledger`` was read (None from ``change``: nothing to write); after a 409 (another replica
+        wrote first) read the ledger again and ask ``change`` again. Returns the ledger written, or
+        None when nothing was. Raises :class:`Contended` after ``ATTEMPTS`` lost rounds, and the
+        backend's errors as they come. The caller holds the node's lock."""
+        for _ in range(ATTEMPTS):
+            claims = change(ledger)
+            if claims is None:
+                return None
+            try:
+                written = await self.ledger.write(ledger, claims)
+            except Conflict:
+                self.counters.conflicts += 1
+                ledger = await self._read(ledger.node)
+                continue
+            self.counters.writes += 1
+            self._adopt(written)
+            return written
+        raise Contended(f"the claim ledger of node {ledger.node} changed {ATTEMPTS} times in a row")
 
     def _decide(self, ledger: NodeLedger, batch: list[Queued]) -> tuple[dict[str, Claim], list[str | None], int]:
         """The claims to write for ``batch`` over ``ledger``, the answer of each of its pods (None: its
@@ -252,26 +274,20 @@ class Claims:
             held = (self.ledgers.get(node) or NodeLedger(node)).claims.get(pod.key)
             if held is None or held.by != self.identity or not await self._expire(held, node):
                 return
+
+        def change(ledger: NodeLedger) -> dict[str, Claim] | None:
+            c = ledger.claims.get(pod.key)
+            if c is None or c.by != self.identity or c.uid != pod.uid or c.allocation != alloc:
+                return None  # not this replica's claim for this very bind (any more)
+            return {k: v for k, v in ledger.claims.items() if k != pod.key}
+
         async with self._lock(node):
             try:
-                ledger = self.ledgers.get(node) or await self._read(node)
-                for _ in range(ATTEMPTS):
-                    c = ledger.claims.get(pod.key)
-                    if c is None or c.by != self.identity or c.uid != pod.uid or c.allocation != alloc:
-                        return
-                    claims = {k: v for k, v in ledger.claims.items() if k != pod.key}
-                    try:
-                        written = await self.ledger.write(ledger, claims)
-                    except Conflict:
-                        self.counters.conflicts += 1
-                        ledger = await self._read(node)
-                        continue
-                    self.counters.writes += 1
+                if await self._swap(self.ledgers.get(node) or await self._read(node), change) is not None:
                     self.counters.withdrawn += 1
-                    self._adopt(written)
-                    return
-            except BackendError as e:
-                self.ledgers.pop(node, None)
+            except (BackendError, Contended) as e:
+                if isinstance(e, BackendError):
+                    self.ledgers.pop(node, None)
                 log.info("the claim of pod %s on node %s could not be withdrawn (%s); it is released once the pod "
                          "is gone or after %g s", pod.key, node, e, self.ttl)
 
@@ -407,26 +423,22 @@ class Claims:
 
     async def _remove(self, node: str, claims: list[Claim]) -> None:
         """Remove ``claims`` (each only if it is still the same claim) from ``node``'s ledger."""
+        removed: list[str] = []
+
+        def change(ledger: NodeLedger) -> dict[str, Claim] | None:
+            keep = {k: c for k, c in ledger.claims.items() if c not in claims}
+            if len(keep) == len(ledger.claims) or ledger.error is not None:
+                return None
+            removed[:] = sorted(set(ledger.claims) - set(keep))
+            return keep
+
         async with self._lock(node):
             try:
-                ledger = self.ledgers.get(node) or await self._read(node)
-                for _ in range(ATTEMPTS):
-                    keep = {k: c for k, c in ledger.claims.items() if c not in claims}
-                    if len(keep) == len(ledger.claims) or ledger.error is not None:
-                        return
-                    try:
-                        written = await self.ledger.write(ledger, keep)
-                    except Conflict:
-                        self.counters.conflicts += 1
-                        ledger = await self._read(node)
-                        continue
-                    self.counters.writes += 1
-                    self.counters.pruned += len(ledger.claims) - len(keep)
+                if await self._swap(self.ledgers.get(node) or await self._read(node), change) is not None:
+                    self.counters.pruned += len(removed)
                     log.info("released %d claim(s) on node %s of pods gone, finished or never bound: %s",
-                             len(ledger.claims) - len(keep), node,
-                             ", ".join(sorted(set(ledger.claims) - set(keep))))
-                    self._adopt(written)
-                    return
-            except BackendError as e:
-                self.ledgers.pop(node, None)
+                             len(removed), node, ", ".join(removed))
+            except (BackendError, Contended) as e:
+                if isinstance(e, BackendError):
+                    self.ledgers.pop(node, None)
                 log.info("pruning the claim ledger of node %s failed: %s", node, e)
