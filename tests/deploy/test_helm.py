@@ -266,3 +266,17 @@ def test_devshares_identities_follow_the_release_namespace() -> None:
     default = {key(o): o for o in render()}
     (container,) = default[f"Deployment/{NAMESPACE}/devshare-webhook"]["spec"]["template"]["spec"]["containers"]
     assert not [a for a in container["args"] if a.startswith("--allocation-writer")]  # the webhook's defaults
+
+
+@needs_helm
+def test_the_window_of_candidate_nodes_is_a_value() -> None:
+    """scheduler.percentageOfNodesToScore goes into the devshare-scheduler profile; 0 (the default)
+    leaves kube-scheduler's adaptive window, as deploy/ does."""
+    def profile(*sets: str) -> dict[str, Any]:
+        objs = {key(o): o for o in render(*sets)}
+        cfg = yaml.safe_load(objs[f"ConfigMap/{NAMESPACE}/devshare-scheduler-config"]["data"]["scheduler-config.yaml"])
+        (p,) = cfg["profiles"]
+        return dict(p)
+
+    assert "percentageOfNodesToScore" not in profile()
+    assert profile("scheduler.percentageOfNodesToScore=1")["percentageOfNodesToScore"] == 1
