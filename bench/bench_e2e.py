@@ -25,12 +25,17 @@ The last line printed is one JSON object:
 (``binds_refused``: binds the extender answered with an error, from its metrics; ``alone`` and
 ``devshare``: ``{"cpu_ms_per_pod": {process: ms}, "requests_per_pod": n, "requests": {"VERB resource": n}}``).
 
+``--window P`` gives both kube-schedulers (alone and devshare's) the same ``percentageOfNodesToScore: P``
+(the window of candidate nodes each pod is filtered over; default: kube-scheduler's adaptive one, as
+deploy/ ships it), so that the two are compared at the same window (docs/deploy.md, "Large clusters").
+
 ``--ledger-phases on,off,on,off`` measures the claim ledger's cost instead, within one run: one
 devshare phase per item (``--pods`` new pods each, the extender restarted with or without
 ``--no-claim-ledger``), each reporting pods/s, CPU per pod of each process and the API requests per
 pod, as above.
 
     .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 3000
+    .venv/bin/python bench/bench_e2e.py --nodes 5000 --pods 3000 --window 1
     .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 1000 --ledger-phases on,off,on,off
 """
 
@@ -289,7 +294,7 @@ def ledger_phase(cp: ControlPlane, clock: BoundClock, prefix: str, pods: int, *,
     return out
 
 
-def plain_config(cp: ControlPlane) -> Path:
+def plain_config(cp: ControlPlane, window: int | None = None) -> Path:
     path = cp.root / "alone-config.yaml"
     import yaml
 
@@ -297,8 +302,24 @@ def plain_config(cp: ControlPlane) -> Path:
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},
         "clientConnection": {"kubeconfig": str(cp.token_kubeconfig("devshare-scheduler")), "qps": 500, "burst": 1000},
-        "profiles": [{"schedulerName": SCHEDULER_NAME}],
+        "profiles": [{"schedulerName": SCHEDULER_NAME, **windowed(window)}],
     }))
+    return path
+
+
+def windowed(window: int | None) -> dict[str, int]:
+    """The profile field of ``--window`` (nothing: kube-scheduler's adaptive window)."""
+    return {} if window is None else {"percentageOfNodesToScore": window}
+
+
+def devshare_config(cp: ControlPlane, window: int | None) -> Path:
+    """deploy/'s kube-scheduler configuration (cp.scheduler_config), with ``--window`` applied."""
+    import yaml
+
+    path = cp.scheduler_config(cp.extender_port)
+    cfg = yaml.safe_load(path.read_text())
+    cfg["profiles"][0].update(windowed(window))
+    path.write_text(yaml.safe_dump(cfg))
     return path
 
 
@@ -310,7 +331,11 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=None,
                     help="record the extender with py-spy during the devshare phase into this file (speedscope)")
     ap.add_argument("--ledger-phases", default="", help="e.g. on,off,on,off: compare the claim ledger on and off")
+    ap.add_argument("--window", type=int, default=None,
+                    help="percentageOfNodesToScore of both kube-schedulers (default: kube-scheduler's adaptive window)")
     args = ap.parse_args()
+    if args.window is not None and not 0 < args.window <= 100:
+        raise SystemExit("--window: a percentage from 1 to 100 (leave it out for kube-scheduler's adaptive window)")
     if args.ledger_phases:
         ledger_phases(args)
         return
@@ -325,7 +350,7 @@ def main() -> None:
         make_pods(cp, "alone", {PLAIN: "1"}, args.pods, SCHEDULER_NAME)
         phase = Phase(cp, "kube-scheduler-alone")
         phase.start()
-        sched = cp.start_scheduler(config=plain_config(cp), name="kube-scheduler-alone")
+        sched = cp.start_scheduler(config=plain_config(cp, args.window), name="kube-scheduler-alone")
         alone = clock.rate("alone", args.pods, args.timeout)
         alone_phase = phase.stop(args.pods)
         sched.stop()
@@ -340,7 +365,7 @@ def main() -> None:
         phase = Phase(cp, "kube-scheduler")
         phase.start()
         profiler = start_profile(ext.pid, args.profile) if args.profile is not None else None
-        cp.start_scheduler()
+        cp.start_scheduler(config=devshare_config(cp, args.window))
         with_devshare = clock.rate("devshare", args.pods, args.timeout)
         devshare_phase = phase.stop(args.pods)
         if args.profile is not None:
@@ -349,8 +374,9 @@ def main() -> None:
         refused = refused_binds(cp.extender_port)
         print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
         clock.stop.set()
-    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "pods_per_s_alone": round(alone, 1),
-                      "pods_per_s_devshare": round(with_devshare, 1), "ratio": round(with_devshare / alone, 3),
+    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "window": args.window,
+                      "pods_per_s_alone": round(alone, 1), "pods_per_s_devshare": round(with_devshare, 1),
+                      "ratio": round(with_devshare / alone, 3),
                       "binds_refused": refused, "alone": alone_phase, "devshare": devshare_phase}))
 
 
