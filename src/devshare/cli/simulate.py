@@ -223,8 +223,8 @@ def _table(out: Console, trace: str, objects: list[dict[str, object]], results: 
         pol = str(obj["policy"])
         u = obj["unallocated_pct_at_100"]
         assert isinstance(u, dict)
-        r = reference_for(ref, trace, pol)
-        cells = [pol, f"{u['mean']:.2f}", f"{u['median']:.2f}", "-" if r is None else f"{r:.2f}"]
+        paper = reference_for(ref, trace, pol)
+        cells = [pol, f"{u['mean']:.2f}", f"{u['median']:.2f}", "-" if paper is None else f"{paper:.2f}"]
         if opt is not None:
             cells += [f"{u['mean'] - opt:+.2f}", "-" if flo is None else f"{u['mean'] - flo:+.2f}",
                       f"{sum(x >= FLOOR_PCT for x in skips[pol])}/{len(skips[pol])}"]
