@@ -195,7 +195,7 @@ def _window_note(out: Console, text: str, objects: list[dict[str, object]]) -> N
         later, cycles = list(w["later_window_pods"].values()), list(w["cycles_per_pod"].values())
         parts.append(f"{obj['policy']} {statistics.fmean(later):.0f} pods placed from a later window, "
                      f"{statistics.fmean(cycles):.2f} cycles a pod (mean of the seeds)")
-    out.print(f"kube-scheduler's window: {text}; " + "; ".join(parts), style="dim")
+    out.print(f"kube-scheduler's window: {text}; " + "; ".join(parts), style="dim", soft_wrap=True)
 
 
 def _table(out: Console, trace: str, objects: list[dict[str, object]], results: list[RunResult],
