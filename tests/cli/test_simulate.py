@@ -69,3 +69,24 @@ def test_bad_input_is_one_line_exit_2(small_trace: tuple[Path, Path], tmp_path: 
         r = CliRunner().invoke(app, ["simulate", *args, "--workers", "1"])
         assert r.exit_code == 2, (args, r.output)
         assert r.output.strip().startswith("error: ") and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_window_option(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = small_trace
+    base = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "devshare", "--seeds", "42-43",
+            "--workers", "1", "--no-optimum"]
+    every, narrow = tmp_path / "every.json", tmp_path / "narrow.json"
+    r = CliRunner().invoke(app, [*base, "--json", str(every)])
+    assert r.exit_code == 0, r.output
+    assert "window" not in json.loads(every.read_text()) and "kube-scheduler's window" not in r.output
+    r = CliRunner().invoke(app, [*base, "--window", "default", "--json", str(narrow)])
+    assert r.exit_code == 0, r.output
+    assert "kube-scheduler's window: 5 of 5 nodes (percentageOfNodesToScore unset: adaptive)" in r.output
+    a, b = json.loads(every.read_text()), json.loads(narrow.read_text())
+    assert b["window"]["percentage_of_nodes_to_score"] == "default" and b["window"]["nodes_to_find"] == 5
+    assert set(b["window"]["later_window_pods"]) == set(b["window"]["cycles_per_pod"]) == {"42", "43"}
+    assert a["allocated_pct"] == b["allocated_pct"]  # under 100 nodes the window is every node
+    for bad in ("0", "101", "ten", "-5"):
+        r = CliRunner().invoke(app, [*base, "--window", bad])
+        assert r.exit_code == 2 and r.output.strip().startswith("error: ") and "--window" in r.output, r.output
+        assert len(r.output.strip().splitlines()) == 1, r.output

@@ -29,6 +29,7 @@ from devshare.sim.report import (
 )
 from devshare.sim.runner import DEFAULT_NODES, DEFAULT_PODS, Job, bundled, run_all
 from devshare.sim.trace import Trace, load_trace
+from devshare.sim.window import ADAPTIVE, nodes_to_find
 
 DEFAULT_POLICIES = ("devshare", "fgd", "bestfit")
 DEFAULT_SEEDS = "42-44"
@@ -60,6 +61,31 @@ def parse_seeds(text: str) -> list[int]:
     return sorted(dict.fromkeys(out))
 
 
+def parse_window(text: str) -> int | None:
+    """``--window``: ``all`` (every node is a candidate: None), ``default`` (kube-scheduler's adaptive
+    percentageOfNodesToScore: 0) or a percentage 1-100."""
+    word = text.strip().lower()
+    if word == "all":
+        return None
+    if word == "default":
+        return ADAPTIVE
+    try:
+        pct = int(word)
+    except ValueError:
+        pct = -1
+    if not 1 <= pct <= 100:
+        raise InvalidInput(f"{text!r} is not a percentage 1-100, 'default' or 'all'", field="--window")
+    return pct
+
+
+def window_text(window: int | None, n_nodes: int) -> str:
+    """How the report names the window: ``every node`` or ``100 of 1213 nodes (percentageOfNodesToScore 1)``."""
+    if window is None:
+        return "every node"
+    pct = "unset: adaptive" if window == ADAPTIVE else str(window)
+    return f"{nodes_to_find(n_nodes, window)} of {n_nodes} nodes (percentageOfNodesToScore {pct})"
+
+
 def reference_file(pods: Path) -> Path:
     """The FGD authors' reference numbers: ``shared/reference`` beside the trace folder, else the
     bundled copy."""
@@ -79,11 +105,17 @@ def simulate(
     optimum: bool = typer.Option(True, "--optimum/--no-optimum",
                                  help="solve the offline optimum and the floor per seed (HiGHS, about 1 s a seed)"),
     workers: int = typer.Option(min(2, os.cpu_count() or 1), "--workers", help="parallel worker processes"),
+    window: str = typer.Option(
+        "all", "--window", metavar="P|default|all",
+        help="model kube-scheduler's percentageOfNodesToScore: each pod's candidates are the nodes its "
+             "rotating walk finds (P percent of the nodes, at least 100; 'default': its adaptive formula), "
+             "retried window after window until every node was walked; 'all' (the default): every node"),
 ) -> None:
     """Replay an openb trace as the FGD paper does and report unallocated GPU % at 100% arrival."""
     console = Console(stderr=True)
     out = Console()
-    bare = nodes is None and pods is None and not policy and json_out is None and plot_out is None
+    bare = (nodes is None and pods is None and not policy and json_out is None and plot_out is None
+            and window == "all")
     with user_errors():
         nodes_csv = nodes or bundled(DEFAULT_NODES)
         pods_csv = pods or bundled(DEFAULT_PODS)
@@ -93,6 +125,7 @@ def simulate(
             raise InvalidInput(f"unknown policy {', '.join(unknown)}; choose from {', '.join(NAMES)}",
                                field="--policy")
         seed_list = parse_seeds(seeds)
+        pct = parse_window(window)
         if workers < 1:
             raise InvalidInput("must be at least 1", field="--workers")
         for p in (json_out, plot_out):
@@ -104,7 +137,7 @@ def simulate(
         _report_oversized(console, trace)
         if bare:
             plot_out = Path("simulate.png")
-        jobs = [Job(str(nodes_csv), str(pods_csv), n, s) for n in names for s in seed_list]
+        jobs = [Job(str(nodes_csv), str(pods_csv), n, s, pct) for n in names for s in seed_list]
         started = time.perf_counter()
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False) as bar:
@@ -126,6 +159,8 @@ def simulate(
                 offs = [offline(trace, s) for s in seed_list]
         objects = [summary(trace.name, n, group(results)[(trace.name, n)], offs) for n in names]
         _table(out, trace.name, objects, results, reference_file(pods_csv), offs)
+        if pct is not None:
+            _window_note(out, window_text(pct, len(trace.nodes)), objects)
         out.print(f"{len(jobs)} runs in {elapsed:.1f} s ({workers} worker(s))")
         if json_out is not None:
             write_json_atomic(json_out, objects[0] if len(objects) == 1 else objects)
@@ -149,6 +184,18 @@ def _report_oversized(console: Console, trace: Trace) -> None:
         shown = ", ".join(big[:5]) + (", ..." if len(big) > 5 else "")
         console.print(f"note: {len(big)} pod(s) of {trace.name} ask for more GPUs than any node has (at most "
                       f"{most}): {shown}; they count as arrived and are never placed", highlight=False, soft_wrap=True)
+
+
+def _window_note(out: Console, text: str, objects: list[dict[str, object]]) -> None:
+    """What kube-scheduler's window did: its size, pods placed from a later window, cycles per pod."""
+    parts = []
+    for obj in objects:
+        w = obj["window"]
+        assert isinstance(w, dict)
+        later, cycles = list(w["later_window_pods"].values()), list(w["cycles_per_pod"].values())
+        parts.append(f"{obj['policy']} {statistics.fmean(later):.0f} pods placed from a later window, "
+                     f"{statistics.fmean(cycles):.2f} cycles a pod (mean of the seeds)")
+    out.print(f"kube-scheduler's window: {text}; " + "; ".join(parts), style="dim", soft_wrap=True)
 
 
 def _table(out: Console, trace: str, objects: list[dict[str, object]], results: list[RunResult],
@@ -176,8 +223,8 @@ def _table(out: Console, trace: str, objects: list[dict[str, object]], results: 
         pol = str(obj["policy"])
         u = obj["unallocated_pct_at_100"]
         assert isinstance(u, dict)
-        r = reference_for(ref, trace, pol)
-        cells = [pol, f"{u['mean']:.2f}", f"{u['median']:.2f}", "-" if r is None else f"{r:.2f}"]
+        paper = reference_for(ref, trace, pol)
+        cells = [pol, f"{u['mean']:.2f}", f"{u['median']:.2f}", "-" if paper is None else f"{paper:.2f}"]
         if opt is not None:
             cells += [f"{u['mean'] - opt:+.2f}", "-" if flo is None else f"{u['mean'] - flo:+.2f}",
                       f"{sum(x >= FLOOR_PCT for x in skips[pol])}/{len(skips[pol])}"]

@@ -5,6 +5,10 @@ the original trace) are appended until the requested GPU reaches 130% of the clu
 placed one at a time with :meth:`Lifecycle.schedule` (the code path the extender runs: the policy
 learns of the pod, the best node is chosen, assumed and confirmed); one that fits nowhere is skipped.
 The allocation % is recorded at every integer arrived % from 0 to 130.
+
+``window``: kube-scheduler's ``percentageOfNodesToScore`` (0 = its adaptive default), modelled by
+:mod:`devshare.sim.window`: each pod's candidates are the nodes kube-scheduler's rotating walk finds,
+retried window after window until every node was walked. None (the default): every node is a candidate.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from devshare.model.device import DeviceInfo, NodeDevices
 from devshare.model.node import NodeInfo
 from devshare.model.request import WHOLE, ContainerRequest, DeviceRequest, PodRequest
 from devshare.sim.trace import MIB, MILLI, Trace, TracePod
+from devshare.sim.window import Window, schedule
 
 MAX_ARRIVED = 130  # percent of cluster GPU capacity
 NAMESPACE = "openb"
@@ -107,13 +112,15 @@ Progress = Callable[[int], None]
 
 
 def replay(trace: Trace, policy: Policy, seed: int, *, progress: Progress | None = None,
-           settings: Settings | None = None) -> RunResult:
-    """Replay ``trace`` with ``policy`` for ``seed``; ``progress`` gets the arrived % as it grows."""
+           settings: Settings | None = None, window: int | None = None) -> RunResult:
+    """Replay ``trace`` with ``policy`` for ``seed``; ``progress`` gets the arrived % as it grows;
+    ``window``: kube-scheduler's percentageOfNodesToScore (0: its adaptive default; None: every node)."""
     started = time.perf_counter()
     state = build_state(trace)
     node_rank(state, seed)
     sched = Scheduler(state, policy=policy, settings=settings or Settings(topology=False))
     lifecycle = Lifecycle(sched)
+    win = None if window is None else Window(state, window)
     cap = trace.gpu_capacity
     curve = [0.0] * (MAX_ARRIVED + 1)
     recorded = -1
@@ -122,7 +129,7 @@ def replay(trace: Trace, policy: Policy, seed: int, *, progress: Progress | None
     for name, tp in arrival_order(trace, seed):
         pod = pod_request(tp, name)
         n += 1
-        where = lifecycle.schedule(pod, now=0.0)
+        where = lifecycle.schedule(pod, now=0.0) if win is None else schedule(lifecycle, win, pod)
         if where is not None:
             allocated += tp.gpu_total
             placed += 1
@@ -142,5 +149,10 @@ def replay(trace: Trace, policy: Policy, seed: int, *, progress: Progress | None
     value = allocated * 100.0 / cap
     for k in range(recorded + 1, MAX_ARRIVED + 1):
         curve[k] = value
+    extra = {"first_skip_pct": round(first_skip, 4)}
+    if win is not None:
+        extra.update(window_percentage=float(win.percentage), window_nodes=float(win.k),
+                     window_cycles_per_pod=round(win.cycles / max(win.pods, 1), 4),
+                     window_later_pods=float(win.later))
     return RunResult(trace.name, getattr(policy, "name", type(policy).__name__), seed, curve, n, placed,
-                     time.perf_counter() - started, {"first_skip_pct": round(first_skip, 4)})
+                     time.perf_counter() - started, extra)

@@ -24,7 +24,9 @@ def summary(trace: str, policy: str, runs: Sequence[RunResult],
             offline: Sequence[Offline] = ()) -> dict[str, Any]:
     """DESIGN.md's JSON object for one policy's runs on one trace, with (keys added to the contract)
     the offline optimum and floor per seed (:mod:`devshare.sim.optimum`), each run's seconds and the
-    arrived % at its first skipped pod (the floor bounds the runs where that is at least 95)."""
+    arrived % at its first skipped pod (the floor bounds the runs where that is at least 95), and
+    under kube-scheduler's window (``--window``) its size and, per seed, the pods placed from a later
+    window than their first and the scheduling cycles per pod."""
     runs = sorted(runs, key=lambda r: r.seed)
     un = [r.unallocated_at_100 for r in runs]
     out: dict[str, Any] = {
@@ -37,6 +39,15 @@ def summary(trace: str, policy: str, runs: Sequence[RunResult],
         "seconds": {str(r.seed): round(r.seconds, 3) for r in runs},
         "first_skip_pct": {str(r.seed): r.extra.get("first_skip_pct") for r in runs},
     }
+    windowed = [r for r in runs if "window_nodes" in r.extra]
+    if windowed:  # kube-scheduler's window (sim/window.py): its size and what it did, per seed
+        pct = int(windowed[0].extra["window_percentage"])
+        out["window"] = {
+            "percentage_of_nodes_to_score": pct or "default",
+            "nodes_to_find": int(windowed[0].extra["window_nodes"]),
+            "later_window_pods": {str(r.seed): int(r.extra["window_later_pods"]) for r in windowed},
+            "cycles_per_pod": {str(r.seed): r.extra["window_cycles_per_pod"] for r in windowed},
+        }
     if offline:
         out["optimum_unallocated_pct_at_100"] = packing_summary({o.seed: o.optimum for o in offline})
         out["floor_unallocated_pct_at_100"] = {**packing_summary({o.seed: o.floor for o in offline}),

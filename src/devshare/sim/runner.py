@@ -38,6 +38,7 @@ class Job:
     pods: str
     policy: str
     seed: int
+    window: int | None = None  # kube-scheduler's percentageOfNodesToScore (0: adaptive); None: every node
 
 
 _TRACES: dict[tuple[str, str], Trace] = {}
@@ -63,7 +64,7 @@ def run_job(job: Job) -> RunResult:
             ticks.put((job.policy, job.seed, pct))
             last[0] = pct
 
-    return replay(trace, policy_for(job.policy, trace, job.seed), job.seed, progress=progress)
+    return replay(trace, policy_for(job.policy, trace, job.seed), job.seed, progress=progress, window=job.window)
 
 
 Tick = Callable[[str, int, int], None]  # (policy, seed, arrived %)
