@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from devshare.engine.policies.protocol import Policy
@@ -138,13 +138,16 @@ class Lifecycle:
         return gone
 
     # ------------------------------------------------------------------ one step
-    def schedule(self, pod: PodRequest, *, now: float, arrives: bool = True) -> Placement | None:
+    def schedule(self, pod: PodRequest, *, now: float, arrives: bool = True,
+                 nodes: Sequence[str] | None = None) -> Placement | None:
         """What the extender does for one pod, in one synchronous step (``devshare schedule``, the
         trace replay): the pod arrives, the best node is chosen, assumed and confirmed. ``arrives``:
-        tell the policy of the pod (the extender never hears of a pod that asks no device)."""
+        tell the policy of the pod (the extender never hears of a pod that asks no device).
+        ``nodes``: the candidates (kube-scheduler's window, :mod:`devshare.sim.window`); every node
+        when None."""
         if arrives:
             self.arrived(pod)
-        placed = self.scheduler.place(pod)
+        placed = self.scheduler.place(pod, nodes)
         if placed is None:
             return None
         self.assume(pod, placed.allocation, now=now, ttl=math.inf)

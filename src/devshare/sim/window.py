@@ -21,7 +21,6 @@ simulator's model of kube-scheduler, not part of the extender.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -125,10 +124,8 @@ def schedule(lifecycle: Lifecycle, window: Window, pod: PodRequest, *, now: floa
     for k, rows in enumerate(window.walk(pod)):
         if rows.size == 0:
             continue  # kube-scheduler found no feasible node: the extender is not asked
-        placed = lifecycle.scheduler.place(pod, [name_of[int(r)] for r in rows.tolist()])
+        placed = lifecycle.schedule(pod, now=now, arrives=False, nodes=[name_of[int(r)] for r in rows.tolist()])
         if placed is not None:
             window.later += k > 0
-            lifecycle.assume(pod, placed.allocation, now=now, ttl=math.inf)
-            lifecycle.confirm(pod, placed.allocation)
             return placed
     return None
