@@ -340,12 +340,7 @@ def main() -> None:
         ledger_phases(args)
         return
     with tempfile.TemporaryDirectory(prefix="devshare-bench-e2e-") as tmp, control_plane(Path(tmp)) as cp:
-        cp.install()
-        cp.namespace(NS)
-        t0 = time.monotonic()
-        make_nodes(cp, args.nodes)
-        print(f"{args.nodes} nodes + devices in {time.monotonic() - t0:.0f}s", file=sys.stderr)
-        clock = BoundClock(cp)
+        clock = prepare(cp, args.nodes)
 
         make_pods(cp, "alone", {PLAIN: "1"}, args.pods, SCHEDULER_NAME)
         phase = Phase(cp, "kube-scheduler-alone")
@@ -380,17 +375,22 @@ def main() -> None:
                       "binds_refused": refused, "alone": alone_phase, "devshare": devshare_phase}))
 
 
+def prepare(cp: ControlPlane, nodes: int) -> BoundClock:
+    """deploy/ installed, the bench namespace, ``nodes`` nodes with their Devices; the clock watching."""
+    cp.install()
+    cp.namespace(NS)
+    t0 = time.monotonic()
+    make_nodes(cp, nodes)
+    print(f"{nodes} nodes + devices in {time.monotonic() - t0:.0f}s", file=sys.stderr)
+    return BoundClock(cp)
+
+
 def ledger_phases(args: argparse.Namespace) -> None:
     phases = [p.strip() for p in args.ledger_phases.split(",") if p.strip()]
     if not phases or any(p not in ("on", "off") for p in phases):
         raise SystemExit("--ledger-phases: a comma-separated list of on and off")
     with tempfile.TemporaryDirectory(prefix="devshare-bench-e2e-") as tmp, control_plane(Path(tmp)) as cp:
-        cp.install()
-        cp.namespace(NS)
-        t0 = time.monotonic()
-        make_nodes(cp, args.nodes)
-        print(f"{args.nodes} nodes + devices in {time.monotonic() - t0:.0f}s", file=sys.stderr)
-        clock = BoundClock(cp)
+        clock = prepare(cp, args.nodes)
         results = [ledger_phase(cp, clock, f"ledger-{i}-{p}", args.pods, ledger=p == "on", timeout=args.timeout)
                    for i, p in enumerate(phases)]
         clock.stop.set()
