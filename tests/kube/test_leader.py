@@ -217,3 +217,39 @@ def test_a_long_pod_name_is_matched_as_the_kubelet_cuts_it_into_a_hostname() -> 
     assert LeaseFollower(MemoryBackend(), pod_name=name).prefix == "a" * 60 + "-b_"
     with pytest.raises(ValueError, match="pod-name"):
         LeaseFollower(MemoryBackend(), pod_name="")
+
+
+async def test_the_followers_fence_reads_the_lease_at_most_once_a_retry_period_while_it_may_write() -> None:
+    """A bind's fence does not cost a read of the Lease when the last read, at most retry_period old,
+    let this extender write (no other kube-scheduler can take a Lease before its duration has passed
+    since the renewal that read saw); a refusal, or an older read, reads the Lease afresh."""
+    from devshare.kube.leader import LeaseFollower
+
+    backend = MemoryBackend()
+    clock = Clock()
+    clock.now = 1_700_000_000.0
+    pod = "devshare-scheduler-5d8c7b9f4-x7k2p"
+    follower = LeaseFollower(backend, pod_name=pod, clock=clock, retry_period=1.0)
+    await backend.create_lease("devshare-system", _scheduler_lease(f"{pod}_3f0c9a", clock.now))
+    assert await follower.check() is None and follower.reads == 1
+    for _ in range(5):  # binds within the retry period: judged from that read
+        clock.now += 0.15
+        assert await follower.check() is None
+    assert follower.reads == 1
+    clock.now += 0.45  # 1.2 s since the read: read again
+    assert await follower.check() is None and follower.reads == 2
+    # the Lease went to another pod's kube-scheduler (a release): seen at the next read at the latest,
+    # and from then on every check reads afresh until this pod's kube-scheduler holds it again
+    lease = await backend.get_lease("devshare-system", "devshare-scheduler")
+    assert lease is not None
+    await backend.replace_lease("devshare-system", {**lease, **_scheduler_lease("other-pod_77aa", clock.now)})
+    clock.now += 1.1
+    reason = await follower.check()
+    assert reason is not None and "held by other-pod_77aa" in reason and not follower.is_leader
+    reads = follower.reads
+    assert await follower.check() is not None and follower.reads == reads + 1
+    # an old renewal is refused from the cached read too, without waiting for the next one
+    await backend.replace_lease("devshare-system", {**lease, **_scheduler_lease(f"{pod}_3f0c9a", clock.now)})
+    assert await follower.check() is None
+    clock.now += 10.1
+    assert follower.fence() is not None and await follower.check() is not None
