@@ -38,6 +38,8 @@ class Kubelet(pb_grpc.RegistrationServicer):
         self.rng = rng or random.Random(0)
         self.registered: queue.Queue[str] = queue.Queue()
         self.devices: dict[str, list[str]] = {}  # resource -> the ids its plugin lists now
+        # resource -> every list its plugin sent, in order, as (id, health) pairs
+        self.lists: dict[str, queue.Queue[list[tuple[str, str]]]] = {}
         self.endpoints: dict[str, str] = {}  # resource -> socket file name
         self.entries: list[dict[str, Any]] = []  # the checkpoint's PodDeviceEntries
         self.got: dict[tuple[str, str], dict[str, str]] = {}  # (pod uid, container) -> envs handed to it
@@ -57,10 +59,14 @@ class Kubelet(pb_grpc.RegistrationServicer):
         self._channels.append(channel)
         stub = pb_grpc.DevicePluginStub(channel)
         first = threading.Event()
+        lists = self.lists.setdefault(request.resource_name, queue.Queue())
 
         def follow() -> None:
             try:
+                # kubelet dials a plugin blocking until it connects (grpc.WithBlock); without
+                # wait_for_ready a channel still backing off from the previous plugin server fails at once
                 for response in stub.ListAndWatch(pb.Empty(), wait_for_ready=True, timeout=600):
+                    lists.put([(d.ID, d.health) for d in response.devices])
                     with self._lock:
                         self.devices[request.resource_name] = [d.ID for d in response.devices
                                                                if d.health == "Healthy"]

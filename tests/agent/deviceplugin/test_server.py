@@ -3,15 +3,11 @@ Allocate for multi-container pods, and re-registration after a kubelet restart."
 
 from __future__ import annotations
 
-import queue
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -25,45 +21,7 @@ from devshare.agent.resources import resource_named
 from devshare.agent.run import Agent
 from devshare.model.dialects import aliyun, koordinator, nvidia
 from support.agent import GIB, gpu, pod, write_fake
-
-
-class FakeKubelet(pb_grpc.RegistrationServicer):
-    """kubelet's Registration service; on Register it dials the plugin and follows ListAndWatch."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.registered: queue.Queue[pb.RegisterRequest] = queue.Queue()
-        self.lists: dict[str, queue.Queue[list[tuple[str, str]]]] = {}
-        self.channels: list[grpc.Channel] = []
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_RegistrationServicer_to_server(self, self.server)
-        self.server.add_insecure_port(f"unix://{directory / 'kubelet.sock'}")
-        self.server.start()
-
-    def Register(self, request: pb.RegisterRequest, context: Any) -> pb.Empty:
-        assert request.version == "v1beta1"
-        self.registered.put(request)
-        channel = grpc.insecure_channel(f"unix://{self.directory / request.endpoint}")
-        self.channels.append(channel)
-        stub = pb_grpc.DevicePluginStub(channel)
-        q = self.lists.setdefault(request.resource_name, queue.Queue())
-
-        def follow() -> None:
-            try:
-                # kubelet dials a plugin blocking until it connects (grpc.WithBlock); without
-                # wait_for_ready a channel still backing off from the previous plugin server fails at once
-                for response in stub.ListAndWatch(pb.Empty(), wait_for_ready=True, timeout=60):
-                    q.put([(d.ID, d.health) for d in response.devices])
-            except grpc.RpcError:
-                pass
-
-        threading.Thread(target=follow, daemon=True).start()
-        return pb.Empty()
-
-    def stop(self) -> None:
-        self.server.stop(None)
-        for c in self.channels:
-            c.close()
+from support.kubelet import Kubelet
 
 
 @pytest.fixture
@@ -83,10 +41,6 @@ def allocate(directory: Path, resource: str, *containers: int) -> pb.AllocateRes
         return stub.Allocate(request, timeout=10)
 
 
-def registrations(kubelet: FakeKubelet, n: int) -> set[str]:
-    return {kubelet.registered.get(timeout=10).resource_name for _ in range(n)}
-
-
 def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Path) -> None:
     desc = write_fake(tmp_path / "n.yaml", gpus=2, memory="16Gi")
     backend = FakeBackend(desc, node="n1")
@@ -95,7 +49,7 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
         ("a", {koordinator.KOORD_GPU_CORE: 50}, [gpu(0, u[0], 500, 8 * GIB, 500)]),
         ("b", {koordinator.KOORD_GPU_CORE: 50}, [gpu(1, u[1], 500, 8 * GIB, 500)]),
     ])])
-    kubelet = FakeKubelet(sockdir)
+    kubelet = Kubelet(sockdir)
     served = [r for r in (resource_named(koordinator.KOORD_GPU_CORE), resource_named(nvidia.NVIDIA_GPU),
                           resource_named(koordinator.KOORD_RDMA)) if r is not None]
     agent = Agent(backend, "n1", client, resources=served, plugin_dir=sockdir, watch_interval=0.1)
@@ -103,7 +57,7 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
         agent.start()
         # no RDMA device on this node: only the two GPU resources are served
         assert [r.name for r in agent.served] == [koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU]
-        assert registrations(kubelet, 2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
+        assert kubelet.wait_registered(2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
         core = kubelet.lists[koordinator.KOORD_GPU_CORE].get(timeout=10)
         assert len(core) == 200 and all(h == "Healthy" for _, h in core)
         assert kubelet.lists[nvidia.NVIDIA_GPU].get(timeout=10) == [(u[0], "Healthy"), (u[1], "Healthy")]
@@ -139,8 +93,8 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
         # gRPC's stop already removed kubelet's socket; the plugins' sockets are wiped as kubelet does
         for f in list(sockdir.iterdir()):
             f.unlink()
-        kubelet = FakeKubelet(sockdir)
-        assert registrations(kubelet, 2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
+        kubelet = Kubelet(sockdir)
+        assert kubelet.wait_registered(2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
         assert len(kubelet.lists[koordinator.KOORD_GPU_CORE].get(timeout=30)) == 200
         client.add(pod("q", "n1", [("main", {nvidia.NVIDIA_GPU: 2}, [gpu(0, u[0]), gpu(1, u[1])])]))
         got = allocate(sockdir, nvidia.NVIDIA_GPU, 2)
@@ -167,13 +121,13 @@ def test_multi_container_request_in_one_call(sockdir: Path, tmp_path: Path) -> N
         ("a", {nvidia.NVIDIA_GPU: 1}, [gpu(2, u[2])]),
         ("b", {nvidia.NVIDIA_GPU: 1}, [gpu(3, u[3])]),
     ])])
-    kubelet = FakeKubelet(sockdir)
+    kubelet = Kubelet(sockdir)
     res = resource_named(nvidia.NVIDIA_GPU)
     assert res is not None
     agent = Agent(backend, "n1", client, resources=[res], plugin_dir=sockdir, watch_interval=0.1)
     try:
         agent.start()
-        registrations(kubelet, 1)
+        kubelet.wait_registered(1)
         got = allocate(sockdir, nvidia.NVIDIA_GPU, 1, 1)
         assert [c.envs["NVIDIA_VISIBLE_DEVICES"] for c in got.container_responses] == [u[2], u[3]]
     finally:
