@@ -12,6 +12,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from devshare.kube.store import merge_patch
+
 
 class WriteRefused(Exception):
     """The API refused a write for good (an admission webhook or policy, an invalid change)."""
@@ -91,12 +93,7 @@ class MemoryClient:
         with self._lock:
             self.calls.append(f"patch_node_labels {node}")
             obj = self.nodes.setdefault(node, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
-            current = obj["metadata"].setdefault("labels", {})
-            for k, v in labels.items():
-                if v is None:
-                    current.pop(k, None)
-                else:
-                    current[k] = v
+            obj["metadata"]["labels"] = merge_patch(obj["metadata"].get("labels") or {}, labels)
 
     def list_node_pods(self, node: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -109,9 +106,4 @@ class MemoryClient:
             pod = self.pods.get((namespace, name))
             if pod is None or (uid is not None and pod["metadata"].get("uid") != uid):
                 raise LookupError(f"pod {namespace}/{name} not found")
-            current = pod["metadata"].setdefault("annotations", {})
-            for k, v in annotations.items():
-                if v is None:
-                    current.pop(k, None)
-                else:
-                    current[k] = v
+            pod["metadata"]["annotations"] = merge_patch(pod["metadata"].get("annotations") or {}, annotations)
