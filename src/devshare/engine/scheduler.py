@@ -142,14 +142,12 @@ class Scheduler:
             node_reasons[i] = "node is unschedulable (cordoned)"
         codes[inactive] = UNRESOLVABLE
         if pod.cpu_milli:
-            cpu_total = state.cpu_total[rows]
-            short = (codes == 0) & (cpu_total > 0) & (state.cpu_used[rows] + pod.cpu_milli > cpu_total)
+            short = (codes == 0) & state.cpu_short(rows, pod.cpu_milli)
             codes[short] = UNSCHEDULABLE
             for i in np.flatnonzero(short).tolist():
                 node_reasons[i] = "not enough CPU"
         if pod.memory_bytes:
-            mem_total = state.mem_total[rows]
-            short = (codes == 0) & (mem_total > 0) & (state.mem_used[rows] + pod.memory_bytes > mem_total)
+            short = (codes == 0) & state.memory_short(rows, pod.memory_bytes)
             codes[short] = UNSCHEDULABLE
             for i in np.flatnonzero(short).tolist():
                 node_reasons[i] = "not enough memory"

@@ -28,6 +28,9 @@ from devshare.model.device import NodeDevices
 from devshare.model.node import NodeInfo
 from devshare.model.request import PodRequest
 
+Rows = np.ndarray[Any, np.dtype[np.int64]]  # node indexes
+Mask = np.ndarray[Any, np.dtype[np.bool_]]  # one flag per row asked
+
 DEFAULT_MAX_CONTAINERS = 16  # seed 000: MGPUMaxContainersPerCard
 DEFAULT_ASSUME_TTL = 60.0  # seconds an assumed allocation waits for its bind
 
@@ -245,6 +248,18 @@ class ClusterState:
         if acc == [0, 0]:
             del self.namespace_gpu[rec.pod.namespace]
 
+    def cpu_short(self, rows: Rows, cpu_milli: int) -> Mask:
+        """Per row: the node's CPU cannot take ``cpu_milli`` more (a node whose CPU is untracked,
+        total 0, takes any). The one node-level CPU rule: the filter, reserve and the replay's
+        kube-scheduler window all ask it."""
+        total = self.cpu_total[rows]
+        return (total > 0) & (self.cpu_used[rows] + cpu_milli > total)
+
+    def memory_short(self, rows: Rows, memory: int) -> Mask:
+        """Per row: the node's memory cannot take ``memory`` bytes more (untracked, total 0: any)."""
+        total = self.mem_total[rows]
+        return (total > 0) & (self.mem_used[rows] + memory > total)
+
     def why_not(self, pod: PodRequest, alloc: PodAllocation, *, ignore: str | None = None) -> str | None:
         """Why ``alloc`` cannot be added now (None when it fits). ``ignore``: a pod key not to count."""
         row = self.row_of.get(alloc.node)
@@ -252,9 +267,10 @@ class ClusterState:
             return f"node {alloc.node} is not known"
         if not self.active[row]:
             return f"node {alloc.node} is unschedulable"
-        if self.cpu_total[row] and self.cpu_used[row] + pod.cpu_milli > self.cpu_total[row]:
+        at = np.array([row], np.int64)
+        if self.cpu_short(at, pod.cpu_milli)[0]:
             return f"node {alloc.node}: not enough CPU"
-        if self.mem_total[row] and self.mem_used[row] + pod.memory_bytes > self.mem_total[row]:
+        if self.memory_short(at, pod.memory_bytes)[0]:
             return f"node {alloc.node}: not enough memory"
         # per card: what the allocation adds (compute, memory, containers, whole), judged by the
         # filter's own predicate (devshare.engine.admit)

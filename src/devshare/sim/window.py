@@ -78,11 +78,9 @@ class Window:
         s, rows = self.state, self.order
         ok = s.active[rows].copy()
         if pod.cpu_milli:
-            total = s.cpu_total[rows]
-            ok &= (total == 0) | (s.cpu_used[rows] + pod.cpu_milli <= total)
+            ok &= ~s.cpu_short(rows, pod.cpu_milli)
         if pod.memory_bytes:
-            total = s.mem_total[rows]
-            ok &= (total == 0) | (s.mem_used[rows] + pod.memory_bytes <= total)
+            ok &= ~s.memory_short(rows, pod.memory_bytes)
         return ok
 
     def cycle(self, fit2: npt.NDArray[np.bool_], cum2: Ints) -> tuple[Ints, int]:
