@@ -29,14 +29,22 @@ The last line printed is one JSON object:
 (the window of candidate nodes each pod is filtered over; default: kube-scheduler's adaptive one, as
 deploy/ ships it), so that the two are compared at the same window (docs/deploy.md, "Large clusters").
 
-``--ledger-phases on,off,on,off`` measures the claim ledger's cost instead, within one run: one
-devshare phase per item (``--pods`` new pods each, the extender restarted with or without
-``--no-claim-ledger``), each reporting pods/s, CPU per pod of each process and the API requests per
-pod, as above.
+``--extender floor`` (or ``floor-no-bind``, ``floor-annotate``) runs bench/floor_extender.py in
+devshare's place: an extender that passes kube-scheduler's first candidate and posts the Binding,
+nothing else (or only filters, kube-scheduler binding itself; or writes the annotation onto the pod
+in filter and lets kube-scheduler bind): the floor of what any extender costs on these cores.
+
+``--phases alone,floor,devshare,devshare-no-ledger,...`` runs several phases on one control plane
+instead, in that order (``--pods`` new pods each, the extender restarted for each, the pods of one
+phase deleted before the next), each reporting pods/s, CPU per pod of each process and the API
+requests per pod, as above: the machine's speed drifts between runs (kube-scheduler alone measured
+116-168 pods/s on the same code within an hour), so parts are compared within one run.
+``--ledger-phases on,off,on,off`` is ``--phases devshare,devshare-no-ledger,devshare,devshare-no-ledger``.
 
     .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 3000
     .venv/bin/python bench/bench_e2e.py --nodes 5000 --pods 3000 --window 1
     .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 1000 --ledger-phases on,off,on,off
+    .venv/bin/python bench/bench_e2e.py --nodes 5000 --pods 3000 --phases alone,floor,devshare,alone,floor,devshare
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -106,7 +115,8 @@ def make_nodes(cp: ControlPlane, n: int) -> None:
 
 
 def make_pods(cp: ControlPlane, prefix: str, resources: dict[str, str], count: int, scheduler: str) -> None:
-    create(cp, [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{prefix}-{i:05d}", "namespace": NS},
+    create(cp, [{"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": f"{prefix}-{i:05d}", "namespace": NS, "labels": {"bench-phase": prefix}},
                  "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
                           "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
                                           "resources": {"limits": dict(resources)}}]}}
@@ -276,22 +286,67 @@ def report(name: str, rate: float, phase: dict[str, Any]) -> None:
           f"({', '.join(f'{k} {v}' for k, v in list(phase['requests'].items())[:6])})", file=sys.stderr)
 
 
-def ledger_phase(cp: ControlPlane, clock: BoundClock, prefix: str, pods: int, *, ledger: bool,
-                 timeout: float) -> dict[str, Any]:
-    """One devshare phase of ``--ledger-phases``: the extender (re)started with or without its claim
-    ledger, ``pods`` new pods; CPU and API requests per pod as :class:`Phase` counts them."""
-    cp.start_extender("--log-level", "warning", *([] if ledger else ["--no-claim-ledger"]))
-    make_pods(cp, prefix, {"nvidia.com/gpu": "1"}, pods, SCHEDULER_NAME)
-    time.sleep(2)  # the extender's watch takes in the pods just created
+EXTENDERS = ("devshare", "devshare-no-ledger", "floor", "floor-no-bind", "floor-annotate", "floor-h2")
+PHASES = ("alone", *EXTENDERS)
+
+
+def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args: argparse.Namespace, *,
+              profile: Path | None = None) -> dict[str, Any]:
+    """One phase: ``args.pods`` new pods scheduled by kube-scheduler alone (``alone``) or with the
+    extender ``kind`` (restarted for the phase); pods/s, CPU and API requests per pod as
+    :class:`Phase` counts them. The phase's pods stay; :func:`clear` removes them."""
+    if kind == "alone":
+        ext = cp.processes.get("extender")
+        if ext is not None and ext.alive:
+            ext.stop()  # an earlier phase's extender would watch these pods too
+        make_pods(cp, prefix, {PLAIN: "1"}, args.pods, SCHEDULER_NAME)
+        phase = Phase(cp, "kube-scheduler-alone")
+        phase.start()
+        sched = cp.start_scheduler(config=plain_config(cp, args.window), name="kube-scheduler-alone")
+        rate = clock.rate(prefix, args.pods, args.timeout)
+        out = {"phase": kind, "pods_per_s": round(rate, 1), **phase.stop(args.pods)}
+        sched.stop()
+        report(kind, rate, out)
+        return out
+    start_extender(cp, kind)
+    make_pods(cp, prefix, {"nvidia.com/gpu": "1"}, args.pods, SCHEDULER_NAME)
+    print(f"{kind}: scheduling", file=sys.stderr, flush=True)
+    ext = cp.processes["extender"].popen
+    assert ext is not None
+    time.sleep(2)  # the extender's watch takes in the pods just made (not the scheduling's cost)
     phase = Phase(cp, "kube-scheduler")
     phase.start()
-    sched = cp.start_scheduler()
-    rate = clock.rate(prefix, pods, timeout)
-    out = {"ledger": ledger, "pods_per_s": round(rate, 1), **phase.stop(pods),
-           "binds_refused": refused_binds(cp.extender_port), "extender_ms": latencies(cp.extender_port)}
+    profiler = start_profile(ext.pid, profile) if profile is not None else None
+    sched = cp.start_scheduler(config=devshare_config(cp, args.window, bind=kind not in ("floor-no-bind",
+                                                                                          "floor-annotate"),
+                                                      h2=kind == "floor-h2"))
+    rate = clock.rate(prefix, args.pods, args.timeout)
+    out = {"phase": kind, "pods_per_s": round(rate, 1), **phase.stop(args.pods)}
+    if profile is not None:
+        stop_profile(profiler, profile)
+    report(kind, rate, out)
+    out["binds_refused"] = refused_binds(cp.extender_port) if kind != "floor-h2" else 0
+    if kind.startswith("devshare"):
+        print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
+    elif kind != "floor-h2":
+        with urllib.request.urlopen(f"http://127.0.0.1:{cp.extender_port}/metrics", timeout=10) as r:
+            print(r.read().decode().strip(), file=sys.stderr)
     sched.stop()
-    print(json.dumps(out), file=sys.stderr, flush=True)
     return out
+
+
+def clear(cp: ControlPlane, prefix: str) -> None:
+    """Delete a phase's pods and wait until they are gone (the next phase starts from the same cluster)."""
+    cp.kubectl("delete", "--raw", f"/api/v1/namespaces/{NS}/pods?labelSelector=bench-phase%3D{prefix}"
+               "&gracePeriodSeconds=0", timeout=300)  # one deletecollection
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        left = [n for n in cp.kubectl("get", "pods", "-n", NS, "-o", "name").stdout.split()
+                if n.startswith(f"pod/{prefix}-")]
+        if not left:
+            return
+        time.sleep(1)
+    raise TimeoutError(f"{len(left)} pods of phase {prefix} still there after 300 s")
 
 
 def plain_config(cp: ControlPlane, window: int | None = None) -> Path:
@@ -312,13 +367,22 @@ def windowed(window: int | None) -> dict[str, int]:
     return {} if window is None else {"percentageOfNodesToScore": window}
 
 
-def devshare_config(cp: ControlPlane, window: int | None) -> Path:
-    """deploy/'s kube-scheduler configuration (cp.scheduler_config), with ``--window`` applied."""
+def devshare_config(cp: ControlPlane, window: int | None, *, bind: bool = True, h2: bool = False) -> Path:
+    """deploy/'s kube-scheduler configuration (cp.scheduler_config), with ``--window`` applied
+    (``bind=False``: kube-scheduler binds, the extender only filters; ``h2``: the extender over TLS,
+    which kube-scheduler's client then speaks HTTP/2 over)."""
     import yaml
 
     path = cp.scheduler_config(cp.extender_port)
     cfg = yaml.safe_load(path.read_text())
     cfg["profiles"][0].update(windowed(window))
+    for ext in cfg["extenders"]:
+        if not bind:
+            ext.pop("bindVerb", None)
+        if h2:
+            ext["urlPrefix"] = ext["urlPrefix"].replace("http://", "https://")
+            ext["enableHTTPS"] = True
+            ext["tlsConfig"] = {"insecure": True}
     path.write_text(yaml.safe_dump(cfg))
     return path
 
@@ -330,49 +394,56 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--profile", type=Path, default=None,
                     help="record the extender with py-spy during the devshare phase into this file (speedscope)")
-    ap.add_argument("--ledger-phases", default="", help="e.g. on,off,on,off: compare the claim ledger on and off")
+    ap.add_argument("--phases", default="",
+                    help=f"phases on one control plane, e.g. alone,floor,devshare,alone (of: {', '.join(PHASES)})")
+    ap.add_argument("--ledger-phases", default="", help="e.g. on,off,on,off: --phases devshare,devshare-no-ledger,...")
     ap.add_argument("--window", type=int, default=None,
                     help="percentageOfNodesToScore of both kube-schedulers (default: kube-scheduler's adaptive window)")
+    ap.add_argument("--extender", choices=EXTENDERS, default="devshare",
+                    help="floor: bench/floor_extender.py in devshare's place (the extender protocol's own cost)")
     args = ap.parse_args()
     if args.window is not None and not 0 < args.window <= 100:
         raise SystemExit("--window: a percentage from 1 to 100 (leave it out for kube-scheduler's adaptive window)")
-    if args.ledger_phases:
-        ledger_phases(args)
+    if args.ledger_phases or args.phases:
+        phases(args)
         return
     with tempfile.TemporaryDirectory(prefix="devshare-bench-e2e-") as tmp, control_plane(Path(tmp)) as cp:
         clock = prepare(cp, args.nodes)
-
-        make_pods(cp, "alone", {PLAIN: "1"}, args.pods, SCHEDULER_NAME)
-        phase = Phase(cp, "kube-scheduler-alone")
-        phase.start()
-        sched = cp.start_scheduler(config=plain_config(cp, args.window), name="kube-scheduler-alone")
-        alone = clock.rate("alone", args.pods, args.timeout)
-        alone_phase = phase.stop(args.pods)
-        sched.stop()
-        report("alone", alone, alone_phase)
-
-        cp.start_extender("--log-level", "warning")
-        make_pods(cp, "devshare", {"nvidia.com/gpu": "1"}, args.pods, SCHEDULER_NAME)
-        print("devshare: scheduling", file=sys.stderr, flush=True)
-        ext = cp.processes["extender"].popen
-        assert ext is not None
-        time.sleep(2)  # the extender's watch takes in the pods just made (not the scheduling's cost)
-        phase = Phase(cp, "kube-scheduler")
-        phase.start()
-        profiler = start_profile(ext.pid, args.profile) if args.profile is not None else None
-        cp.start_scheduler(config=devshare_config(cp, args.window))
-        with_devshare = clock.rate("devshare", args.pods, args.timeout)
-        devshare_phase = phase.stop(args.pods)
-        if args.profile is not None:
-            stop_profile(profiler, args.profile)
-        report("devshare", with_devshare, devshare_phase)
-        refused = refused_binds(cp.extender_port)
-        print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
+        alone = run_phase(cp, clock, "alone", "alone", args)
+        with_devshare = run_phase(cp, clock, args.extender, "devshare", args, profile=args.profile)
         clock.stop.set()
-    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "window": args.window,
-                      "pods_per_s_alone": round(alone, 1), "pods_per_s_devshare": round(with_devshare, 1),
-                      "ratio": round(with_devshare / alone, 3),
-                      "binds_refused": refused, "alone": alone_phase, "devshare": devshare_phase}))
+    for out in (alone, with_devshare):
+        out.pop("phase")
+    a, d = alone.pop("pods_per_s"), with_devshare.pop("pods_per_s")
+    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "window": args.window, "extender": args.extender,
+                      "pods_per_s_alone": a, "pods_per_s_devshare": d, "ratio": round(d / a, 3),
+                      "binds_refused": with_devshare.pop("binds_refused"), "alone": alone, "devshare": with_devshare}))
+
+
+def start_extender(cp: ControlPlane, which: str) -> None:
+    """devshare's extender as deploy/ runs it, or the floor extender (same port, same identity)."""
+    if which.startswith("devshare"):
+        cp.start_extender("--log-level", "warning", *(["--no-claim-ledger"] if which == "devshare-no-ledger" else []))
+        return
+    from e2e.cluster import free_port, wait_until
+
+    port = cp.extender_port = cp.extender_port or free_port()
+    floor = Path(__file__).with_name("floor_extender.py")
+    cp.spawn("extender", [sys.executable, str(floor), "--kubeconfig", str(cp.token_kubeconfig("devshare-scheduler")),
+                          "--port", str(port), *(["--annotate"] if which == "floor-annotate" else []),
+                          *(["--h2"] if which == "floor-h2" else [])])
+
+    def ready() -> bool:
+        try:
+            if which == "floor-h2":
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                return True
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    wait_until(ready, timeout=60, what="floor extender /readyz")
 
 
 def prepare(cp: ControlPlane, nodes: int) -> BoundClock:
@@ -385,16 +456,27 @@ def prepare(cp: ControlPlane, nodes: int) -> BoundClock:
     return BoundClock(cp)
 
 
-def ledger_phases(args: argparse.Namespace) -> None:
-    phases = [p.strip() for p in args.ledger_phases.split(",") if p.strip()]
-    if not phases or any(p not in ("on", "off") for p in phases):
-        raise SystemExit("--ledger-phases: a comma-separated list of on and off")
+def phases(args: argparse.Namespace) -> None:
+    """``--phases``: each phase on one control plane, in order, its pods deleted before the next."""
+    if args.ledger_phases:
+        names = [{"on": "devshare", "off": "devshare-no-ledger"}.get(p.strip(), p.strip())
+                 for p in args.ledger_phases.split(",") if p.strip()]
+    else:
+        names = [p.strip() for p in args.phases.split(",") if p.strip()]
+    wrong = [p for p in names if p not in PHASES]
+    if not names or wrong:
+        raise SystemExit(f"--phases: a comma-separated list of {', '.join(PHASES)} (not {', '.join(wrong)})")
+    results = []
     with tempfile.TemporaryDirectory(prefix="devshare-bench-e2e-") as tmp, control_plane(Path(tmp)) as cp:
         clock = prepare(cp, args.nodes)
-        results = [ledger_phase(cp, clock, f"ledger-{i}-{p}", args.pods, ledger=p == "on", timeout=args.timeout)
-                   for i, p in enumerate(phases)]
+        for i, kind in enumerate(names):
+            prefix = f"p{i}-{kind}"
+            results.append(run_phase(cp, clock, kind, prefix, args))
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+            if i + 1 < len(names):
+                clear(cp, prefix)
         clock.stop.set()
-    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "phases": results}))
+    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "window": args.window, "phases": results}))
 
 
 if __name__ == "__main__":

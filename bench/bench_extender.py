@@ -45,7 +45,7 @@ GiB = 2**30
 MAX_TRIES = 3  # scheduling attempts per pod (a bind refused because an earlier pod took the devices)
 
 
-def make_cluster(nodes: int, pods: int, seed: int) -> list[dict[str, Any]]:
+def make_cluster(nodes: int, pods: int, seed: int, uniform: bool = False) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     objs: list[dict[str, Any]] = []
     for i in range(nodes):
@@ -61,7 +61,9 @@ def make_cluster(nodes: int, pods: int, seed: int) -> list[dict[str, Any]]:
         })
     for j in range(pods):
         r = rng.random()
-        if r < 0.15:
+        if uniform:  # bench_e2e's pods: one whole GPU each, all alike
+            limits = {"nvidia.com/gpu": "1"}
+        elif r < 0.15:
             limits = {"nvidia.com/gpu": str(rng.choice([1, 2, 4]))}
         else:
             limits = {"koordinator.sh/gpu-core": str(rng.choice([10, 20, 25, 50])),
@@ -241,8 +243,8 @@ async def drive(host: str, port: int, pods: list[dict[str, Any]], node_names: li
 
 
 def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None,
-             extra: list[str] | None = None) -> None:
-    objs = make_cluster(nodes, pods, seed)
+             extra: list[str] | None = None, uniform: bool = False) -> None:
+    objs = make_cluster(nodes, pods, seed, uniform)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cluster.yaml"
         t = time.perf_counter()
@@ -297,14 +299,15 @@ async def wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("the extender did not become ready")
 
 
-def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None) -> None:
+def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None,
+                uniform: bool = False) -> None:
     """The same calls without the HTTP transport, in-process, under cProfile: where the time goes
     (request bodies as bytes through the app's verb handlers, so decoding and encoding count)."""
     from devshare.kube.memory import MemoryBackend
     from devshare.server.extender import app as handlers
     from devshare.server.extender.serve import RUNTIME, ExtenderOptions, build_app
 
-    objs = make_cluster(nodes, pods, seed)
+    objs = make_cluster(nodes, pods, seed, uniform)
     backend = MemoryBackend.from_objects(objs)
     names = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
     pod_objs = [o for o in objs if o["kind"] == "Pod"]
@@ -375,12 +378,13 @@ def main() -> None:
                     help="the extender's --policy (devshare, binpack, spread); default: the extender's own default")
     ap.add_argument("--extender-arg", action="append", default=[],
                     help="passed on to devshare extender (repeatable), e.g. --extender-arg=--no-claim-ledger")
+    ap.add_argument("--uniform", action="store_true", help="every pod asks nvidia.com/gpu: 1 (bench_e2e's pods)")
     args = ap.parse_args()
     for n in args.nodes or [1000, 5000]:
         if args.profile:
-            run_profile(n, args.pods, args.sample, args.seed, args.policy)
+            run_profile(n, args.pods, args.sample, args.seed, args.policy, args.uniform)
         else:
-            run_http(n, args.pods, args.sample, args.seed, args.policy, args.extender_arg)
+            run_http(n, args.pods, args.sample, args.seed, args.policy, args.extender_arg, args.uniform)
     print(json.dumps({"note": "client-side latencies include HTTP and JSON on both sides"}))
 
 
