@@ -300,7 +300,7 @@ async def wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None,
-                uniform: bool = False) -> None:
+                uniform: bool = False, deployed: bool = False) -> None:
     """The same calls without the HTTP transport, in-process, under cProfile: where the time goes
     (request bodies as bytes through the app's verb handlers, so decoding and encoding count)."""
     from devshare.kube.memory import MemoryBackend
@@ -316,7 +316,14 @@ def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: st
     filter_answer = msgspec.json.Decoder(FilterResult)
 
     async def main() -> None:
-        app = build_app(backend, ExtenderOptions(policy=policy) if policy else ExtenderOptions())
+        if deployed:  # deploy/'s configuration file, as the Deployment mounts it (shortlist: 1)
+            from devshare.config import parse_config
+
+            path = Path(__file__).resolve().parents[1] / "deploy/scheduler/config/devshare-config.yaml"
+            options = ExtenderOptions(config=parse_config(yaml.safe_load(path.read_text()), str(path)))
+        else:
+            options = ExtenderOptions(policy=policy) if policy else ExtenderOptions()
+        app = build_app(backend, options)
         for hook in app.on_startup:
             await hook(app)
         rt = app[RUNTIME]
@@ -379,10 +386,12 @@ def main() -> None:
     ap.add_argument("--extender-arg", action="append", default=[],
                     help="passed on to devshare extender (repeatable), e.g. --extender-arg=--no-claim-ledger")
     ap.add_argument("--uniform", action="store_true", help="every pod asks nvidia.com/gpu: 1 (bench_e2e's pods)")
+    ap.add_argument("--deployed", action="store_true",
+                    help="--profile with deploy/'s configuration file (shortlist: 1)")
     args = ap.parse_args()
     for n in args.nodes or [1000, 5000]:
         if args.profile:
-            run_profile(n, args.pods, args.sample, args.seed, args.policy, args.uniform)
+            run_profile(n, args.pods, args.sample, args.seed, args.policy, args.uniform, args.deployed)
         else:
             run_http(n, args.pods, args.sample, args.seed, args.policy, args.extender_arg, args.uniform)
     print(json.dumps({"note": "client-side latencies include HTTP and JSON on both sides"}))
