@@ -39,7 +39,9 @@ instead, in that order (``--pods`` new pods each, the extender restarted for eac
 phase deleted before the next), each reporting pods/s, CPU per pod of each process and the API
 requests per pod, as above: the machine's speed drifts between runs (kube-scheduler alone measured
 116-168 pods/s on the same code within an hour), so parts are compared within one run.
-``--ledger-phases on,off,on,off`` is ``--phases devshare,devshare-no-ledger,devshare,devshare-no-ledger``.
+``DEVSHARE_E2E_PROFILING=1`` starts the API server with ``--profiling`` (``kubectl get --raw
+/debug/pprof/profile?seconds=15`` during a phase). ``--ledger-phases on,off,on,off`` is
+``--phases devshare,devshare-no-ledger,devshare,devshare-no-ledger``.
 
     .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 3000
     .venv/bin/python bench/bench_e2e.py --nodes 5000 --pods 3000 --window 1

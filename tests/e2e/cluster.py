@@ -240,7 +240,8 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
-            "--profiling=false",
+            # /debug/pprof for a benchmark that asks (DEVSHARE_E2E_PROFILING=1); off otherwise, as in a cluster
+            f"--profiling={'true' if os.environ.get('DEVSHARE_E2E_PROFILING') else 'false'}",
             "--v=1",
         ])
         self.server = f"https://127.0.0.1:{api_port}"
