@@ -56,6 +56,80 @@ def test_a_policy_reading_any_pod_field_never_gets_a_stale_answer(seq: list[PodR
         assert np.allclose(warm.scores, cold.scores)
 
 
+# one step: ("bind", node, card, share) records a pod there; ("release", ...) removes the oldest;
+# ("evaluate", window, share, count) asks a pod's answer over the nodes of the window
+steps = st.one_of(
+    st.tuples(st.just("bind"), st.integers(0, 7), st.integers(0, 3), st.sampled_from([100, 250, 500, 1000])),
+    st.tuples(st.just("release"), st.just(0), st.just(0), st.just(0)),
+    st.tuples(st.just("evaluate"), st.lists(st.integers(0, 7), min_size=1, max_size=8, unique=True),
+              st.sampled_from([10, 25, 50, 100]), st.sampled_from([1, 2])),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seq=st.lists(steps, min_size=2, max_size=14))
+def test_answers_kept_across_windows_and_binds_equal_fresh_ones(seq: list[tuple[object, ...]]) -> None:
+    """Each pod sees another window of candidates (kube-scheduler's rotating window) while binds change
+    nodes in and out of it: an answer kept, or refreshed for a node outside the window, is what a
+    cold evaluation of that window gives, scores and devices."""
+    state = ClusterState()
+    for i in range(8):
+        add_node(state, f"n{i}", 4)
+    sched = Scheduler(state, policy=ReadsEverything())
+    held: list[str] = []
+    for k, step in enumerate(seq):
+        if step[0] == "bind":
+            _, node, card, core = step
+            held.append(f"b{k}")
+            bound(state, f"b{k}", f"n{node}", int(card), core=int(core), memory=GiB)  # type: ignore[call-overload]
+        elif step[0] == "release":
+            if held:
+                state.release(f"default/{held.pop(0)}")
+        else:
+            _, window, share, count = step
+            p = pod(f"p{k}", gpu(float(share), GiB, count=int(count)))  # type: ignore[arg-type]
+            rows = state.node_rows([f"n{i}" for i in window])  # type: ignore[attr-defined]
+            warm = sched.evaluate(p, rows)
+            kept = state.caches
+            state.caches = EngineCaches(state)
+            cold = sched.evaluate(p, rows)
+            state.caches = kept
+            assert np.array_equal(warm.codes, cold.codes)
+            assert np.allclose(warm.scores, cold.scores)
+            for i in np.flatnonzero(warm.codes == 0).tolist():
+                assert warm.allocation(state, i) == cold.allocation(state, i)
+
+
+def test_a_changed_node_outside_the_window_is_scored_in_the_next_call() -> None:
+    state = ClusterState()
+    for i in range(4):
+        add_node(state, f"n{i}", 4)
+    calls: list[int] = []
+
+    class Counting(ReadsEverything):
+        def choose(self, view: FitView) -> Choice:
+            calls.append(len(view.rows))
+            return super().choose(view)
+
+    sched = Scheduler(state, policy=Counting())
+    shape = gpu(20, GiB)
+    sched.evaluate(pod("a", shape), state.node_rows())  # every node scored once
+    bound(state, "x", "n0", 0, core=1000)  # card 0 of n0 full: a binpacker's first choice were it to fit
+    bound(state, "y", "n0", 1, core=500)
+    bound(state, "z", "n3", 0, core=200)
+    calls.clear()
+    sched.evaluate(pod("b", shape), state.node_rows(["n3", "n2"]))  # n3 changed: scored, and n0 with it
+    assert calls == [2]
+    calls.clear()
+    rows = state.node_rows(["n0", "n1"])
+    warm = sched.evaluate(pod("c", shape), rows)  # n0's answer is already fresh
+    assert calls == []
+    state.caches = EngineCaches(state)
+    cold = sched.evaluate(pod("c", shape), rows)
+    assert warm.allocation(state, 0) == cold.allocation(state, 0)
+    assert warm.allocation(state, 0).containers[0].devices[0].minor == 1  # the fullest card that fits
+
+
 def test_a_declared_key_shares_answers_across_pods_that_differ_elsewhere() -> None:
     state = ClusterState()
     add_node(state, "n0", 2)

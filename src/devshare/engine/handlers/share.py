@@ -73,6 +73,7 @@ def describe_cards(table: DeviceTable, row: int, req: DeviceRequest, max_contain
 
 
 _REASONS: LRU[object, str] = LRU(4096)  # keyed by the cards' whole state: never stale, only bounded
+REFRESH_AT_ONCE = 256  # changed nodes scored beside a pod's own candidates in one policy call (_choose)
 PERMANENT = (": unhealthy", ": held by another device plugin", "compute in all, too small",
              ": left out by the pod's GPU selection")
 
@@ -281,7 +282,11 @@ class ShareHandler(DeviceHandler):
 
         With a row-local policy, a node's answer is kept until that node changes (its row version),
         the policy's model changes, or nodes come and go: between two binds only one node changes,
-        so the next pod of the same shape is scored on that node alone."""
+        so the next pod of the same shape is scored on that node alone. When one must be scored, the
+        other nodes this shape was scored on before and that changed since are scored in the same
+        call (:meth:`_stale_elsewhere`): kube-scheduler sends a different window of candidates with
+        each pod, so the node the last pod took is rarely among the next pod's, and without this
+        nearly every pod would pay a policy call for the one changed node of its own window."""
         state, pod = ctx.state, ctx.pod
         policy = self.policy_for(ctx, req)
         m = len(rows)
@@ -311,13 +316,37 @@ class ShareHandler(DeviceHandler):
         miss = e_version[okrows] != version
         if miss.any():
             idx = ok[miss]
-            choice = compute(idx)
-            r = rows[idx]
+            extra, extra_fits = self._stale_elsewhere(ctx, table, req, e_version, rows[idx])
+            if extra.size:
+                both = np.concatenate([rows[idx], extra])
+                allowed = ctx.cache.get(f"{self.type} allowed")
+                view = FitView(state, pod, both, table, req, np.concatenate([fits[idx], extra_fits]),
+                               Gather(table, both, allowed))
+                choice = self.refine(ctx, view, policy.choose(view))
+                r = both
+            else:
+                choice = compute(idx)
+                r = rows[idx]
             e_scores[r] = choice.scores
             e_cols[r] = choice.columns
             e_version[r] = state.row_version[r]
         scores[ok] = e_scores[okrows]
         cols[ok] = e_cols[okrows]
+
+    def _stale_elsewhere(self, ctx: Context, table: DeviceTable, req: DeviceRequest, e_version: Ints,
+                         scoring: Ints) -> tuple[Ints, Mask]:
+        """Rows this shape's answers were kept for that changed since (at most :data:`REFRESH_AT_ONCE`),
+        other than ``scoring``, on which one share still fits ``req.count`` devices; and their card masks."""
+        state = ctx.state
+        n = state.n_rows
+        stale = (e_version[:n] >= 0) & (e_version[:n] != state.row_version[:n])
+        stale[scoring] = False
+        extra = np.flatnonzero(stale)[:REFRESH_AT_ONCE]
+        if extra.size == 0:
+            return extra, np.zeros((0, table.width), np.bool_)
+        fits = card_fits(Gather(table, extra, ctx.cache.get(f"{self.type} allowed")), req, state.max_containers)
+        room = sum_per_row(fits) >= req.count
+        return extra[room], fits[room]
 
     def _search(self, ctx: Context, table: DeviceTable, row: int,
                 needs: list[tuple[int, DeviceRequest]], first: bool = False) -> SearchResult | None:
