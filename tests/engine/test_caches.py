@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from devshare.engine.caches import LRU, EngineCaches
 from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.protocol import Choice, FitView
-from devshare.engine.scheduler import Scheduler
+from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.request import PodRequest
 from support.cluster import GiB, add_node, bound, gpu, pod
@@ -27,6 +27,18 @@ class ReadsEverything(BinpackPolicy):
         return Choice(base.scores + np.sin(rows * (salt + 1)), base.columns)
 
     cache_key = None  # type: ignore[assignment]  # declares nothing: the safe default applies
+
+
+def warm_and_cold(sched: Scheduler, p: PodRequest, rows: np.ndarray) -> tuple[PodEvaluation, PodEvaluation]:
+    """``p`` evaluated over ``rows`` with the caches as they are, and again with none kept (the caches
+    are put back afterwards)."""
+    state = sched.state
+    warm = sched.evaluate(p, rows)
+    kept = state.caches
+    state.caches = EngineCaches(state)
+    cold = sched.evaluate(p, rows)
+    state.caches = kept
+    return warm, cold
 
 
 pods = st.builds(
@@ -48,11 +60,7 @@ def test_a_policy_reading_any_pod_field_never_gets_a_stale_answer(seq: list[PodR
     sched = Scheduler(state, policy=ReadsEverything())
     rows = state.node_rows()
     for p in seq:
-        warm = sched.evaluate(p, rows)
-        kept = state.caches
-        state.caches = EngineCaches(state)
-        cold = sched.evaluate(p, rows)
-        state.caches = kept
+        warm, cold = warm_and_cold(sched, p, rows)
         assert np.allclose(warm.scores, cold.scores)
 
 
@@ -89,11 +97,7 @@ def test_answers_kept_across_windows_and_binds_equal_fresh_ones(seq: list[tuple[
             _, window, share, count = step
             p = pod(f"p{k}", gpu(float(share), GiB, count=int(count)))  # type: ignore[arg-type]
             rows = state.node_rows([f"n{i}" for i in window])  # type: ignore[attr-defined]
-            warm = sched.evaluate(p, rows)
-            kept = state.caches
-            state.caches = EngineCaches(state)
-            cold = sched.evaluate(p, rows)
-            state.caches = kept
+            warm, cold = warm_and_cold(sched, p, rows)
             assert np.array_equal(warm.codes, cold.codes)
             assert np.allclose(warm.scores, cold.scores)
             for i in np.flatnonzero(warm.codes == 0).tolist():
