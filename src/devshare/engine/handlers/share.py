@@ -26,6 +26,7 @@ from devshare.engine.handlers.base import (
 )
 from devshare.engine.policies.protocol import Choice, FitView, Policy, node_utilization
 from devshare.engine.rowwise import any_per_row, sum_per_row
+from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
 from devshare.model.quantity import human_bytes
 from devshare.model.request import DeviceRequest
@@ -76,6 +77,15 @@ _REASONS: LRU[object, str] = LRU(4096)  # keyed by the cards' whole state: never
 REFRESH_AT_ONCE = 256  # changed nodes scored beside a pod's own candidates in one policy call (_choose)
 PERMANENT = (": unhealthy", ": held by another device plugin", "compute in all, too small",
              ": left out by the pod's GPU selection")
+
+
+def stale_elsewhere(state: ClusterState, e_version: Ints, scoring: Ints) -> Ints:
+    """Rows whose kept answers (``e_version``: the row version each was kept at, -1 for none) are
+    stale, other than ``scoring``: at most :data:`REFRESH_AT_ONCE` of them."""
+    n = state.n_rows
+    stale = (e_version[:n] >= 0) & (e_version[:n] != state.row_version[:n])
+    stale[scoring] = False
+    return np.flatnonzero(stale)[:REFRESH_AT_ONCE]
 
 
 def _describe(dtype: str, req: DeviceRequest, max_containers: int, minors: list[int], healthy: list[bool],
@@ -284,25 +294,33 @@ class ShareHandler(DeviceHandler):
         the policy's model changes, or nodes come and go: between two binds only one node changes,
         so the next pod of the same shape is scored on that node alone. When one must be scored, the
         other nodes this shape was scored on before and that changed since are scored in the same
-        call (:meth:`_stale_elsewhere`): kube-scheduler sends a different window of candidates with
+        call (:func:`stale_elsewhere`): kube-scheduler sends a different window of candidates with
         each pod, so the node the last pod took is rarely among the next pod's, and without this
         nearly every pod would pay a policy call for the one changed node of its own window."""
         state, pod = ctx.state, ctx.pod
         policy = self.policy_for(ctx, req)
         m = len(rows)
 
-        def compute(idx: Ints) -> Choice:
-            if idx.size == m:
+        def compute(idx: Ints, stale: Ints | None = None) -> tuple[Ints, Choice]:
+            """The policy's choice on ``rows[idx]`` and, when given, on the ``stale`` rows elsewhere
+            that a share still fits (the others stay stale); returns the rows chosen on too."""
+            if stale is not None and stale.size:
+                both = np.concatenate([rows[idx], stale])
+                g2 = Gather(table, both, ctx.cache.get(f"{self.type} allowed"))
+                f2 = card_fits(g2, req, state.max_containers)
+                keep = np.flatnonzero((np.arange(both.size) < idx.size) | (sum_per_row(f2) >= req.count))
+                view = FitView(state, pod, both[keep], table, req, f2[keep], g2.subset(keep))
+            elif idx.size == m:
                 view = FitView(state, pod, rows, table, req, fits, g)
             else:
                 view = FitView(state, pod, rows[idx], table, req, fits[idx], g.subset(idx))
-            return self.refine(ctx, view, policy.choose(view))
+            return view.rows, self.refine(ctx, view, policy.choose(view))
 
         declared = policy_key(policy, pod, req)  # what of the pod and of its model the policy reads
         if declared is not None and ctx.cache.get(f"{self.type} allowed") is not None:
             declared = (declared, pod.gpu_selection)  # its fitting cards depend on its selection too
         if declared is None:
-            choice = compute(ok)
+            _, choice = compute(ok)
             scores[ok] = choice.scores
             cols[ok] = choice.columns
             return
@@ -316,37 +334,12 @@ class ShareHandler(DeviceHandler):
         miss = e_version[okrows] != version
         if miss.any():
             idx = ok[miss]
-            extra, extra_fits = self._stale_elsewhere(ctx, table, req, e_version, rows[idx])
-            if extra.size:
-                both = np.concatenate([rows[idx], extra])
-                allowed = ctx.cache.get(f"{self.type} allowed")
-                view = FitView(state, pod, both, table, req, np.concatenate([fits[idx], extra_fits]),
-                               Gather(table, both, allowed))
-                choice = self.refine(ctx, view, policy.choose(view))
-                r = both
-            else:
-                choice = compute(idx)
-                r = rows[idx]
+            r, choice = compute(idx, stale_elsewhere(state, e_version, rows[idx]))
             e_scores[r] = choice.scores
             e_cols[r] = choice.columns
             e_version[r] = state.row_version[r]
         scores[ok] = e_scores[okrows]
         cols[ok] = e_cols[okrows]
-
-    def _stale_elsewhere(self, ctx: Context, table: DeviceTable, req: DeviceRequest, e_version: Ints,
-                         scoring: Ints) -> tuple[Ints, Mask]:
-        """Rows this shape's answers were kept for that changed since (at most :data:`REFRESH_AT_ONCE`),
-        other than ``scoring``, on which one share still fits ``req.count`` devices; and their card masks."""
-        state = ctx.state
-        n = state.n_rows
-        stale = (e_version[:n] >= 0) & (e_version[:n] != state.row_version[:n])
-        stale[scoring] = False
-        extra = np.flatnonzero(stale)[:REFRESH_AT_ONCE]
-        if extra.size == 0:
-            return extra, np.zeros((0, table.width), np.bool_)
-        fits = card_fits(Gather(table, extra, ctx.cache.get(f"{self.type} allowed")), req, state.max_containers)
-        room = sum_per_row(fits) >= req.count
-        return extra[room], fits[room]
 
     def _search(self, ctx: Context, table: DeviceTable, row: int,
                 needs: list[tuple[int, DeviceRequest]], first: bool = False) -> SearchResult | None:
