@@ -427,7 +427,7 @@ def start_extender(cp: ControlPlane, which: str) -> None:
     if which.startswith("devshare"):
         cp.start_extender("--log-level", "warning", *(["--no-claim-ledger"] if which == "devshare-no-ledger" else []))
         return
-    from e2e.cluster import free_port, wait_until
+    from e2e.cluster import _ok, free_port, wait_until
 
     port = cp.extender_port = cp.extender_port or free_port()
     floor = Path(__file__).with_name("floor_extender.py")
@@ -436,12 +436,11 @@ def start_extender(cp: ControlPlane, which: str) -> None:
                           *(["--h2"] if which == "floor-h2" else [])])
 
     def ready() -> bool:
-        try:
-            if which == "floor-h2":
-                socket.create_connection(("127.0.0.1", port), timeout=2).close()
-                return True
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2):
-                return True
+        if which != "floor-h2":
+            return _ok(f"http://127.0.0.1:{port}/readyz")
+        try:  # TLS and HTTP/2 only: a connection accepted is ready enough
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            return True
         except OSError:
             return False
 

@@ -317,10 +317,10 @@ def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: st
 
     async def main() -> None:
         if deployed:  # deploy/'s configuration file, as the Deployment mounts it (shortlist: 1)
-            from devshare.config import parse_config
+            from devshare.config import load_config
 
             path = Path(__file__).resolve().parents[1] / "deploy/scheduler/config/devshare-config.yaml"
-            options = ExtenderOptions(config=parse_config(yaml.safe_load(path.read_text()), str(path)))
+            options = ExtenderOptions(config=load_config(path))
         else:
             options = ExtenderOptions(policy=policy) if policy else ExtenderOptions()
         app = build_app(backend, options)
