@@ -72,7 +72,9 @@ def make_cluster(nodes: int, pods: int, seed: int, uniform: bool = False) -> lis
                      "metadata": {"name": f"pod-{j:05d}", "namespace": "bench", "uid": f"uid-{j}",
                                   # the version the server's store gives it (one write per object, in order)
                                   "resourceVersion": str(2 * nodes + j + 1)},
-                     "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}})
+                     # devshare's scheduler, as the webhook sets it: the extender keeps the pod from its watch
+                     "spec": {"schedulerName": "devshare-scheduler",
+                              "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]}})
     return objs
 
 

@@ -105,3 +105,41 @@ async def test_a_pod_of_another_scheduler_is_read() -> None:
         await post(client, "/filter", names_body(stored(backend, "p"), ["node-0"]))
         assert await bind(client, "p", "node-0") == ""
         assert backend.gets == 1
+
+
+async def test_filter_and_bind_of_a_watched_pod_read_its_request_once(monkeypatch: Any) -> None:
+    import devshare.server.extender.service as service
+
+    reads: list[str] = []
+    real_parse = service.parse_pod
+
+    def counting(obj: dict[str, Any]) -> Any:
+        reads.append(obj["metadata"]["name"])
+        return real_parse(obj)
+
+    monkeypatch.setattr(service, "parse_pod", counting)
+    backend = backend_with(ours(pod("p", core=60, mem="10Gi")))
+    async with running(backend) as (client, runtime):
+        await settle(runtime, backend)
+        filtered = stored(backend, "p")
+        out = await post(client, "/filter", names_body(filtered, ["node-0", "node-1"]))
+        assert await bind(client, "p", out["NodeNames"][0], uid=filtered["metadata"]["uid"]) == ""
+        assert reads == ["p"]  # the watch's object, read once for both verbs
+        assert backend.gets == 0
+
+
+async def test_a_forged_filter_body_of_a_watched_pod_is_judged_as_the_watched_pod() -> None:
+    backend = backend_with(ours(pod("p", core=60, mem="1000Gi")))  # fits no card
+    async with running(backend) as (client, runtime):
+        await settle(runtime, backend)
+        real = stored(backend, "p")
+        forged = ours(pod("p", core=5, mem="1Gi", uid=real["metadata"]["uid"],
+                          resource_version=real["metadata"]["resourceVersion"]))
+        out = await post(client, "/filter", names_body(forged, ["node-0", "node-1"]))
+        assert out["NodeNames"] == [] and set(out["FailedNodes"]) | set(out["FailedAndUnresolvableNodes"]) == {
+            "node-0", "node-1"}
+        # another version than the watch's: read from the body, and bind still decides from the pod itself
+        older = ours(pod("p", core=5, mem="1Gi", uid=real["metadata"]["uid"], resource_version="1"))
+        out = await post(client, "/filter", names_body(older, ["node-0"]))
+        assert out["NodeNames"] == ["node-0"]
+        assert "does not fit" in await bind(client, "p", "node-0", uid=real["metadata"]["uid"])

@@ -72,6 +72,7 @@ from devshare.server.extender.wire import (
     ExtenderPreemptionResult,
     decode_nodes,
     decode_pod,
+    decode_pod_id,
     is_null,
 )
 from devshare.server.extender.writes import PodWrites
@@ -203,9 +204,11 @@ class Extender:
         self.assume_ttl = assume_ttl
         self.clock = clock
         self.lifecycle = Lifecycle(self.scheduler, ttl=assume_ttl)  # assume, confirm, forget, expire
-        # (key, uid, resourceVersion) -> request; Pod JSON -> request: both bounded by bytes
-        self._parsed: ByteLRU[tuple[str, str, str], PodRequest] = ByteLRU(PARSED_BYTES)
-        # Pod JSON -> (request or why it is invalid, id, whether it has soft wishes: shortlist.py)
+        # the requests of pods as the API server has them (the watch's objects, reads): (key, uid,
+        # resourceVersion) -> (request or why it is invalid, whether it has soft wishes: shortlist.py).
+        # Only API-server objects go in: a version of a pod is one object, so filter and bind read it once
+        self._from_api: ByteLRU[PodId, tuple[PodRequest | InvalidInput, bool]] = ByteLRU(PARSED_BYTES)
+        # Pod JSON sent by a caller -> (request or why it is invalid, id, soft wishes): never used by bind
         self._parsed_raw: ByteLRU[bytes, tuple[PodRequest | InvalidInput, PodId, bool]] = ByteLRU(PARSED_BYTES)
         # the last filters' results by pod key, for prioritize and bind (kube-scheduler binds in the
         # background: the next pods' filters may come before a pod's bind)
@@ -223,14 +226,7 @@ class Extender:
 
     # ------------------------------------------------------------------ helpers
     def parse(self, pod: dict[str, Any]) -> PodRequest:
-        """The pod's request (cached per uid and resourceVersion: filter then prioritize parse it once)."""
-        m = meta(pod)
-        rv = m.get("resourceVersion")
-        cache_key = (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""), str(rv or ""))
-        if rv:
-            hit = self._parsed.get(cache_key)
-            if hit is not None:
-                return hit
+        """The pod's request, with what the configuration refuses of it (InvalidInput). Not cached."""
         req = parse_pod(pod)
         if self.disabled_types:
             refused = refuse_disabled([d.type for c in req.containers for d in c.devices], self.disabled_types)
@@ -239,35 +235,64 @@ class Extender:
         refused = self.refuse(pod, req) if self.refuse is not None else None
         if refused:
             raise InvalidInput(refused)
-        if rv:
-            self._parsed.put(cache_key, req, request_size(req) + sum(map(len, cache_key)))
         return req
 
-    def parse_raw(self, raw: bytes) -> tuple[PodRequest, PodId]:
-        """The request of a Pod given as JSON bytes, and its id (cached by the bytes: kube-scheduler
-        sends the same Pod to filter and to prioritize, and again when it retries)."""
-        req, pod_id, _ = self.parse_raw_wishes(raw)
-        return req, pod_id
+    def _judged(self, pod: dict[str, Any]) -> tuple[PodRequest | InvalidInput, bool]:
+        """:meth:`parse` and whether the pod has soft wishes, an invalid request kept as its error."""
+        req: PodRequest | InvalidInput
+        try:
+            req = self.parse(pod)
+        except InvalidInput as e:
+            # kept without its traceback: its frames hold the decoded pod and the request body
+            req = e.with_traceback(None) if len(str(e)) <= MESSAGE_LIMIT else InvalidInput(shorten(str(e)))
+            req.__context__ = None
+        return req, has_soft_wishes(pod)
 
-    def parse_raw_wishes(self, raw: bytes) -> tuple[PodRequest, PodId, bool]:
-        """:meth:`parse_raw`, and whether the pod has soft wishes kube-scheduler's scoring would weigh
-        (:func:`~devshare.server.extender.shortlist.has_soft_wishes`)."""
+    def from_api(self, pod: dict[str, Any]) -> tuple[PodRequest, bool]:
+        """The request of a pod *as the API server has it* (the watch's object or a read, never a
+        caller's body) and whether it has soft wishes; InvalidInput when it is not valid. Cached by
+        (key, uid, resourceVersion), which name one version of one pod: filter and bind of a pod the
+        watch delivered read it once."""
+        m = meta(pod)
+        pod_id = (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""),
+                  str(m.get("resourceVersion") or ""))
+        hit = self._from_api.get(pod_id) if pod_id[1] and pod_id[2] else None
+        if hit is None:
+            hit = self._judged(pod)
+            if pod_id[1] and pod_id[2]:
+                req = hit[0]
+                size = sum(map(len, pod_id)) + (len(str(req)) if isinstance(req, InvalidInput) else request_size(req))
+                self._from_api.put(pod_id, hit, size)
+        req, soft = hit
+        if isinstance(req, InvalidInput):
+            raise InvalidInput(str(req))  # a fresh error: raising the cached one would hang a traceback on it
+        return req, soft
+
+    def request_of(self, raw: bytes) -> tuple[PodRequest, PodId, bool]:
+        """The request of the ``Pod`` of a filter or prioritize (JSON bytes), its id, and whether it
+        has soft wishes kube-scheduler's scoring would weigh (:func:`~devshare.server.extender.
+        shortlist.has_soft_wishes`). When the watch holds that very pod (the same uid and
+        resourceVersion) it is read from the watch's object (:meth:`from_api`, which bind reads too);
+        otherwise from the body, cached by its bytes (kube-scheduler sends the same Pod to filter and
+        to prioritize, and again when it retries)."""
+        pod_id = decode_pod_id(raw)
+        if pod_id is not None and pod_id[1] and pod_id[2]:
+            watched = self.pending_pod(pod_id[0])
+            if watched is not None:
+                m = meta(watched)
+                if str(m.get("uid") or "") == pod_id[1] and str(m.get("resourceVersion") or "") == pod_id[2]:
+                    req, soft = self.from_api(watched)
+                    return req, pod_id, soft
         hit = self._parsed_raw.get(raw)
         if hit is None:
             obj = decode_pod(raw)
             m = meta(obj)
             pod_id = (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""),
                       str(m.get("resourceVersion") or ""))
-            req: PodRequest | InvalidInput
-            try:
-                req = self.parse(obj)
-            except InvalidInput as e:
-                # kept without its traceback: its frames hold the decoded pod and the request body
-                req = e.with_traceback(None) if len(str(e)) <= MESSAGE_LIMIT else InvalidInput(shorten(str(e)))
-                req.__context__ = None
-            hit = (req, pod_id, has_soft_wishes(obj))
-            size = len(raw) + sum(map(len, pod_id)) + (len(str(req)) if isinstance(req, InvalidInput)
-                                                       else request_size(req))
+            judged, soft = self._judged(obj)
+            hit = (judged, pod_id, soft)
+            size = len(raw) + sum(map(len, pod_id)) + (len(str(judged)) if isinstance(judged, InvalidInput)
+                                                       else request_size(judged))
             self._parsed_raw.put(raw, hit, size)
         req, pod_id, soft = hit
         if isinstance(req, InvalidInput):
@@ -314,7 +339,7 @@ class Extender:
         if self.note_pod is None or not self.is_synced() or is_null(args.pod):
             return
         try:
-            pod, _ = self.parse_raw(bytes(args.pod))
+            pod, _, _ = self.request_of(bytes(args.pod))
         except (InvalidInput, BadRequest):
             return
         if pod.group is None or self.pod_exists(pod.key, pod.uid):
@@ -350,7 +375,7 @@ class Extender:
         if not self.is_synced():
             return ExtenderFilterResult(error=NOT_READY)
         try:
-            pod, pod_id, soft_wishes = self.parse_raw_wishes(bytes(args.pod))
+            pod, pod_id, soft_wishes = self.request_of(bytes(args.pod))
         except InvalidInput as e:
             reason = invalid_request(e)
             self.metrics.fail("filter", [reason])
@@ -421,7 +446,7 @@ class Extender:
             self.candidates(args)  # a malformed body is still a 400
             raise NotReady(NOT_READY)
         try:
-            pod, pod_id = self.parse_raw(bytes(args.pod))
+            pod, pod_id, _ = self.request_of(bytes(args.pod))
         except InvalidInput:
             names = self.candidates(args).names
             return encode_priorities(names, [0] * len(names))
@@ -511,9 +536,9 @@ class Extender:
                 return "", False  # a group member the extender bound itself when its gang reached its quorum
             return f"pod {key} is already bound to node {bound_to}", False
         try:
-            # the pod as the API server has it, parsed afresh: never a request cached from a /filter
-            # body, which anyone can send with a real pod's name, uid and resourceVersion
-            pod = parse_pod(obj)
+            # the pod as the API server has it: never a request read from a /filter body, which
+            # anyone can send with a real pod's name, uid and resourceVersion
+            pod, _ = self.from_api(obj)
         except InvalidInput as e:
             return invalid_request(e), False
         if not pod.has_devices():
