@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -88,13 +89,17 @@ def object_name(node: str) -> str:
     return PREFIX + hashlib.sha256(node.encode()).hexdigest()[:40]
 
 
+@lru_cache(maxsize=8192)  # about 3 MB: the claims of the nodes written lately
+def encode_claim(c: Claim) -> str:
+    """One claim's JSON. Cached: a node's ledger is written whole, so each of its claims would otherwise be
+    encoded again at every write of the node (a claim is immutable and stays while its pod lives)."""
+    head = msgspec.json.encode({"pod": c.pod, "uid": c.uid, "by": c.by, "at": micro_time(c.at),
+                                "priority": c.priority})
+    return (head[:-1] + b',"allocation":' + encode_allocation(c.allocation).encode() + b"}").decode()
+
+
 def encode_claims(claims: Mapping[str, Claim]) -> str:
-    parts = []
-    for c in sorted(claims.values(), key=lambda c: c.pod):
-        head = msgspec.json.encode({"pod": c.pod, "uid": c.uid, "by": c.by, "at": micro_time(c.at),
-                                    "priority": c.priority})
-        parts.append(head[:-1] + b',"allocation":' + encode_allocation(c.allocation).encode() + b"}")
-    return "[" + ",".join(p.decode() for p in parts) + "]"
+    return "[" + ",".join(encode_claim(c) for c in sorted(claims.values(), key=lambda c: c.pod)) + "]"
 
 
 def decode_claims(text: str, node: str) -> dict[str, Claim]:
