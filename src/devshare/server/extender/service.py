@@ -144,6 +144,24 @@ def request_size(req: PodRequest) -> int:
     return 512 + 4 * len(msgspec.json.encode(req))
 
 
+def pod_id_of(obj: dict[str, Any]) -> PodId:
+    """``(namespace/name, uid, resourceVersion)`` of a Pod object: one version of one pod."""
+    m = meta(obj)
+    return f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""), str(m.get("resourceVersion") or "")
+
+
+def _judged_size(judged: PodRequest | InvalidInput) -> int:
+    return len(str(judged)) if isinstance(judged, InvalidInput) else request_size(judged)
+
+
+def _request(judged: PodRequest | InvalidInput) -> PodRequest:
+    """The request kept, or a fresh copy of why it is invalid (raising the kept error would hang a
+    traceback on it)."""
+    if isinstance(judged, InvalidInput):
+        raise InvalidInput(str(judged))
+    return judged
+
+
 MESSAGE_LIMIT = 2048  # characters of a refusal's reason (it may quote a value of any length)
 
 
@@ -253,20 +271,14 @@ class Extender:
         caller's body) and whether it has soft wishes; InvalidInput when it is not valid. Cached by
         (key, uid, resourceVersion), which name one version of one pod: filter and bind of a pod the
         watch delivered read it once."""
-        m = meta(pod)
-        pod_id = (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""),
-                  str(m.get("resourceVersion") or ""))
-        hit = self._from_api.get(pod_id) if pod_id[1] and pod_id[2] else None
+        pod_id = pod_id_of(pod)
+        versioned = bool(pod_id[1] and pod_id[2])
+        hit = self._from_api.get(pod_id) if versioned else None
         if hit is None:
             hit = self._judged(pod)
-            if pod_id[1] and pod_id[2]:
-                req = hit[0]
-                size = sum(map(len, pod_id)) + (len(str(req)) if isinstance(req, InvalidInput) else request_size(req))
-                self._from_api.put(pod_id, hit, size)
-        req, soft = hit
-        if isinstance(req, InvalidInput):
-            raise InvalidInput(str(req))  # a fresh error: raising the cached one would hang a traceback on it
-        return req, soft
+            if versioned:
+                self._from_api.put(pod_id, hit, sum(map(len, pod_id)) + _judged_size(hit[0]))
+        return _request(hit[0]), hit[1]
 
     def request_of(self, raw: bytes) -> tuple[PodRequest, PodId, bool]:
         """The request of the ``Pod`` of a filter or prioritize (JSON bytes), its id, and whether it
@@ -275,29 +287,21 @@ class Extender:
         resourceVersion) it is read from the watch's object (:meth:`from_api`, which bind reads too);
         otherwise from the body, cached by its bytes (kube-scheduler sends the same Pod to filter and
         to prioritize, and again when it retries)."""
-        pod_id = decode_pod_id(raw)
-        if pod_id is not None and pod_id[1] and pod_id[2]:
-            watched = self.pending_pod(pod_id[0])
-            if watched is not None:
-                m = meta(watched)
-                if str(m.get("uid") or "") == pod_id[1] and str(m.get("resourceVersion") or "") == pod_id[2]:
-                    req, soft = self.from_api(watched)
-                    return req, pod_id, soft
+        named = decode_pod_id(raw)
+        if named is not None and named[1] and named[2]:
+            watched = self.pending_pod(named[0])
+            if watched is not None and pod_id_of(watched)[1:] == named[1:]:
+                req, soft = self.from_api(watched)
+                return req, named, soft
         hit = self._parsed_raw.get(raw)
         if hit is None:
             obj = decode_pod(raw)
-            m = meta(obj)
-            pod_id = (f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""),
-                      str(m.get("resourceVersion") or ""))
+            pod_id = pod_id_of(obj)
             judged, soft = self._judged(obj)
             hit = (judged, pod_id, soft)
-            size = len(raw) + sum(map(len, pod_id)) + (len(str(judged)) if isinstance(judged, InvalidInput)
-                                                       else request_size(judged))
-            self._parsed_raw.put(raw, hit, size)
-        req, pod_id, soft = hit
-        if isinstance(req, InvalidInput):
-            raise InvalidInput(str(req))  # a fresh error: raising the cached one would hang a traceback on it
-        return req, pod_id, soft
+            self._parsed_raw.put(raw, hit, len(raw) + sum(map(len, pod_id)) + _judged_size(judged))
+        judged, pod_id, soft = hit
+        return _request(judged), pod_id, soft
 
     def candidates(self, args: ExtenderArgs) -> Candidates:
         """Node names from ``NodeNames`` (nodeCacheCapable) or from the ``Nodes`` NodeList."""
@@ -516,8 +520,8 @@ class Extender:
         obj = self.pending_pod(key)
         if obj is None:
             return None
-        m = meta(obj)
-        seen = (key, str(m.get("uid") or ""), str(m.get("resourceVersion") or ""))
+        _, uid_seen, version_seen = pod_id_of(obj)
+        seen = (key, uid_seen, version_seen)
         r = self._filtered.get(key)
         if r is None or not seen[1] or not seen[2] or r.pod_id != seen or (uid and uid != seen[1]):
             return None
