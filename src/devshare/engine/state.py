@@ -248,14 +248,14 @@ class ClusterState:
         if acc == [0, 0]:
             del self.namespace_gpu[rec.pod.namespace]
 
-    def cpu_short(self, rows: Rows, cpu_milli: int) -> Mask:
-        """Per row: the node's CPU cannot take ``cpu_milli`` more (a node whose CPU is untracked,
-        total 0, takes any). The one node-level CPU rule: the filter, reserve and the replay's
-        kube-scheduler window all ask it."""
+    def cpu_short(self, rows: Rows | int, cpu_milli: int) -> Mask:
+        """Per row (or for one row: a numpy bool): the node's CPU cannot take ``cpu_milli`` more (a
+        node whose CPU is untracked, total 0, takes any). The one node-level CPU rule: the filter,
+        reserve and the replay's kube-scheduler window all ask it."""
         total = self.cpu_total[rows]
         return (total > 0) & (self.cpu_used[rows] + cpu_milli > total)
 
-    def memory_short(self, rows: Rows, memory: int) -> Mask:
+    def memory_short(self, rows: Rows | int, memory: int) -> Mask:
         """Per row: the node's memory cannot take ``memory`` bytes more (untracked, total 0: any)."""
         total = self.mem_total[rows]
         return (total > 0) & (self.mem_used[rows] + memory > total)
@@ -267,10 +267,9 @@ class ClusterState:
             return f"node {alloc.node} is not known"
         if not self.active[row]:
             return f"node {alloc.node} is unschedulable"
-        at = np.array([row], np.int64)
-        if self.cpu_short(at, pod.cpu_milli)[0]:
+        if self.cpu_short(row, pod.cpu_milli):
             return f"node {alloc.node}: not enough CPU"
-        if self.memory_short(at, pod.memory_bytes)[0]:
+        if self.memory_short(row, pod.memory_bytes):
             return f"node {alloc.node}: not enough memory"
         # per card: what the allocation adds (compute, memory, containers, whole), judged by the
         # filter's own predicate (devshare.engine.admit)
