@@ -395,7 +395,8 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=3000)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--profile", type=Path, default=None,
-                    help="record the extender with py-spy during the devshare phase into this file (speedscope)")
+                    help="record the extender with py-spy during the devshare phase into this file (speedscope; "
+                         "with --phases, one file per extender phase: FILE's name and the phase's)")
     ap.add_argument("--phases", default="",
                     help=f"phases on one control plane, e.g. alone,floor,devshare,alone (of: {', '.join(PHASES)})")
     ap.add_argument("--ledger-phases", default="", help="e.g. on,off,on,off: --phases devshare,devshare-no-ledger,...")
@@ -472,7 +473,10 @@ def phases(args: argparse.Namespace) -> None:
         clock = prepare(cp, args.nodes)
         for i, kind in enumerate(names):
             prefix = f"p{i}-{kind}"
-            results.append(run_phase(cp, clock, kind, prefix, args))
+            # --profile: one file per extender phase, the phase's name added to the file's
+            profile = (args.profile.with_name(f"{args.profile.stem}-{prefix}{args.profile.suffix}")
+                       if args.profile is not None and kind != "alone" else None)
+            results.append(run_phase(cp, clock, kind, prefix, args, profile=profile))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
             if i + 1 < len(names):
                 clear(cp, prefix)
