@@ -134,4 +134,4 @@ def test_the_claim_ledger_is_on_unless_turned_off_and_then_it_warns(tmp_path: Pa
     out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--no-claim-ledger"])
     assert out.exit_code == 0, out.output
     assert [o.claim_ledger for o in seen] == [True, False]
-    assert "--no-claim-ledger: binds are not recorded in the claim ledgers" in caplog.text
+    assert "--no-claim-ledger: binds are not recorded in the claim ledger" in caplog.text

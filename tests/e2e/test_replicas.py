@@ -230,7 +230,7 @@ def test_two_extenders_that_both_lead_never_book_one_card_twice(cluster: Cluster
     lease): extender a is stopped (SIGSTOP, by its test hook) between its fence and its write, with
     its devices chosen; extender b binds a conflicting pod to the same card meanwhile; a resumes.
     Then both are asked to bind conflicting pods at the same moment, many times. At most one pod wins
-    each card: the second writer of a node's claim ledger finds the first's claim and refuses."""
+    each card: the second writer of the claim ledger finds the first's claim and refuses."""
     cp = cluster.cp
     node = cluster.node("both-1", gpus=1)
     cards = cluster.node("both-2", gpus=2)
@@ -248,7 +248,7 @@ def test_two_extenders_that_both_lead_never_book_one_card_twice(cluster: Cluster
             assert _bind(port_b, cluster.ns, second["metadata"]["name"], second["metadata"]["uid"], node) == ""
             a.signal(signal.SIGCONT)
             answer = paused.result(timeout=60)
-        assert "does not fit on node both-1 beside the claims in its claim ledger" in answer, answer
+        assert "does not fit on node both-1 beside the claims in the claim ledger" in answer, answer
         assert not cluster.get_pod(first["metadata"]["name"])["spec"].get("nodeName")
         assert _core_by_card(cluster)[(node, 0)] == 60
 

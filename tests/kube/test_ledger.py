@@ -1,4 +1,4 @@
-"""The claim ledger's API objects: one ConfigMap per node, written only by compare-and-swap."""
+"""The claim ledger's API object: one ConfigMap, written only by compare-and-swap."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 from devshare.kube.errors import Conflict
 from devshare.kube.ledger import (
     LABEL,
+    NAME,
     Claim,
     ClaimLedger,
-    NodeLedger,
+    Ledger,
     decode,
     decode_claims,
     encode_claims,
-    object_name,
+    encoded_size,
 )
 from devshare.kube.live import LiveBackend
 from devshare.kube.memory import MemoryBackend
@@ -37,57 +38,52 @@ def claim(key: str, node: str = "node-0", minor: int = 0, core: int = 600, by: s
 def test_claims_round_trip(allocs: list[PodAllocation], micros: int) -> None:
     claims = {}
     for i, a in enumerate(allocs):
-        a = msgspec.structs.replace(a, node="node-x")
+        a = msgspec.structs.replace(a, node=f"node-{i % 2}")
         claims[f"ns/p{i}"] = Claim(pod=f"ns/p{i}", uid=f"u{i}", by="r/1", at=micros / 1e6, allocation=a, priority=i)
-    assert decode_claims(encode_claims(claims), "node-x") == claims
+    text = encode_claims(claims)
+    assert decode_claims(text) == claims
+    assert encoded_size(claims) == len(text)
 
 
-def test_a_claim_names_its_node_and_a_ledger_of_another_is_refused() -> None:
-    text = encode_claims({"ns/p": claim("ns/p", node="node-1")})
-    with pytest.raises(ValueError, match="names node node-1, not node-0"):
-        decode_claims(text, "node-0")
-    broken = decode({"metadata": {"name": object_name("node-0"), "resourceVersion": "7"},
-                     "data": {"node": "node-0", "claims": "[{"}}, "node-0")
+def test_a_ledger_that_is_not_one_is_an_error_not_a_guess() -> None:
+    broken = decode({"metadata": {"name": NAME, "resourceVersion": "7"}, "data": {"claims": "[{"}})
     assert broken.error is not None and "not a list of claims" in broken.error and broken.resource_version == "7"
-
-
-def test_object_names_are_valid_for_any_node_name() -> None:
-    assert object_name("gpu-node-1") == "devshare-claims-gpu-node-1"
-    long = "n" * 253
-    name = object_name(long)
-    assert len(name) <= 253 and name.startswith("devshare-claims-") and name != object_name("m" * 253)
+    odd = decode({"metadata": {"name": NAME, "resourceVersion": "8"}, "data": {"watermark": "soon", "claims": "[]"}})
+    assert odd.error is not None and "data.watermark must be a resourceVersion, got 'soon'" in odd.error
+    assert decode({"metadata": {"name": NAME, "resourceVersion": "9"}}) == Ledger("9")
 
 
 async def test_writes_are_compare_and_swap() -> None:
     backend = MemoryBackend()
     ledger = ClaimLedger(backend)
-    empty = await ledger.read("node-0")
-    assert empty == NodeLedger("node-0")
-    first = await ledger.write(empty, {"ns/a": claim("ns/a")})
+    empty = await ledger.read()
+    assert empty == Ledger()
+    first = await ledger.write(empty, {"ns/a": claim("ns/a")}, "")
     assert first.resource_version is not None
     with pytest.raises(Conflict):  # created meanwhile by another replica
-        await ledger.write(empty, {"ns/b": claim("ns/b")})
-    second = await ledger.write(first, {**first.claims, "ns/b": claim("ns/b", minor=1)})
+        await ledger.write(empty, {"ns/b": claim("ns/b")}, "")
+    second = await ledger.write(first, {**first.claims, "ns/b": claim("ns/b", node="node-1")}, "41")
     with pytest.raises(Conflict):  # written meanwhile: the version read is stale
-        await ledger.write(first, {"ns/c": claim("ns/c")})
-    assert await ledger.read("node-0") == second
-    assert set(second.claims) == {"ns/a", "ns/b"}
-    assert await ledger.list() == {"node-0": second}
+        await ledger.write(first, {"ns/c": claim("ns/c")}, "")
+    assert await ledger.read() == second
+    assert set(second.claims) == {"ns/a", "ns/b"} and second.watermark == "41"
+    assert second.claims["ns/b"].node == "node-1"
 
 
 async def test_the_real_protocol_through_the_fake_api_server(fake_api: FakeApiServer,  # noqa: F811
                                                              live_backend: LiveBackend) -> None:  # noqa: F811
     ledger = ClaimLedger(live_backend)
-    written = await ledger.write(NodeLedger("node-0"), {"ns/a": claim("ns/a")})
-    stored = fake_api.get("configmaps", f"devshare-system/{object_name('node-0')}")
-    assert stored is not None and stored["metadata"]["labels"][LABEL] == "v1"
-    assert stored["data"]["node"] == "node-0" and '"pod":"ns/a"' in stored["data"]["claims"]
-    fake_api.put({"apiVersion": "v1", "kind": "ConfigMap",  # another ConfigMap: not a ledger, not listed
-                  "metadata": {"name": "other", "namespace": "devshare-system"}, "data": {}})
+    assert ledger.where == f"ConfigMap devshare-system/{NAME}"
+    written = await ledger.write(Ledger(), {"ns/a": claim("ns/a")}, "")
+    stored = fake_api.get("configmaps", f"devshare-system/{NAME}")
+    assert stored is not None and stored["metadata"]["labels"][LABEL] == "v2"
+    assert '"pod":"ns/a"' in stored["data"]["claims"] and '"node":"node-0"' in stored["data"]["claims"]
     with pytest.raises(Conflict):
-        await ledger.write(NodeLedger("node-0"), {})  # it exists: create answers 409
-    await ledger.write(written, {})
+        await ledger.write(Ledger(), {}, "")  # it exists: create answers 409
+    emptied = await ledger.write(written, {}, "12")
     with pytest.raises(Conflict):
-        await ledger.write(written, {"ns/b": claim("ns/b")})  # PUT at a stale resourceVersion: 409
-    listed = await ledger.list()
-    assert list(listed) == ["node-0"] and listed["node-0"].claims == {}
+        await ledger.write(written, {"ns/b": claim("ns/b")}, "")  # PUT at a stale resourceVersion: 409
+    assert await ledger.read() == emptied and emptied.watermark == "12" and not emptied.claims
+    fake_api.delete("configmaps", f"devshare-system/{NAME}")
+    with pytest.raises(Conflict, match="deleted since it was read"):
+        await ledger.write(emptied, {}, "12")

@@ -120,9 +120,6 @@ class FlakyBackend:
     async def record_event(self, namespace: str, event: dict[str, Any]) -> None:
         await self.inner.record_event(namespace, event)
 
-    async def list_config_maps(self, namespace: str, label: str) -> list[dict[str, Any]]:
-        return await self.inner.list_config_maps(namespace, label)
-
     async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.inner.get_config_map(namespace, name)
 
@@ -170,8 +167,8 @@ async def resolve_claims(runtime: Runtime, rounds: int = 50) -> None:
     try:
         for _ in range(rounds):
             await claims.sweep(leading=True)
-            if not claims.stubs and all(c.pod in runtime.state.pods for ledger in claims.ledgers.values()
-                                        for c in ledger.claims.values()):
+            held = claims.current.claims.values() if claims.current is not None else ()
+            if not claims.stubs and all(c.pod in runtime.state.pods for c in held):
                 return
     finally:
         claims.ttl = ttl

@@ -52,9 +52,10 @@ def extender(
     claim_ledger: Annotated[
         bool,
         typer.Option("--claim-ledger/--no-claim-ledger",
-                     help="Record each pod's claim in its node's claim ledger (a ConfigMap in --namespace) before "
-                     "its Binding, so that replicas binding at once never over-book a card (docs/deploy.md). "
-                     "Always on unless turned off here, which is only safe while no other extender binds."),
+                     help="Record each pod's claim in the claim ledger (the ConfigMap devshare-claims in "
+                     "--namespace) before its Binding, so that replicas binding at once never over-book a card "
+                     "(docs/deploy.md). Always on unless turned off here, which is only safe while no other "
+                     "extender binds."),
     ] = True,
     config: ConfigOption = None,
     assume_ttl: Annotated[
@@ -152,7 +153,7 @@ def extender(
                                   claim_ledger=claim_ledger)
         if not claim_ledger:
             logging.getLogger("devshare.extender").warning(
-                "--no-claim-ledger: binds are not recorded in the claim ledgers; if another extender binds pods "
+                "--no-claim-ledger: binds are not recorded in the claim ledger; if another extender binds pods "
                 "beside this one (several replicas, one run by hand), two pods can be bound to one card")
         for unhonoured in cfg.not_honoured():
             logging.getLogger("devshare.config").warning("%s", unhonoured)

@@ -81,11 +81,7 @@ class Backend(Protocol):
         """Create a v1 Event (best effort: callers may ignore failures)."""
         ...
 
-    # ConfigMaps in devshare's own namespace: the per-node claim ledgers (:mod:`devshare.kube.ledger`)
-    async def list_config_maps(self, namespace: str, label: str) -> list[dict[str, Any]]:
-        """The ConfigMaps of ``namespace`` that carry the label ``label`` (``key=value``)."""
-        ...
-
+    # ConfigMaps in devshare's own namespace: the claim ledger (:mod:`devshare.kube.ledger`)
     async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         ...
 

@@ -1,31 +1,35 @@
-"""The claim ledger as API objects: one ConfigMap per node, in devshare's namespace, that every
-extender replica writes before it binds a pod to that node (docs/deploy.md, "Several replicas").
+"""The claim ledger as an API object: one ConfigMap, in devshare's namespace, that every extender
+replica writes before it binds a pod (docs/deploy.md, "Several replicas").
 
 ::
 
     apiVersion: v1
     kind: ConfigMap
     metadata:
-      name: devshare-claims-gpu-node-1          # devshare-claims-<node> (hashed when too long)
+      name: devshare-claims
       namespace: devshare-system
-      labels: {devshare.io/claim-ledger: "v1"}
+      labels: {devshare.io/claim-ledger: "v2"}
     data:
-      node: gpu-node-1
+      watermark: "48213"
       claims: '[{"pod": "team-a/trainer", "uid": "...", "by": "devshare-scheduler-7d9f-x/3f2a9c",
                  "at": "2026-01-02T03:04:05.123456Z", "priority": 0,
                  "allocation": {"node": "gpu-node-1", "containers": [...]}}]'
 
 Each claim is a pod's allocation as the canonical annotation writes it (``devshare.io/allocation``:
-devices with their compute share and memory), who wrote it and when. Every write is a
-compare-and-swap: a create (409 when another replica created it first) or a PUT carrying the
-``metadata.resourceVersion`` it was read at (409 when anyone wrote in between). This module only
-reads, encodes and writes; what goes in a write is decided by
+its node, devices with their compute share and memory), who wrote it and when. The claims are those
+of binds in flight: a claim is dropped once its pod is seen bound (or gone). ``watermark`` is a pod
+``resourceVersion``: every claim dropped because its pod was seen bound was seen so by a watch of pods
+at or before it, so a replica whose own watch has reached the watermark has seen those bindings too
+(:mod:`devshare.server.extender.claims`).
+
+Every write is a compare-and-swap: a create (409 when another replica created it first) or a PUT
+carrying the ``metadata.resourceVersion`` it was read at (409 when anyone wrote in between). This
+module only reads, encodes and writes; what goes in a write is decided by
 :mod:`devshare.server.extender.claims`.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -41,9 +45,10 @@ from devshare.model.codecs import encode_allocation, parse_allocation
 from devshare.model.errors import InvalidInput
 
 LABEL = "devshare.io/claim-ledger"
-LABEL_VALUE = "v1"
-PREFIX = "devshare-claims-"
-NAME_LIMIT = 253  # a ConfigMap's name is a DNS subdomain
+LABEL_VALUE = "v2"
+NAME = "devshare-claims"
+# what a write may hold (a ConfigMap holds at most 1 MiB): claims beyond it wait for room
+SIZE_LIMIT = 768 * 1024
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,15 +61,20 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     allocation: PodAllocation
     priority: int = 0
 
+    @property
+    def node(self) -> str:
+        return self.allocation.node
+
 
 @dataclass(frozen=True)
-class NodeLedger:
-    """A node's ledger as read (or written) at ``resource_version`` (None: no such ConfigMap yet).
+class Ledger:
+    """The ledger as read (or written) at ``resource_version`` (None: no such ConfigMap yet).
+    ``watermark``: the pod resourceVersion every claim dropped as bound was seen bound by ("": none).
     ``error``: why it could not be read (a hand-edited ConfigMap); it is then never written over."""
 
-    node: str
     resource_version: str | None = None
     claims: Mapping[str, Claim] = field(default_factory=dict)  # by pod key
+    watermark: str = ""
     error: str | None = None
 
 
@@ -80,19 +90,10 @@ class _WireClaim(msgspec.Struct):
 _decoder = msgspec.json.Decoder(list[_WireClaim])
 
 
-def object_name(node: str) -> str:
-    """The ConfigMap of ``node``'s ledger: ``devshare-claims-<node>``, or a digest of the node's name
-    when that would be too long (the node's name is also in ``data.node``)."""
-    name = PREFIX + node
-    if len(name) <= NAME_LIMIT:
-        return name
-    return PREFIX + hashlib.sha256(node.encode()).hexdigest()[:40]
-
-
-@lru_cache(maxsize=8192)  # about 3 MB: the claims of the nodes written lately
+@lru_cache(maxsize=8192)  # about 3 MB: the claims written lately
 def encode_claim(c: Claim) -> str:
-    """One claim's JSON. Cached: a node's ledger is written whole, so each of its claims would otherwise be
-    encoded again at every write of the node (a claim is immutable and stays while its pod lives)."""
+    """One claim's JSON. Cached: the ledger is written whole, so each of its claims would otherwise be
+    encoded again at every write while it stays (a claim is immutable)."""
     head = msgspec.json.encode({"pod": c.pod, "uid": c.uid, "by": c.by, "at": micro_time(c.at),
                                 "priority": c.priority})
     return (head[:-1] + b',"allocation":' + encode_allocation(c.allocation).encode() + b"}").decode()
@@ -102,9 +103,14 @@ def encode_claims(claims: Mapping[str, Claim]) -> str:
     return "[" + ",".join(encode_claim(c) for c in sorted(claims.values(), key=lambda c: c.pod)) + "]"
 
 
-def decode_claims(text: str, node: str) -> dict[str, Claim]:
+def encoded_size(claims: Mapping[str, Claim]) -> int:
+    """The length of ``data.claims`` for ``claims`` (what :data:`SIZE_LIMIT` bounds), without encoding it."""
+    return 2 + sum(len(encode_claim(c)) for c in claims.values()) + max(len(claims) - 1, 0)
+
+
+def decode_claims(text: str) -> dict[str, Claim]:
     """The claims of a ledger's ``data.claims``. Raises InvalidInput when it is not one."""
-    where = f"ConfigMap {object_name(node)} data.claims"
+    where = f"ConfigMap {NAME} data.claims"
     try:
         wire = _decoder.decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -112,61 +118,52 @@ def decode_claims(text: str, node: str) -> dict[str, Claim]:
     out: dict[str, Claim] = {}
     for w in wire:
         alloc = parse_allocation(bytes(w.allocation).decode())
-        if alloc.node != node:
-            raise InvalidInput(f"the claim of pod {w.pod} names node {alloc.node}, not {node}", field=where)
         at = parse_micro_time(w.at)
         out[w.pod] = Claim(pod=w.pod, uid=w.uid, by=w.by, at=0.0 if at is None else at, allocation=alloc,
                            priority=w.priority)
     return out
 
 
-def decode(obj: Mapping[str, Any], node: str | None = None) -> NodeLedger:
-    """A ledger from its ConfigMap (``node``: the node it must be of, when known)."""
+def decode(obj: Mapping[str, Any]) -> Ledger:
+    """The ledger from its ConfigMap."""
     data = obj.get("data") or {}
-    name = node or str(data.get("node") or "")
     rv = str(meta(obj).get("resourceVersion") or "") or None
-    if not isinstance(data, dict) or (node is not None and data.get("node") not in (None, node)):
-        return NodeLedger(name, rv, {}, f"ConfigMap {meta(obj).get('name')} is not the claim ledger of node {name}")
+    if not isinstance(data, dict):
+        return Ledger(rv, {}, "", f"ConfigMap {NAME} has no data map")
+    watermark = data.get("watermark") or ""
+    if not isinstance(watermark, str) or not (watermark == "" or watermark.isdigit()):
+        return Ledger(rv, {}, "", f"ConfigMap {NAME} data.watermark must be a resourceVersion, got {watermark!r}")
     try:
-        claims = decode_claims(str(data.get("claims") or "[]"), name)
+        claims = decode_claims(str(data.get("claims") or "[]"))
     except InvalidInput as e:
-        return NodeLedger(name, rv, {}, str(e))
-    return NodeLedger(name, rv, claims)
+        return Ledger(rv, {}, watermark, str(e))
+    return Ledger(rv, claims, watermark)
 
 
 class ClaimLedger:
-    """Reads and compare-and-swap writes of the nodes' ledgers in ``namespace``."""
+    """Reads and compare-and-swap writes of the ledger in ``namespace``."""
 
     def __init__(self, backend: Backend, namespace: str | None = None) -> None:
         self.backend = backend
         self.namespace = namespace or backend.namespace
 
-    def where(self, node: str) -> str:
-        """How to name a node's ledger in a message (the ConfigMap, namespaced)."""
-        return f"ConfigMap {self.namespace}/{object_name(node)}"
+    @property
+    def where(self) -> str:
+        """How to name the ledger in a message (the ConfigMap, namespaced)."""
+        return f"ConfigMap {self.namespace}/{NAME}"
 
-    async def read(self, node: str) -> NodeLedger:
-        obj = await self.backend.get_config_map(self.namespace, object_name(node))
-        return NodeLedger(node) if obj is None else decode(obj, node)
+    async def read(self) -> Ledger:
+        obj = await self.backend.get_config_map(self.namespace, NAME)
+        return Ledger() if obj is None else decode(obj)
 
-    async def list(self) -> dict[str, NodeLedger]:
-        """Every node's ledger, by node."""
-        out: dict[str, NodeLedger] = {}
-        for obj in await self.backend.list_config_maps(self.namespace, f"{LABEL}={LABEL_VALUE}"):
-            ledger = decode(obj)
-            if ledger.node and meta(obj).get("name") == object_name(ledger.node):
-                out[ledger.node] = ledger
-        return out
-
-    async def write(self, ledger: NodeLedger, claims: Mapping[str, Claim]) -> NodeLedger:
-        """Replace ``ledger`` (as read) by ``claims``: Conflict when it changed since it was read,
-        or was created meanwhile (when it did not exist), or deleted meanwhile."""
-        node = ledger.node
+    async def write(self, ledger: Ledger, claims: Mapping[str, Claim], watermark: str) -> Ledger:
+        """Replace ``ledger`` (as read) by ``claims`` and ``watermark``: Conflict when it changed since
+        it was read, or was created meanwhile (when it did not exist), or deleted meanwhile."""
         body: dict[str, Any] = {
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": object_name(node), "namespace": self.namespace,
+            "metadata": {"name": NAME, "namespace": self.namespace,
                          "labels": {LABEL: LABEL_VALUE, "app.kubernetes.io/name": "devshare"}},
-            "data": {"node": node, "claims": encode_claims(claims)},
+            "data": {"watermark": watermark, "claims": encode_claims(claims)},
         }
         if ledger.resource_version is None:
             out = await self.backend.create_config_map(self.namespace, body)
@@ -175,5 +172,5 @@ class ClaimLedger:
             try:
                 out = await self.backend.replace_config_map(self.namespace, body)
             except NotFound as e:
-                raise Conflict(f"{self.where(node)} was deleted since it was read: {e}", code=409) from e
-        return NodeLedger(node, str(meta(out).get("resourceVersion") or "") or None, dict(claims))
+                raise Conflict(f"{self.where} was deleted since it was read: {e}", code=409) from e
+        return Ledger(str(meta(out).get("resourceVersion") or "") or None, dict(claims), watermark)

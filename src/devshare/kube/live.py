@@ -52,10 +52,6 @@ class Event(GenericNamespacedResource):
     _api_info = create_api_info("", "v1", "Event", "events")
 
 
-class ConfigMap(GenericNamespacedResource):
-    _api_info = create_api_info("", "v1", "ConfigMap", "configmaps")
-
-
 _RESOURCES: dict[str, type[Any]] = {"nodes": Node, "pods": Pod, "devices": Device}
 # where each kind is watched (pods: in every namespace)
 WATCH_PATHS: dict[str, str] = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods",
@@ -200,11 +196,6 @@ class LiveBackend:
     async def record_event(self, namespace: str, event: dict[str, Any]) -> None:
         with _translated():
             await self.client.create(Event(**_in(event, namespace)), namespace=namespace)
-
-    async def list_config_maps(self, namespace: str, label: str) -> list[dict[str, Any]]:
-        key, _, value = label.partition("=")
-        with _translated():
-            return [dict(o) async for o in self.client.list(ConfigMap, namespace=namespace, labels={key: value})]
 
     # the claim ledger's requests on the bind path go through ApiRequests (aiohttp), as the Binding does
     async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:

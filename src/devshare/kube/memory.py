@@ -239,11 +239,6 @@ class MemoryBackend:
         ev = _namespaced(event, namespace)
         self.store.put("events", f"{namespace}/{meta(ev).get('name', self.store.rv)}", ev)
 
-    async def list_config_maps(self, namespace: str, label: str) -> list[dict[str, Any]]:
-        key, _, value = label.partition("=")
-        return [o for o in self.store.list("configmaps")[0]
-                if meta(o).get("namespace") == namespace and (meta(o).get("labels") or {}).get(key) == value]
-
     async def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.store.get("configmaps", f"{namespace}/{name}")
 

@@ -119,7 +119,7 @@ class StateSync:
         self._backoff = backoff
         self.on_change = on_change  # called (kind, event type, object) after each applied event
         # awaited after each (re-)list of pods, before the first one marks the state synced (the
-        # extender reads its claim ledgers there: devshare.server.extender.claims)
+        # extender reads its claim ledger there: devshare.server.extender.claims)
         self.after_pods_listed: Callable[[], Awaitable[None]] | None = None
         self.synced = asyncio.Event()
         self.resource_versions: dict[Kind, str] = {}
@@ -314,6 +314,12 @@ class StateSync:
         """Whether the pod ``key`` (of ``uid``, when given) exists, as the watch has it."""
         known = self.pods_present.get(key)
         return known is not None and (not uid or not known or known == uid)
+
+    def uncounted(self, node: str) -> list[tuple[PodRequest, PodAllocation]]:
+        """The bound pods of ``node`` the watch delivered but the state does not count: their allocations
+        would over-book a card beside what it holds (reservations of binds in flight, other replicas'
+        claims, pods bound before them). They wait to be judged again; a bind counts them all the same."""
+        return [(pod, alloc) for _, pod, alloc in self._waiting.values() if alloc.node == node]
 
     def pending_pod(self, key: str) -> dict[str, Any] | None:
         """The pending pod ``key`` of devshare's scheduler as the watch last delivered it (the API

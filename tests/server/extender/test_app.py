@@ -179,7 +179,8 @@ async def test_bind_failure_undoes_the_reservation_and_annotations() -> None:
         stored = await backend.get_pod("default", "p")
         # no allocation written; the only mark is the one that makes a late Binding fail (its claim given back)
         assert stored is not None and set(stored["metadata"].get("annotations") or {}) == {"devshare.io/claim-expired"}
-        assert runtime.claims is not None and not runtime.claims.ledgers["node-0"].claims
+        assert runtime.claims is not None and runtime.claims.current is not None
+        assert not runtime.claims.current.claims
         # the devices are free again: the pod filters fine
         out = await post(client, "/filter", names_body(pod("q", core=100), ["node-0"]))
         assert out["NodeNames"] == ["node-0"]

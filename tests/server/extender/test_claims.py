@@ -1,5 +1,6 @@
 """Claims before Bindings (:mod:`devshare.server.extender.claims`): replicas that share nothing but
-the API server, each with a state of its own that never hears of the others' binds."""
+the API server, each with a state of its own that hears of binds only as far as its own watch of pods
+has come (blind: never)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from hypothesis import strategies as st
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
+from devshare.kube.backend import WatchEvent
 from devshare.kube.errors import Unavailable
-from devshare.kube.ledger import Claim, ClaimLedger, object_name
+from devshare.kube.ledger import NAME, Claim, ClaimLedger
 from devshare.kube.live import LiveBackend
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.sync import StateSync
@@ -35,21 +37,35 @@ NODE = "node-0"
 
 
 class Replica:
-    """One extender's state, lifecycle and claims over a shared backend (its own view: blind)."""
+    """One extender's state, lifecycle and claims over a shared backend: its watch of pods delivers
+    only what :meth:`watch` is asked to (blind until then)."""
 
     def __init__(self, backend: Any, name: str, *, clock: Callable[[], float] | None = None) -> None:
         self.backend = backend
         self.state = ClusterState()
         self.sync = StateSync(backend, self.state)
-        inner = backend.inner if isinstance(backend, Jittery) else backend
+        self.inner = inner = backend.inner if isinstance(backend, Jittery) else backend
         for kind in ("nodes", "devices", "pods"):
-            self.sync.reconcile(kind, inner.store.list(kind)[0], initial=True)
+            items, rv = inner.store.list(kind)
+            self.sync.reconcile(kind, items, initial=True)
+            self.sync.resource_versions[kind] = rv
         self.scheduler = Scheduler(self.state)
         self.lifecycle = Lifecycle(self.scheduler)
-        self.claims = Claims(ClaimLedger(backend), self.state, identity=name,
-                             note_pod=self.sync.note_pod, **({"clock": clock} if clock else {}))
+        self.claims = Claims(ClaimLedger(backend), self.state, identity=name, note_pod=self.sync.note_pod,
+                             watch_version=lambda: self.sync.resource_versions.get("pods"),
+                             uncounted=self.sync.uncounted,
+                             **({"clock": clock} if clock else {}))
+        self.sync.on_change = lambda kind, type_, obj: self.claims.pod_changed(type_, obj) if kind == "pods" else None
         self.writes = PodWrites(backend)
         self.writes.claims = self.claims
+
+    def watch(self, events: int | None = None) -> int:
+        """Deliver the next ``events`` pod events of the API server (None: all of them) to this
+        replica's state, as its watch would; how many were delivered."""
+        pending = self.inner.store.events_since("pods", int(self.sync.resource_versions["pods"]))
+        for e in pending[:events]:
+            self.sync.apply_event("pods", WatchEvent(e.type, e.object))
+        return len(pending[:events])
 
     async def bind(self, obj: dict[str, Any], node: str = NODE) -> str:
         """What the extender's bind does: choose and assume, then the writes (claim, Binding) of
@@ -115,7 +131,8 @@ def usage(backend: MemoryBackend) -> dict[tuple[str, int], list[int]]:
 
 
 async def ledger_claims(backend: Any, node: str = NODE) -> dict[str, Claim]:
-    return dict((await ClaimLedger(backend).read(node)).claims)
+    """The claims in the ledger on ``node``."""
+    return {k: c for k, c in (await ClaimLedger(backend).read()).claims.items() if c.node == node}
 
 
 # ------------------------------------------------------------------ the invariant, as a property
@@ -163,6 +180,64 @@ async def _replicas_scenario(seed: int, batches: list[list[tuple[int, int, bool]
                 replicas[deletes[b]].state.release_finished(key, uid)  # that replica's watch saw it go
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1),
+       batches=st.lists(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([25, 40, 50, 60, 100]), st.booleans()),
+                                 min_size=1, max_size=5), min_size=1, max_size=8),
+       lags=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 6)), max_size=16),
+       deletes=st.lists(st.booleans(), max_size=8))
+def test_replicas_whose_watches_lag_never_over_book_a_card(seed: int, batches: list[list[tuple[int, int, bool]]],
+                                                           lags: list[tuple[int, int]], deletes: list[bool]) -> None:
+    """As above, but each replica's watch of pods delivers the API server's events some way behind
+    (between batches, a replica's watch moves on by a few events): so claims of pods seen bound leave
+    the ledger, each replica at its own pace, and the watermark is what keeps a replica whose watch
+    has not seen those bindings yet from taking their cards. No card ever holds more than it has, and
+    every bound pod is claimed in the ledger or was seen bound at or before its watermark."""
+    asyncio.run(_lagging_scenario(seed, batches, lags, deletes))
+
+
+def bound_at(backend: MemoryBackend, key: str) -> int:
+    """The resourceVersion of the event that showed pod ``key`` bound first."""
+    return min(e.rv for e in backend.store.history
+               if e.resource == "pods" and e.key == key and e.object["spec"].get("nodeName"))
+
+
+async def _lagging_scenario(seed: int, batches: list[list[tuple[int, int, bool]]], lags: list[tuple[int, int]],
+                            deletes: list[bool]) -> None:
+    rng = random.Random(seed)
+    names = [f"p{b}-{i}" for b, batch in enumerate(batches) for i in range(len(batch))]
+    sizes = {f"p{b}-{i}": size for b, batch in enumerate(batches) for i, (_, size, _) in enumerate(batch)}
+    inner = cluster(1, gpus=2, pods=[pod(n, core=sizes[n]) for n in names])
+    replicas = [Replica(Jittery(inner, rng, fail_rate=0.1), f"r{k}") for k in range(3)]
+
+    async def catch_up_later(r: Replica) -> None:  # a watch that lags, then delivers while a write waits
+        await asyncio.sleep(rng.random() * 0.02)
+        r.watch()
+
+    for b, batch in enumerate(batches):
+        objs = [inner.store.get("pods", f"default/p{b}-{i - 1 if again and i else i}")
+                for i, (_, _, again) in enumerate(batch)]
+        watchers = [asyncio.create_task(catch_up_later(replicas[r])) for r, _, _ in batch if rng.random() < 0.3]
+        answers = await asyncio.gather(*(replicas[r].bind(o) for (r, _, _), o in zip(batch, objs, strict=True)))
+        await asyncio.gather(*watchers)
+        for (n, minor), (core, mem) in usage(inner).items():
+            assert core <= 1000 and mem <= 16 * GiB, f"{n} gpu {minor}: {core / 10:g}%, {answers}"
+        ledger = await ClaimLedger(inner).read()
+        for key, p in inner.store.objects["pods"].items():
+            if p["spec"].get("nodeName"):
+                claimed = ledger.claims.get(key)
+                if claimed is not None:
+                    assert claimed.allocation == decode_allocation(p["metadata"]["annotations"]), key
+                else:  # left the ledger as bound: seen so at or before the watermark
+                    assert int(ledger.watermark or 0) >= bound_at(inner, key), key
+        for r, events in lags[2 * b: 2 * b + 2]:
+            replicas[r].watch(events)
+        if b < len(deletes) and deletes[b]:
+            bound = sorted(k for k, p in inner.store.objects["pods"].items() if p["spec"].get("nodeName"))
+            if bound:
+                inner.delete("pods", rng.choice(bound))
+
+
 # ------------------------------------------------------------------ one write per bind, conflicts
 
 async def test_a_bind_costs_one_write_and_a_conflict_is_read_absorbed_and_refused() -> None:
@@ -176,7 +251,7 @@ async def test_a_bind_costs_one_write_and_a_conflict_is_read_absorbed_and_refuse
     assert a.claims.counters.writes == 1 and a.claims.counters.conflicts == 0
     # b never heard of a's bind: its write at the stale version gets 409, it reads a's claim and refuses
     error = await b.bind(inner.store.get("pods", "default/b"))
-    assert "does not fit on node node-0 beside the claims in its claim ledger" in error and "compute free" in error
+    assert "does not fit on node node-0 beside the claims in the claim ledger" in error and "compute free" in error
     assert b.claims.counters.conflicts == 1 and b.claims.counters.refused == 1
     assert not inner.store.get("pods", "default/b")["spec"].get("nodeName")
     # a's claim is now counted in b's state (before b's watch would tell it): b places c beside it
@@ -224,7 +299,7 @@ async def test_claims_of_pods_gone_are_pruned_in_the_next_write_and_withdrawn_cl
     await bind_after_delete("a", "b")
     assert set(await ledger_claims(inner)) == {"default/b"}  # a's claim pruned in the same write
     assert a.claims.counters.pruned == 1
-    await b.claims.load()  # b reads the ledgers: it counts b's claim before its watch would tell it
+    await b.claims.load()  # b reads the ledger: it counts b's claim before its watch would tell it
     assert set(b.claims.stubs) == {"default/b"} and "default/b" in b.state.pods
     await bind_after_delete("b", "c")
     await b.claims.sweep(leading=False)
@@ -276,14 +351,13 @@ async def test_the_sweep_releases_claims_that_never_bound_after_writing_to_their
 
 async def test_an_unreadable_ledger_refuses_binds_with_how_to_repair_it() -> None:
     inner = cluster(1, gpus=1, pods=[pod("p", core=60)])
-    inner.store.put("configmaps", f"devshare-system/{object_name(NODE)}", {
+    inner.store.put("configmaps", f"devshare-system/{NAME}", {
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": object_name(NODE), "namespace": "devshare-system",
-                     "labels": {"devshare.io/claim-ledger": "v1"}},
-        "data": {"node": NODE, "claims": "not json"}})
+        "metadata": {"name": NAME, "namespace": "devshare-system", "labels": {"devshare.io/claim-ledger": "v2"}},
+        "data": {"claims": "not json"}})
     a = Replica(inner, "a")
     error = await a.bind(inner.store.get("pods", "default/p"))
-    assert "claim ledger of node node-0 (ConfigMap devshare-system/devshare-claims-node-0) cannot be read" in error
+    assert "the claim ledger (ConfigMap devshare-system/devshare-claims) cannot be read" in error
     assert "until it is repaired or deleted" in error
 
 
@@ -312,7 +386,7 @@ async def test_the_extender_counts_claims_at_start_and_then_the_pod_as_the_watch
 
 
 async def test_a_re_list_reads_the_claims_again(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:  # noqa: F811
-    """After a 410 the extender lists pods again, and then reads every ledger again: a claim written
+    """After a 410 the extender lists pods again, and then reads the ledger again: a claim written
     meanwhile by a replica it never hears from is counted."""
     for obj in (node(NODE), device(NODE, 1), pod("other", core=70)):
         fake_api.put(obj)
@@ -333,3 +407,78 @@ async def test_a_re_list_reads_the_claims_again(fake_api: FakeApiServer, live_ba
             await asyncio.sleep(0.02)
         assert runtime.sync.relists >= 1
         assert runtime.state.pods["default/other"].allocation == alloc
+
+
+# ------------------------------------------------------------------ claims leave once bound: the watermark
+
+async def test_a_claim_leaves_with_the_next_write_once_the_watch_shows_its_pod_bound() -> None:
+    inner = cluster(1, gpus=2, pods=[pod("a", core=60), pod("b", core=60), pod("c", core=60)])
+    a = Replica(inner, "a")
+    assert await a.bind(inner.store.get("pods", "default/a")) == ""
+    assert await a.bind(inner.store.get("pods", "default/b")) == ""
+    assert set(await ledger_claims(inner)) == {"default/a", "default/b"}  # bound, but not seen bound yet
+    a.watch()  # the watch shows both bound
+    bound_at = max(int(inner.store.get("pods", f"default/{n}")["metadata"]["resourceVersion"]) for n in "ab")
+    assert await a.bind(inner.store.get("pods", "default/c")) != ""  # two 60% pods fill two cards: refused
+    a.watch()
+    await a.claims.sweep(leading=True)  # nothing else to write: the leader's sweep prunes
+    ledger = await ClaimLedger(inner).read()
+    assert ledger.claims == {} and int(ledger.watermark) == bound_at
+    assert a.claims.counters.pruned == 2
+
+
+async def test_a_replica_whose_watch_is_behind_the_watermark_waits_for_it_before_deciding() -> None:
+    inner = cluster(1, gpus=1, pods=[pod("a", core=60), pod("x", core=10), pod("b", core=60)])
+    a, b = Replica(inner, "a"), Replica(inner, "b")
+    await b.claims.load()
+    assert await a.bind(inner.store.get("pods", "default/a")) == ""
+    a.watch()
+    assert await a.bind(inner.store.get("pods", "default/x")) == ""  # this write drops a's claim
+    assert set(await ledger_claims(inner)) == {"default/x"}
+    # b has heard of nothing; a's claim is gone from the ledger, so only b's watch can tell it of pod a:
+    # its write (at the stale version) gets 409, it reads the ledger and waits for its watch
+    late = asyncio.get_running_loop().call_later(0.05, b.watch)
+    error = await b.bind(inner.store.get("pods", "default/b"))
+    assert "does not fit on node node-0" in error and "compute free" in error, error
+    assert b.claims.counters.waited >= 1
+    late.cancel()
+    assert inner.store.get("pods", "default/b")["spec"].get("nodeName") is None
+
+
+async def test_a_replica_whose_watch_never_catches_up_refuses_to_bind(monkeypatch: Any) -> None:
+    import devshare.server.extender.claims as claims_module
+
+    monkeypatch.setattr(claims_module, "CATCH_UP", 0.05)
+    inner = cluster(1, gpus=1, pods=[pod("a", core=60), pod("x", core=10), pod("b", core=60)])
+    a, b = Replica(inner, "a"), Replica(inner, "b")
+    await b.claims.load()
+    assert await a.bind(inner.store.get("pods", "default/a")) == ""
+    a.watch()
+    assert await a.bind(inner.store.get("pods", "default/x")) == ""
+    error = await b.bind(inner.store.get("pods", "default/b"))
+    assert "behind the claim ledger's watermark" in error and "nothing was bound" in error, error
+    assert inner.store.get("pods", "default/b")["spec"].get("nodeName") is None
+
+
+async def test_a_burst_of_binds_shares_few_writes_on_many_nodes() -> None:
+    inner = cluster(8, gpus=1, pods=[pod(f"p{i}", gpus=1) for i in range(8)])
+    a = Replica(Jittery(inner, random.Random(1)), "a")
+    answers = await asyncio.gather(*(a.bind(inner.store.get("pods", f"default/p{i}"), node=f"node-{i}")
+                                     for i in range(8)))
+    assert answers == [""] * 8
+    assert a.claims.counters.writes <= 2  # one ledger for every node: a burst goes out together
+
+
+async def test_a_full_ledger_refuses_new_claims_until_some_leave(monkeypatch: Any) -> None:
+    import devshare.server.extender.claims as claims_module
+
+    inner = cluster(1, gpus=4, pods=[pod(f"p{i}", core=10) for i in range(3)])
+    a = Replica(inner, "a")
+    assert await a.bind(inner.store.get("pods", "default/p0")) == ""
+    size = len((inner.store.get("configmaps", f"devshare-system/{NAME}") or {})["data"]["claims"])
+    monkeypatch.setattr(claims_module, "SIZE_LIMIT", size + 10)
+    error = await a.bind(inner.store.get("pods", "default/p1"))
+    assert "the claim ledger (ConfigMap devshare-system/devshare-claims) is full (1 binds in flight)" in error
+    a.watch()  # p0 seen bound: its claim leaves with the next write, which makes room
+    assert await a.bind(inner.store.get("pods", "default/p2")) == ""
+    assert set(await ledger_claims(inner)) == {"default/p2"}

@@ -1,20 +1,26 @@
 """Claims before Bindings: what makes two extenders binding at the same moment unable to over-book a
 card (issue 12; docs/deploy.md, "Several replicas").
 
-Before a pod's Binding is sent, its allocation is recorded as a *claim* in its node's ledger
-(:mod:`devshare.kube.ledger`: one ConfigMap per node that every replica writes), by a
-compare-and-swap on the ledger's resourceVersion. The write is decided here:
+Before a pod's Binding is sent, its allocation is recorded as a *claim* in the claim ledger
+(:mod:`devshare.kube.ledger`: one ConfigMap that every replica writes), by a compare-and-swap on the
+ledger's resourceVersion. The write is decided here:
 
-- the claims already in the ledger are *absorbed* into the node's usage (a claim the state does not
+- the claims already in the ledger are *absorbed* into the nodes' usage (a claim the state does not
   hold yet is recorded as a bound allocation: the ledger is the truth about what other replicas
   bind), then the pod's allocation is checked against that usage by the engine's own rule
   (:meth:`ClusterState.why_not`, from :mod:`devshare.engine.admit`). It does not fit: the bind is
-  refused, nothing is written;
+  refused, nothing is written for it;
 - it fits: the ledger is written with the pod's claim added, at the version read. A 409 means
   another replica wrote first: the ledger is read again, absorbed, checked, and written again
   (or the bind refused). So of two replicas binding conflicting pods to one card, the second to
   write sees the first's claim and refuses;
-- claims of pods the watch has seen gone or finished are pruned in the same write;
+- claims that come while a write is on its way wait for it and go out together, in the next write
+  (group commit): a busy extender writes the ledger a few times a second, not once per bind;
+- a claim stays only while its bind is in flight. A write drops the claims of pods this replica's
+  watch of pods has seen end (deleted, finished) or *bound*. The ledger's **watermark** is the
+  highest resourceVersion at which a claim dropped as bound was seen bound; a replica decides over
+  the ledger only once its own watch of pods has reached the watermark (it waits a moment, or
+  refuses the bind), so every binding whose claim is gone from the ledger is in its state;
 - a pod claimed by another replica (a bind of the same pod in flight there) is not claimed again.
 
 Only then the Binding goes out. A Binding that failed withdraws its claim (best effort); when its
@@ -42,7 +48,7 @@ from devshare.engine.state import ClusterState
 from devshare.kube.backend import meta
 from devshare.kube.errors import BackendError, Conflict, NotFound
 from devshare.kube.leader import micro_time
-from devshare.kube.ledger import Claim, ClaimLedger, NodeLedger
+from devshare.kube.ledger import SIZE_LIMIT, Claim, ClaimLedger, Ledger, encode_claim, encoded_size
 from devshare.kube.sync import TERMINAL_PHASES, Backoff
 from devshare.model.allocation import PodAllocation
 from devshare.model.request import PodRequest
@@ -52,14 +58,24 @@ log = logging.getLogger(__name__)
 EXPIRED_ANNOTATION = "devshare.io/claim-expired"  # written on a pod whose stale claim is released
 ATTEMPTS = 16  # compare-and-swap rounds before a bind gives up (each lost round: another replica wrote)
 STUB_RECHECK = 30.0  # seconds after which a claim not yet seen bound by the watch is read again
+CATCH_UP = 5.0  # seconds a write waits for this replica's watch of pods to reach the ledger's watermark
 
 
 NO_FIT = "does not fit on node"
-Queued = tuple[PodRequest, PodAllocation, "asyncio.Future[str | None]"]  # a claim waiting for its node's write
+Queued = tuple[PodRequest, PodAllocation, "asyncio.Future[str | None]"]  # a claim waiting for the next write
 
 
 class Contended(Exception):
     """A ledger write lost its compare-and-swap :data:`ATTEMPTS` times in a row."""
+
+
+class Behind(Exception):
+    """This replica's watch of pods has not reached the ledger's watermark in :data:`CATCH_UP` seconds."""
+
+
+def version_number(rv: str | None) -> int | None:
+    """A resourceVersion as the number it is (etcd's revision), None when it is not one."""
+    return int(rv) if rv and rv.isdigit() else None
 
 
 @dataclass
@@ -68,8 +84,9 @@ class ClaimCounters:
     conflicts: int = 0  # writes answered 409 (another replica wrote first): read again
     refused: int = 0  # binds refused because the ledger holds claims the pod does not fit beside
     withdrawn: int = 0  # claims removed after their Binding failed
-    pruned: int = 0  # claims of pods gone, finished or never bound, removed
+    pruned: int = 0  # claims of pods bound, gone, finished or never bound, removed
     absorbed: int = 0  # claims of other replicas recorded in the state
+    waited: int = 0  # writes that first waited for this replica's watch to reach the watermark
 
 
 def replica_identity(name: str) -> str:
@@ -81,7 +98,10 @@ def replica_identity(name: str) -> str:
 class Claims:
     """The ledger writes of one extender, over its state.
 
-    ``note_pod(obj)``: apply a pod read from the API server to the state (the sync's)."""
+    ``note_pod(obj)``: apply a pod read from the API server to the state (the sync's).
+    ``watch_version()``: the resourceVersion this replica's watch of pods has reached (the sync's).
+    ``uncounted(node)``: the bound pods of a node the watch delivered but the state does not count
+    (:meth:`StateSync.uncounted`): a claim's check counts them, since their own claims may be gone."""
 
     def __init__(
         self,
@@ -91,6 +111,8 @@ class Claims:
         identity: str,
         ttl: float = 60.0,
         note_pod: Callable[[dict[str, object]], None] | None = None,
+        watch_version: Callable[[], str | None] = lambda: None,
+        uncounted: Callable[[str], list[tuple[PodRequest, PodAllocation]]] = lambda node: [],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ledger = ledger
@@ -98,136 +120,182 @@ class Claims:
         self.identity = identity
         self.ttl = ttl
         self.note_pod = note_pod
+        self.watch_version = watch_version
+        self.uncounted = uncounted
         self.clock = clock
-        self.ledgers: dict[str, NodeLedger] = {}  # each node's ledger as last read or written
+        self.current: Ledger | None = None  # the ledger as last read or written (None: read it first)
         # pods recorded in the state from another replica's claim alone (not yet seen bound by the
         # watch): the request standing for the pod, and when the claim was last read
         self.stubs: dict[str, tuple[PodRequest, float]] = {}
+        # claimed pods the watch has shown bound: key -> (uid, node, resourceVersion of that event)
+        self.bound_at: dict[str, tuple[str, str, int]] = {}
         self.counters = ClaimCounters()
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._queued: dict[str, list[Queued]] = {}  # claims waiting for their node's next write
-        self._writers: dict[str, asyncio.Task[None]] = {}  # the task writing each node's claims now
+        self._lock = asyncio.Lock()
+        self._queued: list[Queued] = []  # claims waiting for the next write
+        self._writer: asyncio.Task[None] | None = None  # the task writing the claims now
 
     # ------------------------------------------------------------------ the bind path
     async def claim(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
-        """Record ``pod``'s claim on ``alloc`` in its node's ledger; None when written (the Binding may
-        go out), otherwise why not (the bind is refused; nothing was written for it).
+        """Record ``pod``'s claim on ``alloc`` in the ledger; None when written (the Binding may go
+        out), otherwise why not (the bind is refused; nothing was written for it).
 
-        Claims for one node are written one write at a time: those that come while a write is on its
-        way wait for it and then go out together, in one write (binpacking sends the binds of a node's
-        pods in a burst; each would otherwise wait for every write before it)."""
-        node = alloc.node
+        Claims are written one write at a time: those that come while a write is on its way wait
+        for it and then go out together, in one write."""
         done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        self._queued.setdefault(node, []).append((pod, alloc, done))
-        writer = self._writers.get(node)
-        if writer is None or writer.done():
-            writer = asyncio.create_task(self._drain(node), name=f"devshare-claims-{node}")
-            self._writers[node] = writer
-            writer.add_done_callback(lambda t: self._writers.pop(node) if self._writers.get(node) is t else None)
+        self._queued.append((pod, alloc, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._drain(), name="devshare-claims")
         return await asyncio.shield(done)
 
-    async def _drain(self, node: str) -> None:
-        """Write the claims queued for ``node``, a batch per write, until none is left."""
-        while batch := self._queued.pop(node, None):
+    async def _drain(self) -> None:
+        """Write the queued claims, a batch per write, until none is left."""
+        while self._queued:
+            batch, self._queued = self._queued, []
             try:
-                answers = await self._write_batch(node, batch)
+                answers = await self._write_batch(batch)
             except Exception as e:  # never leave a bind waiting: each gets the reason
-                log.exception("writing the claim ledger of node %s failed unexpectedly", node)
+                log.exception("writing the claim ledger failed unexpectedly")
                 answers = [f"pod {p.key}: recording its claim failed ({type(e).__name__}: {e}); nothing was bound"
                            for p, _, _ in batch]
             for (_, _, done), answer in zip(batch, answers, strict=True):
                 if not done.done():
                     done.set_result(answer)
 
-    async def _write_batch(self, node: str, batch: list[Queued]) -> list[str | None]:
+    async def _write_batch(self, batch: list[Queued]) -> list[str | None]:
         """One compare-and-swap write of ``batch``'s claims (retried on 409): per claim, None when
         written, otherwise why not."""
-        async with self._lock(node):
+        async with self._lock:
             decided: list[tuple[list[str | None], int]] = []
 
-            def change(ledger: NodeLedger) -> dict[str, Claim] | None:
-                claims, answers, pruned = self._decide(ledger, batch)
+            def change(ledger: Ledger) -> tuple[dict[str, Claim], str] | None:
+                claims, watermark, answers, pruned = self._decide(ledger, batch)
                 decided[:] = [(answers, pruned)]
-                return None if all(answers) else claims  # every claim refused: nothing to write
+                return None if all(answers) else (claims, watermark)  # every claim refused: nothing to write
 
+            where = self.ledger.where
             try:
-                # a ledger not seen yet is written as if it did not exist: a create, answered 409 when
-                # it does (then read), so that a bind costs one request to the ledger either way
-                written = await self._swap(self.ledgers.get(node) or NodeLedger(node), change)
+                written = await self._swap(change)
             except Contended:
-                return [f"pod {p.key}: the claim ledger of node {node} ({self.ledger.where(node)}) changed "
-                        f"{ATTEMPTS} times while devshare tried to record the pod's claim; nothing was bound"
-                        for p, _, _ in batch]
+                return [f"pod {p.key}: the claim ledger ({where}) changed {ATTEMPTS} times while devshare "
+                        "tried to record the pod's claim; nothing was bound" for p, _, _ in batch]
+            except Behind as e:
+                return [f"pod {p.key}: {e}; nothing was bound" for p, _, _ in batch]
             except BackendError as e:
-                self.ledgers.pop(node, None)  # the write may have happened: read the ledger afresh next time
-                return [f"pod {p.key}: recording its claim in the claim ledger of node {node} "
-                        f"({self.ledger.where(node)}) failed: {e}; nothing was bound" for p, _, _ in batch]
+                self.current = None  # the write may have happened: read the ledger afresh next time
+                return [f"pod {p.key}: recording its claim in the claim ledger ({where}) failed: {e}; "
+                        "nothing was bound" for p, _, _ in batch]
             answers, pruned = decided[0]
             self.counters.refused += sum(1 for a in answers if a and NO_FIT in a)
             if written is not None:
                 self.counters.pruned += pruned
             return answers
 
-    async def _swap(self, ledger: NodeLedger,
-                    change: Callable[[NodeLedger], dict[str, Claim] | None]) -> NodeLedger | None:
-        """The one compare-and-swap loop of every ledger write: write ``change(ledger)`` at the version
-        ``ledger`` was read (None from ``change``: nothing to write); after a 409 (another replica
-        wrote first) read the ledger again and ask ``change`` again. Returns the ledger written, or
-        None when nothing was. Raises :class:`Contended` after ``ATTEMPTS`` lost rounds, and the
-        backend's errors as they come. The caller holds the node's lock."""
+    async def _swap(self, change: Callable[[Ledger], tuple[dict[str, Claim], str] | None]) -> Ledger | None:
+        """The one compare-and-swap loop of every ledger write: once this replica's watch has reached
+        the ledger's watermark, write ``change(ledger)`` (claims and watermark; None: nothing to
+        write) at the version it was read; after a 409 (another replica wrote first) read the ledger
+        again and ask ``change`` again. Returns the ledger written, or None when nothing was. Raises
+        :class:`Contended` after ``ATTEMPTS`` lost rounds, :class:`Behind`, and the backend's errors as
+        they come. The caller holds the lock."""
+        ledger = self.current if self.current is not None else await self._read()
         for _ in range(ATTEMPTS):
-            claims = change(ledger)
-            if claims is None:
+            await self._caught_up(ledger.watermark)
+            out = change(ledger)  # no await between the wait and the decision
+            if out is None:
                 return None
             try:
-                written = await self.ledger.write(ledger, claims)
+                written = await self.ledger.write(ledger, *out)
             except Conflict:
                 self.counters.conflicts += 1
-                ledger = await self._read(ledger.node)
+                ledger = await self._read()
                 continue
             self.counters.writes += 1
             self._adopt(written)
             return written
-        raise Contended(f"the claim ledger of node {ledger.node} changed {ATTEMPTS} times in a row")
+        raise Contended(f"the claim ledger changed {ATTEMPTS} times in a row")
 
-    def _decide(self, ledger: NodeLedger, batch: list[Queued]) -> tuple[dict[str, Claim], list[str | None], int]:
-        """The claims to write for ``batch`` over ``ledger``, the answer of each of its pods (None: its
-        claim is in) and how many claims were pruned: each pod decided in turn as if it were claimed
-        alone over the claims decided before it. Synchronous: no other engine call between the
-        absorptions, the checks and the claims returned."""
-        node = ledger.node
+    async def _caught_up(self, watermark: str) -> None:
+        """Return once this replica's watch of pods has reached ``watermark`` (it has then seen every
+        binding whose claim was dropped from the ledger); :class:`Behind` after :data:`CATCH_UP` s."""
+        want = version_number(watermark)
+        if want is None:
+            return
+        have = version_number(self.watch_version())
+        if have is not None and have >= want:
+            return
+        self.counters.waited += 1
+        deadline = time.monotonic() + CATCH_UP
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            have = version_number(self.watch_version())
+            if have is not None and have >= want:
+                return
+        raise Behind(f"this replica's watch of pods is at resourceVersion {self.watch_version() or 'none'}, behind "
+                     f"the claim ledger's watermark {watermark} ({self.ledger.where}); it binds again once its watch "
+                     "catches up")
+
+    def _decide(self, ledger: Ledger, batch: list[Queued]) -> tuple[dict[str, Claim], str, list[str | None], int]:
+        """The claims and watermark to write for ``batch`` over ``ledger``, the answer of each of its
+        pods (None: its claim is in) and how many claims were pruned: each pod decided in turn as if
+        it were claimed alone over the claims decided before it. Synchronous: no other engine call
+        between the absorptions, the checks and the claims returned."""
         if ledger.error is not None:
-            why = (f"the claim ledger of node {node} ({self.ledger.where(node)}) cannot be read: "
-                   f"{ledger.error}; devshare binds nothing there until it is repaired or deleted")
-            return dict(ledger.claims), [why] * len(batch), 0
-        claims = {k: c for k, c in ledger.claims.items() if not self._gone(c)}
+            why = (f"the claim ledger ({self.ledger.where}) cannot be read: {ledger.error}; devshare binds "
+                   "nothing until it is repaired or deleted")
+            return dict(ledger.claims), ledger.watermark, [why] * len(batch), 0
+        claims: dict[str, Claim] = {}
+        watermark = version_number(ledger.watermark) or 0
+        for k, c in ledger.claims.items():
+            seen = self._seen_bound(c)
+            if seen is not None:
+                watermark = max(watermark, seen)
+            elif not self._gone(c):
+                claims[k] = c
         pruned = len(ledger.claims) - len(claims)
-        answers = [self._decide_one(node, claims, pod, alloc) for pod, alloc, _ in batch]
-        return claims, answers, pruned
+        size = [encoded_size(claims)]
+        answers = [self._decide_one(claims, size, pod, alloc) for pod, alloc, _ in batch]
+        return claims, str(watermark) if watermark else ledger.watermark, answers, pruned
 
-    def _decide_one(self, node: str, claims: dict[str, Claim], pod: PodRequest, alloc: PodAllocation) -> str | None:
+    def _decide_one(self, claims: dict[str, Claim], size: list[int], pod: PodRequest,
+                    alloc: PodAllocation) -> str | None:
         """Add ``pod``'s claim to ``claims`` (None) when it fits beside every other claim there and
         everything the state holds; otherwise leave ``claims`` as they are and say why not."""
+        node = alloc.node
         held = claims.get(pod.key)
         if held is not None and held.by != self.identity:
             # another replica's claim under this name (this pod's, or one of an earlier pod of the name
             # whose end the watch has not shown yet): never overwritten
             return (f"pod {pod.key} is being bound by another devshare replica ({held.by} claimed devices of node "
-                    f"{node} for it {max(0.0, self.clock() - held.at):.0f} s ago); a claim whose pod never binds "
+                    f"{held.node} for it {max(0.0, self.clock() - held.at):.0f} s ago); a claim whose pod never binds "
                     f"is released after {self.ttl:g} s")
         unreflected = self._absorb(c for k, c in claims.items() if k != pod.key)
-        reason = self._check(pod, alloc, unreflected)
+        reason = self._check(pod, alloc, [c for c in unreflected if c.node == node])
         if reason is not None:
-            return (f"pod {pod.key} {NO_FIT} {node} beside the claims in its claim ledger (another devshare "
+            return (f"pod {pod.key} {NO_FIT} {node} beside the claims in the claim ledger (another devshare "
                     f"replica may have bound a pod to these devices first): {reason}")
-        claims[pod.key] = Claim(pod=pod.key, uid=pod.uid, by=self.identity, at=self.clock(), allocation=alloc,
-                                priority=pod.priority)
+        claim = Claim(pod=pod.key, uid=pod.uid, by=self.identity, at=self.clock(), allocation=alloc,
+                      priority=pod.priority)
+        grown = size[0] + len(encode_claim(claim)) + (1 if claims else 0)
+        if grown > SIZE_LIMIT:
+            return (f"pod {pod.key}: the claim ledger ({self.ledger.where}) is full ({len(claims)} binds in flight); "
+                    "kube-scheduler retries the pod once some of them are bound")
+        size[0] = grown
+        claims[pod.key] = claim
         return None
 
     def _gone(self, c: Claim) -> bool:
         """The claim's pod is surely gone or finished: the watch has seen it end (never a guess: a pod
         the watch does not know, or knows under another uid, may just have been created)."""
         return self.state.is_finished(c.pod, c.uid)
+
+    def _seen_bound(self, c: Claim) -> int | None:
+        """The resourceVersion at which the watch showed the claim's pod bound to the claim's node (None:
+        not seen so). The Binding that follows a claim carries its annotations, so from then on the pod
+        itself holds the devices in every replica's watch."""
+        seen = self.bound_at.get(c.pod)
+        if seen is None or seen[1] != c.node or (c.uid and seen[0] != c.uid):
+            return None
+        return seen[2]
 
     def _reflected(self, c: Claim) -> bool:
         rec = self.state.pods.get(c.pod)
@@ -255,13 +323,17 @@ class Claims:
         return unreflected
 
     def _check(self, pod: PodRequest, alloc: PodAllocation, unreflected: list[Claim]) -> str | None:
-        """Why ``alloc`` does not fit beside everything the node holds and ``unreflected`` (None: it fits)."""
-        if not unreflected:
+        """Why ``alloc`` does not fit beside everything its node holds, ``unreflected`` (claims on that
+        node) and the pods the watch has shown bound there that the state does not count (None: it fits)."""
+        uncounted = [(p, a) for p, a in self.uncounted(alloc.node) if p.key != pod.key]
+        if not unreflected and not uncounted:
             return self.state.why_not(pod, alloc, ignore=pod.key)
         scratch = self.state.scratch([alloc.node])
         for c in unreflected:
             ns, _, name = c.pod.partition("/")
             scratch.add_bound(PodRequest(namespace=ns, name=f"{name} (claim)", uid=c.uid), c.allocation)
+        for p, a in uncounted:
+            scratch.add_bound(PodRequest(namespace=p.namespace, name=f"{p.name} (bound)", uid=p.uid), a)
         return scratch.why_not(pod, alloc, ignore=pod.key)
 
     async def withdraw(self, pod: PodRequest, alloc: PodAllocation, *, unsure: bool = False) -> None:
@@ -269,94 +341,95 @@ class Claims:
         outcome is unknown (the connection broke): the pod is written to first, so that the Binding
         can no longer land, and a pod found bound keeps its claim. Best effort: a claim left behind
         is released by :meth:`sweep` once its pod is gone or after ``ttl``."""
-        node = alloc.node
         if unsure:
-            held = (self.ledgers.get(node) or NodeLedger(node)).claims.get(pod.key)
-            if held is None or held.by != self.identity or not await self._expire(held, node):
+            held = (self.current or Ledger()).claims.get(pod.key)
+            if held is None or held.by != self.identity or not await self._expire(held):
                 return
 
-        def change(ledger: NodeLedger) -> dict[str, Claim] | None:
+        def change(ledger: Ledger) -> tuple[dict[str, Claim], str] | None:
             c = ledger.claims.get(pod.key)
             if c is None or c.by != self.identity or c.uid != pod.uid or c.allocation != alloc:
                 return None  # not this replica's claim for this very bind (any more)
-            return {k: v for k, v in ledger.claims.items() if k != pod.key}
+            return {k: v for k, v in ledger.claims.items() if k != pod.key}, ledger.watermark
 
-        async with self._lock(node):
+        async with self._lock:
             try:
-                if await self._swap(self.ledgers.get(node) or await self._read(node), change) is not None:
+                if await self._swap(change) is not None:
                     self.counters.withdrawn += 1
-            except (BackendError, Contended) as e:
+            except (BackendError, Contended, Behind) as e:
                 if isinstance(e, BackendError):
-                    self.ledgers.pop(node, None)
+                    self.current = None
                 log.info("the claim of pod %s on node %s could not be withdrawn (%s); it is released once the pod "
-                         "is gone or after %g s", pod.key, node, e, self.ttl)
+                         "is gone or after %g s", pod.key, alloc.node, e, self.ttl)
 
     # ------------------------------------------------------------------ reading
-    def _lock(self, node: str) -> asyncio.Lock:
-        lock = self._locks.get(node)
-        if lock is None:
-            lock = self._locks[node] = asyncio.Lock()
-        return lock
-
-    async def _read(self, node: str) -> NodeLedger:
-        ledger = await self.ledger.read(node)
+    async def _read(self) -> Ledger:
+        ledger = await self.ledger.read()
         self._adopt(ledger)
         return ledger
 
-    def _adopt(self, ledger: NodeLedger) -> None:
-        """A node's ledger as just read or written: kept, its claims absorbed, and the state's records
-        made from claims no longer in it (withdrawn: their Binding failed) released."""
-        node = ledger.node
-        self.ledgers[node] = ledger
+    def _adopt(self, ledger: Ledger) -> None:
+        """The ledger as just read or written: kept, its claims absorbed, and the state's records made
+        from claims no longer in it released (withdrawn: their Binding failed; expired; or dropped as
+        bound, which a decision waits for the watch to show: :meth:`_caught_up`)."""
+        self.current = ledger
         for key, (stub, _) in list(self.stubs.items()):
             rec = self.state.pods.get(key)
             if rec is None or rec.pod is not stub:
                 del self.stubs[key]
-            elif rec.allocation.node == node:
-                if key in ledger.claims:
-                    self.stubs[key] = (stub, self.clock())  # still claimed: read again later
-                else:
-                    self.state.release(key)
-                    del self.stubs[key]
+            elif key in ledger.claims:
+                self.stubs[key] = (stub, self.clock())  # still claimed: read again later
+            else:
+                self.state.release(key)
+                del self.stubs[key]
+        for key in [k for k in self.bound_at if k not in ledger.claims]:
+            del self.bound_at[key]
         if ledger.error is None:
             self._absorb(c for c in ledger.claims.values() if not self._gone(c))
 
     async def load(self) -> None:
-        """Read every node's ledger (at start and after each re-list of pods, before the state is
-        used), retrying until it works: the state then counts the claims of binds still in flight."""
+        """Read the ledger (at start and after each re-list of pods, before the state is used),
+        retrying until it works: the state then counts the claims of binds still in flight."""
         backoff = Backoff()
         while True:
             try:
-                ledgers = await self.ledger.list()
+                ledger = await self.ledger.read()
                 break
             except BackendError as e:
                 delay = backoff.next_delay()
-                hint = " (does the extender's Role allow list on configmaps?)" if e.code == 403 else ""
-                log.warning("listing the claim ledgers failed%s: %s; retrying in %.1fs", hint, e, delay)
+                hint = " (does the extender's Role allow get on configmaps?)" if e.code == 403 else ""
+                log.warning("reading the claim ledger failed%s: %s; retrying in %.1fs", hint, e, delay)
                 await asyncio.sleep(delay)
-        self.ledgers.clear()
-        for ledger in ledgers.values():
-            if ledger.error is not None:
-                log.warning("the claim ledger of node %s cannot be read: %s", ledger.node, ledger.error)
-            self._adopt(ledger)
+        if ledger.error is not None:
+            log.warning("the claim ledger (%s) cannot be read: %s", self.ledger.where, ledger.error)
+        self._adopt(ledger)
 
     # ------------------------------------------------------------------ the watch
     def pod_changed(self, type_: str, obj: Mapping[str, object]) -> None:
-        """A pod event (after the state applied it): a pod recorded from a claim alone, now seen bound
-        by the watch, is recorded as the watch has it."""
+        """A pod event from the watch (after the state applied it): a claimed pod seen bound is
+        remembered with the event's resourceVersion (its claim may then go, :meth:`_decide`); a pod
+        recorded from a claim alone, now seen bound, is recorded as the watch has it."""
         m = meta(obj)
         key = f"{m.get('namespace')}/{m.get('name')}"
+        claimed = self.current is not None and key in self.current.claims
         held = self.stubs.get(key)
+        if not claimed and held is None:
+            return
+        spec = obj.get("spec")
+        status = obj.get("status")
+        phase = status.get("phase") if isinstance(status, dict) else None
+        node = spec.get("nodeName") if isinstance(spec, dict) else None
+        bound = type_ != "DELETED" and phase not in TERMINAL_PHASES and isinstance(node, str) and bool(node)
+        rv = version_number(str(m.get("resourceVersion") or ""))
+        if claimed and bound and rv is not None:
+            self.bound_at[key] = (str(m.get("uid") or ""), str(node), rv)
         if held is None:
             return
         rec = self.state.pods.get(key)
         if rec is None or rec.pod is not held[0]:
             del self.stubs[key]
             return
-        spec = obj.get("spec")
-        status = obj.get("status")
-        phase = status.get("phase") if isinstance(status, dict) else None
-        if type_ != "DELETED" and phase not in TERMINAL_PHASES and isinstance(spec, dict) and spec.get("nodeName"):
+        if bound:
             del self.stubs[key]
             self.state.release(key)
             if self.note_pod is not None:
@@ -364,54 +437,45 @@ class Claims:
 
     # ------------------------------------------------------------------ cleaning up
     async def sweep(self, *, leading: bool) -> None:
-        """Periodically: read again the ledgers holding claims the watch has not confirmed for a while
-        (any replica), and (``leading``) remove the claims of pods gone or finished and of pods that
-        did not bind within ``ttl`` (after the expiry annotation, see the module's doc)."""
+        """Periodically: read the ledger again when it holds claims the watch has not confirmed for a
+        while (any replica), and (``leading``) remove the claims of pods bound, gone or finished and of
+        pods that did not bind within ``ttl`` (after the expiry annotation, see the module's doc)."""
         now = self.clock()
-        recheck = {n for key, (_, since) in self.stubs.items()
-                   if now - since > STUB_RECHECK and (n := self._node_of(key))}
-        for node in sorted(recheck):
-            async with self._lock(node):
+        if any(now - since > STUB_RECHECK for _, since in self.stubs.values()):
+            async with self._lock:
                 try:
-                    await self._read(node)
+                    await self._read()
                 except BackendError as e:
-                    log.info("re-reading the claim ledger of node %s failed: %s", node, e)
-        if not leading:
+                    log.info("re-reading the claim ledger failed: %s", e)
+        if not leading or self.current is None or self.current.error is not None:
             return
-        for node, ledger in list(self.ledgers.items()):
-            if ledger.error is not None:
-                continue
-            gone = [c for c in ledger.claims.values() if self._gone(c)]
-            old = [c for c in ledger.claims.values() if c not in gone and now - c.at > self.ttl
-                   and not self._bound_here(c, node)]
-            if not gone and not old:
-                continue
-            expired = [c for c in old if await self._expire(c, node)]
-            if gone or expired:
-                await self._remove(node, gone + expired)
+        claims = list(self.current.claims.values())
+        done = [c for c in claims if self._gone(c) or self._seen_bound(c) is not None]
+        old = [c for c in claims if c not in done and now - c.at > self.ttl and not self._bound_here(c)]
+        if not done and not old:
+            return
+        expired = [c for c in old if await self._expire(c)]
+        if done or expired:
+            await self._remove(expired)
 
-    def _node_of(self, key: str) -> str | None:
-        rec = self.state.pods.get(key)
-        return rec.allocation.node if rec is not None else None
-
-    def _bound_here(self, c: Claim, node: str) -> bool:
-        """The watch has the claim's pod bound on ``node`` with this allocation: a live claim."""
+    def _bound_here(self, c: Claim) -> bool:
+        """The watch has the claim's pod bound on its node with this allocation: a live claim."""
         rec = self.state.pods.get(c.pod)
         return (rec is not None and rec.phase == "bound" and c.pod not in self.stubs
                 and rec.allocation == c.allocation and rec.pod.uid in ("", c.uid))
 
-    async def _expire(self, c: Claim, node: str) -> bool:
+    async def _expire(self, c: Claim) -> bool:
         """Whether a claim older than ``ttl`` may be removed: the pod is written to first (a Binding
         of the claim's writer still on its way then fails on the pod's resourceVersion); a pod that
-        is bound to ``node`` keeps its claim."""
+        is bound to the claim's node keeps its claim."""
         ns, _, name = c.pod.partition("/")
         try:
             obj = await self.ledger.backend.patch_pod_annotations(
-                ns, name, {EXPIRED_ANNOTATION: f"{node} {micro_time(self.clock())}"})
+                ns, name, {EXPIRED_ANNOTATION: f"{c.node} {micro_time(self.clock())}"})
         except NotFound:
             return True
         except BackendError as e:
-            log.info("the stale claim of pod %s on node %s is kept for now: %s", c.pod, node, e)
+            log.info("the stale claim of pod %s on node %s is kept for now: %s", c.pod, c.node, e)
             return False
         m = meta(obj)
         status = obj.get("status") or {}
@@ -419,26 +483,30 @@ class Claims:
             return True
         if isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES:
             return True
-        return bool((obj.get("spec") or {}).get("nodeName") != node)
+        return bool((obj.get("spec") or {}).get("nodeName") != c.node)
 
-    async def _remove(self, node: str, claims: list[Claim]) -> None:
-        """Remove ``claims`` (each only if it is still the same claim) from ``node``'s ledger."""
+    async def _remove(self, expired: list[Claim]) -> None:
+        """Remove ``expired`` (each only if it is still the same claim) and the claims of pods bound, gone
+        or finished from the ledger."""
         removed: list[str] = []
 
-        def change(ledger: NodeLedger) -> dict[str, Claim] | None:
-            keep = {k: c for k, c in ledger.claims.items() if c not in claims}
-            if len(keep) == len(ledger.claims) or ledger.error is not None:
+        def change(ledger: Ledger) -> tuple[dict[str, Claim], str] | None:
+            if ledger.error is not None:
+                return None
+            claims, watermark, _, _ = self._decide(ledger, [])
+            keep = {k: c for k, c in claims.items() if c not in expired}
+            if len(keep) == len(ledger.claims):
                 return None
             removed[:] = sorted(set(ledger.claims) - set(keep))
-            return keep
+            return keep, watermark
 
-        async with self._lock(node):
+        async with self._lock:
             try:
-                if await self._swap(self.ledgers.get(node) or await self._read(node), change) is not None:
+                if await self._swap(change) is not None:
                     self.counters.pruned += len(removed)
-                    log.info("released %d claim(s) on node %s of pods gone, finished or never bound: %s",
-                             len(removed), node, ", ".join(removed))
-            except (BackendError, Contended) as e:
+                    log.info("released %d claim(s) of pods bound, gone, finished or never bound: %s",
+                             len(removed), ", ".join(removed))
+            except (BackendError, Contended, Behind) as e:
                 if isinstance(e, BackendError):
-                    self.ledgers.pop(node, None)
-                log.info("pruning the claim ledger of node %s failed: %s", node, e)
+                    self.current = None
+                log.info("pruning the claim ledger failed: %s", e)

@@ -72,7 +72,7 @@ class ExtenderOptions:
     # the spec.schedulerName of the kube-scheduler profile this extender serves: its pending pods are
     # kept from the watch for bind (StateSync.pending_pod) and nudged when devices free up (requeue.py)
     scheduler_name: str = DEFAULT_SCHEDULER
-    # record each pod's claim in its node's claim ledger (a ConfigMap per node) before its Binding, so
+    # record each pod's claim in the claim ledger (one ConfigMap, written in batches) before its Binding, so
     # that two replicas binding at once never over-book a card (docs/deploy.md, "Several replicas")
     claim_ledger: bool = True
 
@@ -134,7 +134,8 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     claims: Claims | None = None
     if opts.claim_ledger:
         claims = Claims(ClaimLedger(backend), state, identity=replica_identity(opts.pod_name or opts.identity),
-                        ttl=opts.assume_ttl, note_pod=sync.note_pod)
+                        ttl=opts.assume_ttl, note_pod=sync.note_pod,
+                        watch_version=lambda: sync.resource_versions.get("pods"), uncounted=sync.uncounted)
         extender.writes.claims = claims
         sync.after_pods_listed = claims.load
         metrics.registry.register(_ClaimsCollector(claims))
@@ -347,11 +348,13 @@ class _ClaimsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         c = self.claims.counters
         for name, value, doc in (
-            ("writes", c.writes, "Writes of the claim ledgers that went through (claims, withdrawals, prunings)."),
+            ("writes", c.writes, "Writes of the claim ledger that went through (claims, withdrawals, prunings)."),
             ("conflicts", c.conflicts, "Ledger writes answered 409 (another replica wrote first): read again."),
-            ("refused", c.refused, "Binds refused: the pod did not fit beside the claims in its node's ledger."),
+            ("refused", c.refused, "Binds refused: the pod did not fit beside the claims in the ledger."),
             ("withdrawn", c.withdrawn, "Claims removed after their Binding failed."),
-            ("pruned", c.pruned, "Claims of pods gone, finished or never bound, removed."),
+            ("pruned", c.pruned, "Claims of pods bound, gone, finished or never bound, removed."),
             ("absorbed", c.absorbed, "Claims of other replicas recorded in the state before the watch saw them."),
+            ("waits", c.waited, "Ledger writes that first waited for this replica's watch of pods to reach the "
+                                "ledger's watermark."),
         ):
             yield CounterMetricFamily(f"devshare_extender_claim_{name}", doc, value=value)

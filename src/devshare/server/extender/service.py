@@ -593,10 +593,10 @@ class Extender:
 
     def pod_changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
         """StateSync's hook: a deleted group member gives up its place in its group's plan; freed
-        devices nudge the pods refused for lack of them (:mod:`requeue`); a pod known from another
-        replica's claim alone is recorded as the watch has it."""
+        devices nudge the pods refused for lack of them (:mod:`requeue`); the claims learn which claimed
+        pods are bound (:meth:`Claims.pod_changed`)."""
         claims = self.writes.claims
-        if kind == "pods" and claims is not None and claims.stubs:
+        if kind == "pods" and claims is not None:
             claims.pod_changed(type_, obj)
         self.requeue.changed(kind, type_, obj)
         if kind == "pods" and type_ == "DELETED":
@@ -635,7 +635,7 @@ class Extender:
                 try:
                     await self.writes.claims.sweep(leading=self.is_leader())
                 except Exception:  # never let one surprise stop the expiry
-                    log.exception("sweeping the claim ledgers failed")
+                    log.exception("sweeping the claim ledger failed")
 
 
 def result_of(answer: ExtenderFilterResult | ExtenderBindingResult) -> str:

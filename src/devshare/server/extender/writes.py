@@ -1,4 +1,4 @@
-"""What a bind writes to the API server: the pod's claim in its node's claim ledger
+"""What a bind writes to the API server: the pod's claim in the claim ledger
 (:mod:`devshare.server.extender.claims`, when the extender keeps one), then one Binding that carries
 the allocation annotations (the API server copies them onto the pod in the same write, so a pod is
 never bound without its allocation nor annotated without being bound). Returns an error text ("" when
