@@ -325,6 +325,8 @@ ops = st.lists(
 @example([("bind", 0, "n1", 0, 60), ("bind", 1, "n1", 0, 60), ("delete", 0, "n1", 0, 1)])
 # a counted pod's allocation changes into over-booking: the pod that got the node first keeps the card
 @example([("bind", 0, "n1", 0, 1), ("bind", 1, "n1", 0, 52), ("bind", 0, "n1", 0, 49)])
+# a counted pod's allocation moves to another node: a pod refused on the node it left is counted there
+@example([("bind", 0, "n1", 0, 13), ("bind", 1, "n1", 0, 28), ("bind", 2, "n1", 0, 60), ("bind", 0, "n2", 0, 1)])
 def test_incremental_state_equals_a_rebuilt_one(script: list[tuple[str, int, str, int, int]]) -> None:
     """Whatever happens to pods and devices, the state fed by watch events equals the state rebuilt
     from a fresh list (the restart guarantee), and no device usage is negative."""

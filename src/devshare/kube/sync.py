@@ -440,11 +440,14 @@ class StateSync:
                              uid=str(m.get("uid") or ""))
         self._order[key] = bound_order(obj)
         self._waiting.pop(key, None)
+        before = self.state.pods.get(key)
+        left = before.allocation.node if before is not None and before.allocation.node != alloc.node else None
         reason = self.state.add_bound_checked(pod, alloc)
         if reason is None:
             self._refused.pop(key, None)
-            if any(w[2].node == alloc.node for w in self._waiting.values()):
-                self._rejudge(alloc.node)  # a change on a node where a refused pod waits
+            for node in (alloc.node, left):  # a change on a node where a refused pod waits (or the one it left)
+                if node is not None and any(w[2].node == node for w in self._waiting.values()):
+                    self._rejudge(node)
             return
         self._waiting[key] = (obj, pod, alloc)
         while len(self._waiting) > REFUSED_KEPT:
