@@ -482,3 +482,22 @@ async def test_a_full_ledger_refuses_new_claims_until_some_leave(monkeypatch: An
     a.watch()  # p0 seen bound: its claim leaves with the next write, which makes room
     assert await a.bind(inner.store.get("pods", "default/p2")) == ""
     assert set(await ledger_claims(inner)) == {"default/p2"}
+
+
+async def test_a_bound_pod_the_state_holds_back_is_counted_though_its_claim_is_gone() -> None:
+    inner = cluster(1, gpus=1, pods=[pod(n, core=c) for n, c in (("x", 60), ("y", 60), ("w", 10), ("z", 60))])
+    a, b = Replica(inner, "a"), Replica(inner, "b")
+    x = parse_pod(inner.store.get("pods", "default/x"))
+    held = b.scheduler.allocate_on(x, NODE)
+    assert isinstance(held, PodAllocation)
+    b.lifecycle.assume(x, held, now=0.0)  # b's bind of x is on its way (not claimed yet)
+    assert await a.bind(inner.store.get("pods", "default/y")) == ""
+    b.watch()  # y bound beside b's reservation would over-book gpu 0: b's state holds y back
+    assert [p.key for p, _ in b.sync.uncounted(NODE)] == ["default/y"]
+    a.watch()
+    assert await a.bind(inner.store.get("pods", "default/w")) == ""  # this write drops y's claim
+    assert set(await ledger_claims(inner)) == {"default/w"}
+    b.lifecycle.forget(x.key, held)  # b's bind of x gave up
+    error = await b.bind(inner.store.get("pods", "default/z"))  # 60% beside y's 60%: must not fit
+    assert "does not fit on node node-0" in error, error
+    assert usage(inner)[(NODE, 0)][0] == 700

@@ -252,14 +252,16 @@ class Claims:
             elif not self._gone(c):
                 claims[k] = c
         pruned = len(ledger.claims) - len(claims)
+        unreflected = self._absorb(claims.values())  # each pod's check skips the claims under its own name
         size = [encoded_size(claims)]
-        answers = [self._decide_one(claims, size, pod, alloc) for pod, alloc, _ in batch]
+        answers = [self._decide_one(claims, unreflected, size, pod, alloc) for pod, alloc, _ in batch]
         return claims, str(watermark) if watermark else ledger.watermark, answers, pruned
 
-    def _decide_one(self, claims: dict[str, Claim], size: list[int], pod: PodRequest,
+    def _decide_one(self, claims: dict[str, Claim], unreflected: list[Claim], size: list[int], pod: PodRequest,
                     alloc: PodAllocation) -> str | None:
-        """Add ``pod``'s claim to ``claims`` (None) when it fits beside every other claim there and
-        everything the state holds; otherwise leave ``claims`` as they are and say why not."""
+        """Add ``pod``'s claim to ``claims`` (None) when it fits beside every other claim there
+        (``unreflected``: those the state does not count) and everything the state holds; otherwise
+        leave ``claims`` as they are and say why not."""
         node = alloc.node
         held = claims.get(pod.key)
         if held is not None and held.by != self.identity:
@@ -268,8 +270,7 @@ class Claims:
             return (f"pod {pod.key} is being bound by another devshare replica ({held.by} claimed devices of node "
                     f"{held.node} for it {max(0.0, self.clock() - held.at):.0f} s ago); a claim whose pod never binds "
                     f"is released after {self.ttl:g} s")
-        unreflected = self._absorb(c for k, c in claims.items() if k != pod.key)
-        reason = self._check(pod, alloc, [c for c in unreflected if c.node == node])
+        reason = self._check(pod, alloc, [c for c in unreflected if c.node == node and c.pod != pod.key])
         if reason is not None:
             return (f"pod {pod.key} {NO_FIT} {node} beside the claims in the claim ledger (another devshare "
                     f"replica may have bound a pod to these devices first): {reason}")
