@@ -41,6 +41,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -59,6 +60,7 @@ EXPIRED_ANNOTATION = "devshare.io/claim-expired"  # written on a pod whose stale
 ATTEMPTS = 16  # compare-and-swap rounds before a bind gives up (each lost round: another replica wrote)
 STUB_RECHECK = 30.0  # seconds after which a claim not yet seen bound by the watch is read again
 CATCH_UP = 5.0  # seconds a write waits for this replica's watch of pods to reach the ledger's watermark
+BOUND_KEPT = 16384  # pods seen bound that are remembered (their claims leave the ledger at the next write)
 
 
 NO_FIT = "does not fit on node"
@@ -127,8 +129,8 @@ class Claims:
         # pods recorded in the state from another replica's claim alone (not yet seen bound by the
         # watch): the request standing for the pod, and when the claim was last read
         self.stubs: dict[str, tuple[PodRequest, float]] = {}
-        # claimed pods the watch has shown bound: key -> (uid, node, resourceVersion of that event)
-        self.bound_at: dict[str, tuple[str, str, int]] = {}
+        # pods the watch has shown bound lately: key -> (uid, node, resourceVersion of that event)
+        self.bound_at: OrderedDict[str, tuple[str, str, int]] = OrderedDict()
         self.counters = ClaimCounters()
         self._lock = asyncio.Lock()
         self._queued: list[Queued] = []  # claims waiting for the next write
@@ -383,8 +385,6 @@ class Claims:
             else:
                 self.state.release(key)
                 del self.stubs[key]
-        for key in [k for k in self.bound_at if k not in ledger.claims]:
-            del self.bound_at[key]
         if ledger.error is None:
             self._absorb(c for c in ledger.claims.values() if not self._gone(c))
 
@@ -407,23 +407,27 @@ class Claims:
 
     # ------------------------------------------------------------------ the watch
     def pod_changed(self, type_: str, obj: Mapping[str, object]) -> None:
-        """A pod event from the watch (after the state applied it): a claimed pod seen bound is
-        remembered with the event's resourceVersion (its claim may then go, :meth:`_decide`); a pod
-        recorded from a claim alone, now seen bound, is recorded as the watch has it."""
+        """A pod event from the watch (after the state applied it): a pod seen bound is remembered
+        with the event's resourceVersion (its claim may then go, :meth:`_decide`); a pod recorded from
+        a claim alone, now seen bound, is recorded as the watch has it."""
         m = meta(obj)
         key = f"{m.get('namespace')}/{m.get('name')}"
-        claimed = self.current is not None and key in self.current.claims
-        held = self.stubs.get(key)
-        if not claimed and held is None:
-            return
         spec = obj.get("spec")
         status = obj.get("status")
         phase = status.get("phase") if isinstance(status, dict) else None
         node = spec.get("nodeName") if isinstance(spec, dict) else None
         bound = type_ != "DELETED" and phase not in TERMINAL_PHASES and isinstance(node, str) and bool(node)
         rv = version_number(str(m.get("resourceVersion") or ""))
-        if claimed and bound and rv is not None:
-            self.bound_at[key] = (str(m.get("uid") or ""), str(node), rv)
+        if bound and rv is not None:
+            uid = str(m.get("uid") or "")
+            seen = self.bound_at.get(key)
+            if seen is None or seen[0] != uid:  # the first event that showed this pod bound
+                self.bound_at[key] = (uid, str(node), rv)
+                if len(self.bound_at) > BOUND_KEPT:
+                    self.bound_at.popitem(last=False)
+        else:
+            self.bound_at.pop(key, None)
+        held = self.stubs.get(key)
         if held is None:
             return
         rec = self.state.pods.get(key)
