@@ -40,7 +40,8 @@ class Replica:
     """One extender's state, lifecycle and claims over a shared backend: its watch of pods delivers
     only what :meth:`watch` is asked to (blind until then)."""
 
-    def __init__(self, backend: Any, name: str, *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, backend: Any, name: str, *, clock: Callable[[], float] | None = None,
+                 linger: float = 0.0) -> None:
         self.backend = backend
         self.state = ClusterState()
         self.sync = StateSync(backend, self.state)
@@ -53,7 +54,7 @@ class Replica:
         self.lifecycle = Lifecycle(self.scheduler)
         self.claims = Claims(ClaimLedger(backend), self.state, identity=name, note_pod=self.sync.note_pod,
                              watch_version=lambda: self.sync.resource_versions.get("pods"),
-                             uncounted=self.sync.uncounted,
+                             uncounted=self.sync.uncounted, linger=linger,
                              **({"clock": clock} if clock else {}))
         self.sync.on_change = lambda kind, type_, obj: self.claims.pod_changed(type_, obj) if kind == "pods" else None
         self.writes = PodWrites(backend)
@@ -467,6 +468,18 @@ async def test_a_burst_of_binds_shares_few_writes_on_many_nodes() -> None:
                                      for i in range(8)))
     assert answers == [""] * 8
     assert a.claims.counters.writes <= 2  # one ledger for every node: a burst goes out together
+
+
+async def test_binds_a_moment_apart_wait_for_one_write_together() -> None:
+    inner = cluster(8, gpus=1, pods=[pod(f"p{i}", gpus=1) for i in range(8)])
+    a = Replica(inner, "a", linger=0.5)
+
+    async def bind_later(i: int) -> str:
+        await asyncio.sleep(0.01 * i)  # one bind every 10 ms: each would otherwise find no write on its way
+        return await a.bind(inner.store.get("pods", f"default/p{i}"), node=f"node-{i}")
+
+    assert await asyncio.gather(*(bind_later(i) for i in range(8))) == [""] * 8
+    assert a.claims.counters.writes == 1
 
 
 async def test_a_full_ledger_refuses_new_claims_until_some_leave(monkeypatch: Any) -> None:
