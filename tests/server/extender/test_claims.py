@@ -41,7 +41,7 @@ class Replica:
     only what :meth:`watch` is asked to (blind until then)."""
 
     def __init__(self, backend: Any, name: str, *, clock: Callable[[], float] | None = None,
-                 linger: float = 0.0) -> None:
+                 linger: float = 0.0, catch_up: float = 0.1) -> None:
         self.backend = backend
         self.state = ClusterState()
         self.sync = StateSync(backend, self.state)
@@ -55,6 +55,7 @@ class Replica:
         self.claims = Claims(ClaimLedger(backend), self.state, identity=name, note_pod=self.sync.note_pod,
                              watch_version=lambda: self.sync.resource_versions.get("pods"),
                              uncounted=self.sync.uncounted, linger=linger,
+                             catch_up=catch_up,
                              **({"clock": clock} if clock else {}))
         self.sync.on_change = lambda kind, type_, obj: self.claims.pod_changed(type_, obj) if kind == "pods" else None
         self.writes = PodWrites(backend)
@@ -181,7 +182,7 @@ async def _replicas_scenario(seed: int, batches: list[list[tuple[int, int, bool]
                 replicas[deletes[b]].state.release_finished(key, uid)  # that replica's watch saw it go
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1),
        batches=st.lists(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([25, 40, 50, 60, 100]), st.booleans()),
                                  min_size=1, max_size=5), min_size=1, max_size=8),
@@ -430,7 +431,7 @@ async def test_a_claim_leaves_with_the_next_write_once_the_watch_shows_its_pod_b
 
 async def test_a_replica_whose_watch_is_behind_the_watermark_waits_for_it_before_deciding() -> None:
     inner = cluster(1, gpus=1, pods=[pod("a", core=60), pod("x", core=10), pod("b", core=60)])
-    a, b = Replica(inner, "a"), Replica(inner, "b")
+    a, b = Replica(inner, "a"), Replica(inner, "b", catch_up=5.0)
     await b.claims.load()
     assert await a.bind(inner.store.get("pods", "default/a")) == ""
     a.watch()
@@ -446,10 +447,7 @@ async def test_a_replica_whose_watch_is_behind_the_watermark_waits_for_it_before
     assert inner.store.get("pods", "default/b")["spec"].get("nodeName") is None
 
 
-async def test_a_replica_whose_watch_never_catches_up_refuses_to_bind(monkeypatch: Any) -> None:
-    import devshare.server.extender.claims as claims_module
-
-    monkeypatch.setattr(claims_module, "CATCH_UP", 0.05)
+async def test_a_replica_whose_watch_never_catches_up_refuses_to_bind() -> None:
     inner = cluster(1, gpus=1, pods=[pod("a", core=60), pod("x", core=10), pod("b", core=60)])
     a, b = Replica(inner, "a"), Replica(inner, "b")
     await b.claims.load()

@@ -75,7 +75,7 @@ class Contended(Exception):
 
 
 class Behind(Exception):
-    """This replica's watch of pods has not reached the ledger's watermark in :data:`CATCH_UP` seconds."""
+    """This replica's watch of pods has not reached the ledger's watermark in time (:data:`CATCH_UP`)."""
 
 
 def version_number(rv: str | None) -> int | None:
@@ -119,6 +119,7 @@ class Claims:
         watch_version: Callable[[], str | None] = lambda: None,
         uncounted: Callable[[str], list[tuple[PodRequest, PodAllocation]]] = lambda node: [],
         linger: float = LINGER,
+        catch_up: float = CATCH_UP,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ledger = ledger
@@ -129,6 +130,7 @@ class Claims:
         self.watch_version = watch_version
         self.uncounted = uncounted
         self.linger = linger  # seconds a write waits for more claims to join it
+        self.catch_up = catch_up  # seconds a write waits for the watch to reach the ledger's watermark
         self.clock = clock
         self.current: Ledger | None = None  # the ledger as last read or written (None: read it first)
         # pods recorded in the state from another replica's claim alone (not yet seen bound by the
@@ -224,7 +226,7 @@ class Claims:
 
     async def _caught_up(self, watermark: str) -> None:
         """Return once this replica's watch of pods has reached ``watermark`` (it has then seen every
-        binding whose claim was dropped from the ledger); :class:`Behind` after :data:`CATCH_UP` s."""
+        binding whose claim was dropped from the ledger); :class:`Behind` after ``catch_up`` seconds."""
         want = version_number(watermark)
         if want is None:
             return
@@ -232,7 +234,7 @@ class Claims:
         if have is not None and have >= want:
             return
         self.counters.waited += 1
-        deadline = time.monotonic() + CATCH_UP
+        deadline = time.monotonic() + self.catch_up
         while time.monotonic() < deadline:
             await asyncio.sleep(0.01)
             have = version_number(self.watch_version())
