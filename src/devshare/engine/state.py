@@ -79,6 +79,7 @@ class ClusterState:
         self.bandwidth: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
         self.version = 0  # bumped on every change; caches key on it
         self.layout_version = 0  # bumped when nodes or devices change (not on usage changes)
+        self.names_version = 0  # bumped when a node comes or goes (row_of changes)
         self.caches = EngineCaches(self)  # every cache of the engine, one invalidation rule
         self._all_rows: np.ndarray[Any, np.dtype[np.int64]] | None = None
         self._all_rows_key = -1
@@ -153,6 +154,7 @@ class ClusterState:
             row = self._new_row()
             self.row_of[info.name] = row
             self.name_of[row] = info.name
+            self.names_version += 1
             self._all_rows = None
         self.nodes[info.name] = info
         self.row_version[row] += 1
@@ -169,6 +171,7 @@ class ClusterState:
             return
         self.version += 1
         self.layout_version += 1
+        self.names_version += 1
         del self.name_of[row]
         self._all_rows = None
         self.nodes.pop(name, None)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from devshare.engine.state import ClusterState
 from devshare.model.node import NodeInfo
-from devshare.server.extender.nodeset import NodeSets, PriorityEncoder, encode_priorities, resolve
+from devshare.server.extender.nodeset import NameTable, NodeSets, PriorityEncoder, encode_priorities, resolve
 from support.extender import cluster, names_body, pod, post, running
 
 
@@ -44,6 +44,56 @@ def test_encoded_priorities_equal_the_plain_encoding(names: list[str], data: st.
         plain = encode_priorities(list(asked), scores)
         assert json.loads(got) == json.loads(plain)
         assert re.sub(rb" +(?=[,\]])", b"", got) == plain  # the same bytes but for padding between elements
+
+
+NAME_CHARS = st.sampled_from("abz09-.,\"\\ \x00é")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(NAME_CHARS, min_size=1, max_size=20), unique=True, min_size=1, max_size=30), st.data())
+def test_the_name_table_reads_exactly_what_the_dict_reads(names: list[str], data: st.DataObject) -> None:
+    """Whatever bytes it is given, the table answers the rows the state's dict gives for the decoded
+    names, or None (the caller decodes): never another row, never a body that is not that JSON."""
+    state = state_of(names)
+    table = NameTable(state.name_of)
+    asked = data.draw(st.lists(st.sampled_from([*names, "ghost", "a,b"]), max_size=12))
+    raw = msgspec.json.encode(asked)
+    mangle = data.draw(st.sampled_from(["none", "spaces", "nul", "cut", "append", "swap"]))
+    if mangle == "spaces":
+        raw = raw.replace(b",", b", ")
+    elif mangle == "nul" and len(raw) > 2:
+        raw = raw[:-1] + b"\0]"
+    elif mangle == "cut":
+        raw = raw[: data.draw(st.integers(0, len(raw)))]
+    elif mangle == "append":
+        raw += data.draw(st.sampled_from([b"]", b",", b"x"]))
+    elif mangle == "swap" and len(raw) > 3:
+        i = data.draw(st.integers(1, len(raw) - 2))
+        raw = raw[:i] + data.draw(st.sampled_from([b",", b'"', b"\\", b"x"])) + raw[i + 1:]
+    found = table.find(raw)
+    if found is None:
+        # the common case is always read: compact JSON of known names without escapes or commas
+        plain = all(n in state.row_of and "," not in n and msgspec.json.encode(n) == b'"' + n.encode() + b'"'
+                    for n in asked)
+        assert not (mangle == "none" and plain and asked)
+        return
+    rows, known = found.rows, found.known
+    decoded = msgspec.json.decode(raw, type=list[str])  # what it read is valid JSON: these names
+    assert known.tolist() == decoded
+    assert rows.tolist() == [state.row_of[n] for n in decoded]
+
+
+def test_the_name_table_follows_nodes_that_come_and_go() -> None:
+    state = state_of(["a", "b", "c"])
+    sets = NodeSets(state)
+    raw = msgspec.json.encode(["c", "a"])
+    assert sets.table().find(raw) is not None
+    state.remove_node("a")
+    assert sets.table().find(raw) is None  # "a" is gone: the list goes the general way
+    state.upsert_node(NodeInfo(name="a-much-longer-node-name-than-eight-bytes"))
+    got = sets.get(msgspec.json.encode(["a-much-longer-node-name-than-eight-bytes", "c"]))
+    assert got.rows.tolist() == [state.row_of["a-much-longer-node-name-than-eight-bytes"], state.row_of["c"]]
+    assert got.names == ["a-much-longer-node-name-than-eight-bytes", "c"] and got.unknown == []
 
 
 def test_node_sets_follow_the_cluster() -> None:

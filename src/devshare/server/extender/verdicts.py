@@ -37,7 +37,7 @@ class NamedVerdicts:
 
     @property
     def passed(self) -> list[str]:
-        return list(self.nodes.known[self.passed_idx].tolist())
+        return self.nodes.names_at(self.passed_idx)
 
     def passed_json(self) -> bytes:
         """The JSON array of the names that passed (kube-scheduler's ``NodeNames``)."""
@@ -55,7 +55,7 @@ class NamedVerdicts:
 
     def without(self, held: dict[str, str]) -> NamedVerdicts:
         """The same answer with the nodes of ``held`` (name -> reason) moved from passed to failed."""
-        names = self.nodes.known[self.passed_idx].tolist()
+        names = self.nodes.names_at(self.passed_idx)
         keep = np.array([n not in held for n in names], np.bool_)
         if keep.all():
             return self
@@ -108,14 +108,13 @@ def _briefs(reasons: list[str], *, resolvable: bool) -> list[str]:
 
 def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> NamedVerdicts:
     v = scheduler.verdicts(pod, nodes.rows)
-    names = nodes.known
     if v.failed_reasons and log.isEnabledFor(logging.DEBUG):
-        for name, why in list(zip(names[v.failed].tolist(), v.failed_reasons, strict=True))[:5]:
+        for name, why in list(zip(nodes.names_at(v.failed), v.failed_reasons, strict=True))[:5]:
             log.debug("%s does not fit on %s: %s", pod.key, name, why)
     out = NamedVerdicts(nodes, v.passed, nodes.rows[v.passed], v.evaluation.scores[v.passed],
-                        dict(zip(names[v.failed].tolist(), _briefs(v.failed_reasons, resolvable=True), strict=True)),
+                        dict(zip(nodes.names_at(v.failed), _briefs(v.failed_reasons, resolvable=True), strict=True)),
                         dict.fromkeys(nodes.unknown, UNKNOWN_NODE), v.evaluation)
-    out.unresolvable.update(zip(names[v.unresolvable].tolist(),
+    out.unresolvable.update(zip(nodes.names_at(v.unresolvable),
                                 _briefs(v.unresolvable_reasons, resolvable=False), strict=True))
     return out
 
