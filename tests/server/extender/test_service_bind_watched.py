@@ -7,8 +7,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import msgspec
+import pytest
+
 from devshare.kube.memory import MemoryBackend
 from devshare.model.codecs import decode_allocation
+from devshare.model.errors import InvalidInput
 from support.extender import bind, cluster, names_body, pod, post, running, settle
 
 
@@ -143,3 +147,25 @@ async def test_a_forged_filter_body_of_a_watched_pod_is_judged_as_the_watched_po
         out = await post(client, "/filter", names_body(older, ["node-0"]))
         assert out["NodeNames"] == ["node-0"]
         assert "does not fit" in await bind(client, "p", "node-0", uid=real["metadata"]["uid"])
+
+
+async def test_a_filter_reads_its_pod_once() -> None:
+    """look_up_member and the filter ask for the same body's request: the second asks nothing of the
+    watch's object or the body again, and an invalid pod is refused both times with its reason."""
+    backend = backend_with(ours(pod("p", core=60, mem="10Gi")))
+    async with running(backend) as (_, runtime):
+        await settle(runtime, backend)
+        ext = runtime.extender
+        raw = msgspec.json.encode(stored(backend, "p"))
+        first = ext.request_of(raw)
+        pending = ext.pending_pod
+        ext.pending_pod = lambda key: pytest.fail("read the watch again")  # type: ignore[method-assign]
+        assert ext.request_of(bytes(raw)) == first
+        ext.pending_pod = pending  # type: ignore[method-assign]
+        bad = copy.deepcopy(stored(backend, "p"))
+        bad["metadata"]["uid"] = "other"
+        bad["spec"]["containers"][0]["resources"]["limits"]["koordinator.sh/gpu-core"] = "-5"
+        raw_bad = msgspec.json.encode(bad)
+        for _ in range(2):
+            with pytest.raises(InvalidInput):
+                ext.request_of(raw_bad)

@@ -228,6 +228,7 @@ class Extender:
         self._from_api: ByteLRU[PodId, tuple[PodRequest | InvalidInput, bool]] = ByteLRU(PARSED_BYTES)
         # Pod JSON sent by a caller -> (request or why it is invalid, id, soft wishes): never used by bind
         self._parsed_raw: ByteLRU[bytes, tuple[PodRequest | InvalidInput, PodId, bool]] = ByteLRU(PARSED_BYTES)
+        self._last_request: tuple[bytes, tuple[PodRequest | InvalidInput, PodId, bool]] | None = None
         # the last filters' results by pod key, for prioritize and bind (kube-scheduler binds in the
         # background: the next pods' filters may come before a pod's bind)
         self._filtered: OrderedDict[str, Remembered] = OrderedDict()
@@ -271,6 +272,10 @@ class Extender:
         caller's body) and whether it has soft wishes; InvalidInput when it is not valid. Cached by
         (key, uid, resourceVersion), which name one version of one pod: filter and bind of a pod the
         watch delivered read it once."""
+        judged, soft = self._judged_from_api(pod)
+        return _request(judged), soft
+
+    def _judged_from_api(self, pod: dict[str, Any]) -> tuple[PodRequest | InvalidInput, bool]:
         pod_id = pod_id_of(pod)
         versioned = bool(pod_id[1] and pod_id[2])
         hit = self._from_api.get(pod_id) if versioned else None
@@ -278,7 +283,7 @@ class Extender:
             hit = self._judged(pod)
             if versioned:
                 self._from_api.put(pod_id, hit, sum(map(len, pod_id)) + _judged_size(hit[0]))
-        return _request(hit[0]), hit[1]
+        return hit
 
     def request_of(self, raw: bytes) -> tuple[PodRequest, PodId, bool]:
         """The request of the ``Pod`` of a filter or prioritize (JSON bytes), its id, and whether it
@@ -286,20 +291,29 @@ class Extender:
         shortlist.has_soft_wishes`). When the watch holds that very pod (the same uid and
         resourceVersion) it is read from the watch's object (:meth:`from_api`, which bind reads too);
         otherwise from the body, cached by its bytes (kube-scheduler sends the same Pod to filter and
-        to prioritize, and again when it retries)."""
+        to prioritize, and again when it retries). The last body's answer is kept as well: a filter
+        asks twice (:meth:`look_up_member`, then :meth:`filter`), and the answer is the same for the
+        same bytes, whichever way it was read."""
+        last = self._last_request
+        if last is not None and last[0] == raw:
+            judged, pod_id, soft = last[1]
+            return _request(judged), pod_id, soft
         named = decode_pod_id(raw)
+        hit: tuple[PodRequest | InvalidInput, PodId, bool] | None = None
         if named is not None and named[1] and named[2]:
             watched = self.pending_pod(named[0])
             if watched is not None and pod_id_of(watched)[1:] == named[1:]:
-                req, soft = self.from_api(watched)
-                return req, named, soft
-        hit = self._parsed_raw.get(raw)
+                judged_w, soft_w = self._judged_from_api(watched)
+                hit = (judged_w, named, soft_w)
+        if hit is None:
+            hit = self._parsed_raw.get(raw)
         if hit is None:
             obj = decode_pod(raw)
             pod_id = pod_id_of(obj)
             judged, soft = self._judged(obj)
             hit = (judged, pod_id, soft)
             self._parsed_raw.put(raw, hit, len(raw) + sum(map(len, pod_id)) + _judged_size(judged))
+        self._last_request = (raw, hit)
         judged, pod_id, soft = hit
         return _request(judged), pod_id, soft
 
