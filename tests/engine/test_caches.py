@@ -13,7 +13,7 @@ from devshare.engine.policies.protocol import Choice, FitView
 from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.request import PodRequest
-from support.cluster import GiB, add_node, bound, gpu, pod
+from support.cluster import GiB, add_node, bound, gpu, pod, whole
 
 
 class ReadsEverything(BinpackPolicy):
@@ -151,3 +151,62 @@ def test_lru_drops_the_least_recently_used_only() -> None:
     lru.put(3, "c")
     assert lru.get(2) is None and lru.get(1) == "a" and lru.get(3) == "c"
     assert len(lru) == 2
+
+
+# one step of a cluster under load: ("bind", node, card, share), ("release",), ("cordon", node, on),
+# ("cpu", node): a pod without devices takes 1 CPU there, ("evaluate", window, share, count, cpu, policy)
+changes = st.one_of(
+    st.tuples(st.just("bind"), st.integers(0, 5), st.integers(0, 2), st.sampled_from([100, 500, 1000])),
+    st.tuples(st.just("release")),
+    st.tuples(st.just("cordon"), st.integers(0, 5), st.booleans()),
+    st.tuples(st.just("cpu"), st.integers(0, 5)),
+    st.tuples(st.just("evaluate"), st.lists(st.integers(0, 5), min_size=1, max_size=6, unique=True),
+              st.sampled_from([0, 30, 60, 100]), st.sampled_from([1, 2]), st.sampled_from([0, 1500]),
+              st.sampled_from(["binpack", "devshare"])),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(seq=st.lists(changes, min_size=2, max_size=16))
+def test_whole_answers_kept_per_node_equal_fresh_ones(seq: list[tuple[object, ...]]) -> None:
+    """Scheduler.evaluate keeps each node's whole answer (code, score, devices) per pod shape until
+    the node changes, and answers a window from it: codes, scores, devices and every failing node's
+    reason equal a cold evaluation's, through binds, releases, cordons and windows that rotate."""
+    from devshare.engine.policies.devshare import DevsharePolicy
+    from devshare.model.allocation import PodAllocation
+    from devshare.model.node import NodeInfo
+
+    state = ClusterState()
+    for i in range(6):
+        add_node(state, f"n{i}", 3)
+        state.upsert_node(NodeInfo(name=f"n{i}", cpu_milli=2000))
+    scheds = {"binpack": Scheduler(state), "devshare": Scheduler(state, policy=DevsharePolicy())}
+    held: list[str] = []
+    for k, step in enumerate(seq):
+        if step[0] == "bind":
+            _, node, card, core = step
+            held.append(f"b{k}")
+            bound(state, f"b{k}", f"n{node}", int(card), core=int(core), memory=GiB)  # type: ignore[call-overload]
+        elif step[0] == "release":
+            if held:
+                state.release(f"default/{held.pop(0)}")
+        elif step[0] == "cpu":
+            held.append(f"c{k}")
+            state.add_bound(PodRequest(namespace="default", name=f"c{k}", cpu_milli=1000),
+                            PodAllocation(node=f"n{step[1]}", containers=()))
+        elif step[0] == "cordon":
+            _, node, on = step
+            state.upsert_node(NodeInfo(name=f"n{node}", cpu_milli=2000, unschedulable=bool(on)))
+        else:
+            _, window, share, count, cpu, which = step
+            ask = gpu(float(share), GiB, count=int(count)) if share else whole(int(count))  # type: ignore[arg-type]
+            p = pod(f"p{k}", ask, cpu_milli=int(cpu))  # type: ignore[call-overload]
+            rows = state.node_rows([f"n{i}" for i in window])  # type: ignore[attr-defined]
+            warm, cold = warm_and_cold(scheds[str(which)], p, rows)
+            assert np.array_equal(warm.codes, cold.codes)
+            assert np.allclose(warm.scores, cold.scores)
+            for i in range(len(rows)):
+                if warm.codes[i] == 0:
+                    assert warm.allocation(state, i) == cold.allocation(state, i)
+                else:
+                    assert warm.reason(i) == cold.reason(i)

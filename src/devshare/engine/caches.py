@@ -5,11 +5,12 @@ they still hold:
 
 - derived from nodes and devices alone (device counts, GPU model codes, topology solvers):
   valid while ``ClusterState.layout`` holds (:meth:`EngineCaches.per_layout`);
-- one node's answer for one pod shape (a policy's score and devices there, the node's "why not"
-  text): kept per node with that node's ``row_version`` and valid while it holds, in arrays over
-  node indexes, under a key that says everything else the answer read
-  (:meth:`EngineCaches.per_node`). For a policy's answers the policy declares that key
-  (:func:`policy_key`): what of the pod and of its own model it reads.
+- one node's answer for one pod shape (the whole verdict there: code, score and devices
+  (``Scheduler.evaluate``); a policy's score and devices there; the node's "why not" text): kept
+  per node with that node's ``row_version`` and valid while it holds, in arrays over node indexes,
+  under a key that says everything else the answer read (:meth:`EngineCaches.per_node`). For a
+  policy's answers the policy declares that key (:func:`policy_key`): what of the pod and of its
+  own model it reads.
 
 Bounded caches drop their least recently used entry, never everything at once.
 """

@@ -12,9 +12,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.caches import pod_shape
+from devshare.engine.caches import Identity, pod_shape
 from devshare.engine.handlers import handler_for
-from devshare.engine.handlers.base import ERROR, SUCCESS, UNRESOLVABLE, UNSCHEDULABLE, Context, Evaluation, Settings
+from devshare.engine.handlers.base import (
+    ERROR,
+    SUCCESS,
+    UNRESOLVABLE,
+    UNSCHEDULABLE,
+    Context,
+    DeviceHandler,
+    Evaluation,
+    Settings,
+    needs_of,
+)
+from devshare.engine.handlers.share import stale_elsewhere
 from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.protocol import Policy
 from devshare.engine.quotas import Quotas
@@ -133,6 +144,70 @@ class Scheduler:
 
     # ------------------------------------------------------------------ core
     def evaluate(self, pod: PodRequest, rows: Ints) -> PodEvaluation:
+        """Every verdict of ``pod`` over ``rows``: codes, scores, reasons and devices.
+
+        For a pod whose answer on a node depends on that node alone (one device type asked by one
+        container, a policy whose answers may be kept, no namespace quota), each node's answer is
+        kept per pod shape until the node changes (its row version). Between two pods only the
+        nodes they took change, and kube-scheduler sends each pod another window of its nodes, so
+        most windows are answered from what is kept: a few gathers instead of the whole evaluation.
+        When a node of the window changed, the window is evaluated afresh together with every other
+        node that changed since it was kept (:func:`stale_elsewhere`), so that the next windows find
+        theirs fresh. A failing node's reason is worked out when asked (:meth:`PodEvaluation.reasons`
+        keeps the texts per node as well)."""
+        kept = self._kept_answers(pod)
+        if kept is None or not rows.size:
+            return self._evaluate(pod, rows)
+        (codes_k, scores_k, cols_k, version_k), ctx, handler = kept
+        state = self.state
+        now = state.row_version[rows]
+        if (version_k[rows] == now).all():
+            cols = cols_k[rows]
+            fresh: list[PodEvaluation] = []
+
+            def explain(i: int) -> str:  # the reason of a failing node: evaluated afresh, once
+                if not fresh:
+                    fresh.append(self._evaluate(pod, rows))
+                return fresh[0].reason(i)
+
+            codes, scores = codes_k[rows], scores_k[rows]
+            part = Evaluation(rows, codes, scores, explain, handler.grants_of(ctx, rows, cols), columns=cols)
+            return PodEvaluation(pod, rows, codes, scores, [part], {}, now)
+        stale = stale_elsewhere(state, version_k, rows)
+        both = np.concatenate([rows, stale]) if stale.size else rows
+        ev = self._evaluate(pod, both)
+        chosen = ev.parts[0].columns if len(ev.parts) == 1 else None
+        if chosen is not None:
+            keep = ev.codes != ERROR  # an internal error is not kept: the next pod tries again
+            at = both[keep]
+            codes_k[at], scores_k[at], cols_k[at], version_k[at] = (
+                ev.codes[keep], ev.scores[keep], chosen[keep], ev.versions[keep])
+        return _head(ev, len(rows)) if stale.size else ev
+
+    def _kept_answers(self, pod: PodRequest) -> tuple[tuple[npt.NDArray[np.int8], npt.NDArray[np.float64], Ints,
+                                                            Ints], Context, DeviceHandler] | None:
+        """The per-node answers kept for ``pod``'s shape (codes, scores, device columns, the row
+        version each was kept at, -1 for none), or None when its answers are not kept."""
+        if self.quotas and pod.namespace in self.quotas.limits:
+            return None  # its namespace's usage elsewhere may change the answer
+        types = pod.device_types()
+        if len(types) != 1:
+            return None
+        handler = handler_for(types[0])
+        ctx = Context(state=self.state, pod=pod, settings=self.settings, policy=self.policy)
+        declared = handler.answer_key(ctx)
+        if declared is None:
+            return None
+        count = needs_of(pod, types[0])[0][1].count
+        n = max(self.state.n_rows, 1)
+        arrays = self.state.caches.per_node(
+            "evaluations", (pod_shape(pod), declared, self.settings, Identity(self.policy)),
+            lambda size: (np.zeros(size, np.int8), np.zeros(size, np.float64), np.zeros((size, count), np.int64),
+                          np.full(size, -1, np.int64)),
+            fits=lambda e: e[0].shape[0] >= n)
+        return arrays, ctx, handler
+
+    def _evaluate(self, pod: PodRequest, rows: Ints) -> PodEvaluation:
         state = self.state
         m = len(rows)
         codes = np.zeros(m, np.int8)
@@ -287,8 +362,21 @@ def _widen(ev: Evaluation, live: Ints, rows: Ints) -> Evaluation:
     codes[live] = ev.codes
     scores[live] = ev.scores
     pos = {int(g): k for k, g in enumerate(live.tolist())}
+    columns = None
+    if ev.columns is not None:
+        columns = np.zeros((len(rows), ev.columns.shape[1]), np.int64)
+        columns[live] = ev.columns
     return Evaluation(
         rows, codes, scores,
         lambda i: ev.explain(pos[i]) if i in pos else "",
         lambda i: ev.grant(pos[i]),
+        columns,
     )
+
+
+def _head(ev: PodEvaluation, m: int) -> PodEvaluation:
+    """``ev`` over its first ``m`` rows only (their indexes are the same in both)."""
+    parts = [Evaluation(p.rows[:m], p.codes[:m], p.scores[:m], p.explain, p.grant,
+                        None if p.columns is None else p.columns[:m]) for p in ev.parts]
+    return PodEvaluation(ev.pod, ev.rows[:m], ev.codes[:m], ev.scores[:m], parts,
+                         {i: r for i, r in ev.node_reasons.items() if i < m}, ev.versions[:m], ev.fresh)

@@ -11,7 +11,7 @@ reason and the grants per node). Adding and subtracting a pod's usage (seed 004'
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -76,6 +76,9 @@ class Evaluation:
     scores: Floats
     explain: Callable[[int], str]  # index into rows -> reason (failing rows)
     grant: Callable[[int], Grants]  # index into rows -> grants (passing rows)
+    # the device columns each row's one asking container gets (rows x count), when the handler says
+    # so: what Scheduler.evaluate keeps per node to answer the next pod of the same shape
+    columns: Ints | None = None
 
     def reason(self, i: int) -> str:
         return self.explain(i)
@@ -92,6 +95,16 @@ class DeviceHandler(ABC):
     @abstractmethod
     def evaluate(self, ctx: Context, rows: Ints) -> Evaluation:
         """Filter and score ``rows`` for ``ctx.pod`` in one pass."""
+
+    def answer_key(self, ctx: Context) -> Hashable | None:
+        """What this handler's answer on one node reads besides the pod's shape and the node's own
+        arrays (its row version), when the answer may be kept per node: then :meth:`evaluate` sets
+        ``columns`` and :meth:`grants_of` gives the same grants from them. None: never kept."""
+        return None
+
+    def grants_of(self, ctx: Context, rows: Ints, columns: Ints) -> Callable[[int], Grants]:
+        """The grants of each row from the ``columns`` :meth:`evaluate` chose there."""
+        raise NotImplementedError
 
 
 def grant_for(table: DeviceTable, row: int, col: int, req: DeviceRequest) -> DeviceGrant:

@@ -3,7 +3,7 @@ DFS for several, with per-node reasons a person can act on ("gpu 3: 2 GiB free, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import partial
 
 import numpy as np
@@ -142,6 +142,27 @@ class ShareHandler(DeviceHandler):
         """Adjust the chosen devices (e.g. by topology) after the policy's choice."""
         return choice
 
+    def answer_key(self, ctx: Context) -> Hashable | None:
+        """One container asking for this type, and a policy whose answer on a node may be kept (its
+        declared key, as :meth:`_choose` keeps it): the policy and that key."""
+        needs = needs_of(ctx.pod, self.type)
+        if len(needs) != 1:
+            return None
+        req = needs[0][1]
+        policy = self.policy_for(ctx, req)
+        declared = policy_key(policy, ctx.pod, req)
+        return None if declared is None else (self.type, Identity(policy), declared)
+
+    def grants_of(self, ctx: Context, rows: Ints, columns: Ints) -> Callable[[int], Grants]:
+        ((ci, req),) = needs_of(ctx.pod, self.type)
+        table = ctx.state.tables[self.type]
+
+        def grant(i: int) -> Grants:
+            row = int(rows[i])
+            return {ci: tuple(grant_for(table, row, int(c), req) for c in columns[i])}
+
+        return grant
+
     # the algorithm -------------------------------------------------------------------------
     def evaluate(self, ctx: Context, rows: Ints) -> Evaluation:
         state, pod = ctx.state, ctx.pod
@@ -201,7 +222,7 @@ class ShareHandler(DeviceHandler):
         mc = ctx.state.max_containers
         m = len(rows)
         scores = np.zeros(m, np.float64)
-        ci, req = need
+        req = need[1]
         fits = card_fits(g, req, mc)
         nfit = sum_per_row(fits) if req.count > 1 else any_per_row(fits)
         short = (codes == SUCCESS) & (nfit < req.count)
@@ -219,11 +240,7 @@ class ShareHandler(DeviceHandler):
             allowed = ctx.cache.get(f"{self.type} allowed")
             return f"needs {describe_ask(self.type, req)}; {describe_cards(table, int(rows[i]), req, mc, allowed)}"
 
-        def grant(i: int) -> Grants:
-            row = int(rows[i])
-            return {ci: tuple(grant_for(table, row, int(c), req) for c in cols[i])}
-
-        return Evaluation(rows, codes, scores, explain, grant)
+        return Evaluation(rows, codes, scores, explain, self.grants_of(ctx, rows, cols), columns=cols)
 
     def _several_containers(self, ctx: Context, table: DeviceTable, rows: Ints,
                             needs: list[tuple[int, DeviceRequest]], g: Gather, codes: npt.NDArray[np.int8],
