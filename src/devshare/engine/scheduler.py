@@ -151,8 +151,8 @@ class Scheduler:
         kept per pod shape until the node changes (its row version). Between two pods only the
         nodes they took change, and kube-scheduler sends each pod another window of its nodes, so
         most windows are answered from what is kept: a few gathers instead of the whole evaluation.
-        When a node of the window changed, the window is evaluated afresh together with every other
-        node that changed since it was kept (:func:`stale_elsewhere`), so that the next windows find
+        The window's nodes that changed are evaluated on their own, together with every other node
+        that changed since it was kept (:func:`stale_elsewhere`), so that the next windows find
         theirs fresh. A failing node's reason is worked out when asked (:meth:`PodEvaluation.reasons`
         keeps the texts per node as well)."""
         kept = self._kept_answers(pod)
@@ -161,28 +161,34 @@ class Scheduler:
         (codes_k, scores_k, cols_k, version_k), ctx, handler = kept
         state = self.state
         now = state.row_version[rows]
-        if (version_k[rows] == now).all():
-            cols = cols_k[rows]
-            fresh: list[PodEvaluation] = []
-
-            def explain(i: int) -> str:  # the reason of a failing node: evaluated afresh, once
-                if not fresh:
-                    fresh.append(self._evaluate(pod, rows))
-                return fresh[0].reason(i)
-
-            codes, scores = codes_k[rows], scores_k[rows]
-            part = Evaluation(rows, codes, scores, explain, handler.grants_of(ctx, rows, cols), columns=cols)
-            return PodEvaluation(pod, rows, codes, scores, [part], {}, now)
-        stale = stale_elsewhere(state, version_k, rows)
-        both = np.concatenate([rows, stale]) if stale.size else rows
-        ev = self._evaluate(pod, both)
-        chosen = ev.parts[0].columns if len(ev.parts) == 1 else None
-        if chosen is not None:
+        changed = version_k[rows] != now
+        if changed.any():
+            # the window's changed nodes, and every other node changed since it was kept: evaluated
+            # on their own (the window's others are kept), so that the next windows find theirs fresh
+            missing = rows[changed]
+            stale = stale_elsewhere(state, version_k, missing)
+            both = np.concatenate([missing, stale]) if stale.size else missing
+            ev = self._evaluate(pod, both)
+            chosen = ev.parts[0].columns if len(ev.parts) == 1 else None
+            if chosen is None:
+                return self._evaluate(pod, rows)
             keep = ev.codes != ERROR  # an internal error is not kept: the next pod tries again
             at = both[keep]
             codes_k[at], scores_k[at], cols_k[at], version_k[at] = (
                 ev.codes[keep], ev.scores[keep], chosen[keep], ev.versions[keep])
-        return _head(ev, len(rows)) if stale.size else ev
+            if not keep.all():
+                return self._evaluate(pod, rows)
+        cols = cols_k[rows]
+        fresh: list[PodEvaluation] = []
+
+        def explain(i: int) -> str:  # the reason of a failing node: the window evaluated afresh, once
+            if not fresh:
+                fresh.append(self._evaluate(pod, rows))
+            return fresh[0].reason(i)
+
+        codes, scores = codes_k[rows], scores_k[rows]
+        part = Evaluation(rows, codes, scores, explain, handler.grants_of(ctx, rows, cols), columns=cols)
+        return PodEvaluation(pod, rows, codes, scores, [part], {}, now)
 
     def _kept_answers(self, pod: PodRequest) -> tuple[tuple[npt.NDArray[np.int8], npt.NDArray[np.float64], Ints,
                                                             Ints], Context, DeviceHandler] | None:
@@ -373,10 +379,3 @@ def _widen(ev: Evaluation, live: Ints, rows: Ints) -> Evaluation:
         columns,
     )
 
-
-def _head(ev: PodEvaluation, m: int) -> PodEvaluation:
-    """``ev`` over its first ``m`` rows only (their indexes are the same in both)."""
-    parts = [Evaluation(p.rows[:m], p.codes[:m], p.scores[:m], p.explain, p.grant,
-                        None if p.columns is None else p.columns[:m]) for p in ev.parts]
-    return PodEvaluation(ev.pod, ev.rows[:m], ev.codes[:m], ev.scores[:m], parts,
-                         {i: r for i, r in ev.node_reasons.items() if i < m}, ev.versions[:m], ev.fresh)
