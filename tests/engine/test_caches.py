@@ -12,6 +12,8 @@ from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.protocol import Choice, FitView
 from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState
+from devshare.model.allocation import PodAllocation
+from devshare.model.node import NodeInfo
 from devshare.model.request import PodRequest
 from support.cluster import GiB, add_node, bound, gpu, pod, whole
 
@@ -64,6 +66,29 @@ def test_a_policy_reading_any_pod_field_never_gets_a_stale_answer(seq: list[PodR
         assert np.allclose(warm.scores, cold.scores)
 
 
+def change(state: ClusterState, held: list[str], k: int, step: tuple[object, ...]) -> bool:
+    """Apply step ``k`` when it changes the cluster (False: it asks for an evaluation): ("bind", node,
+    card, share) records a pod there; ("release",) removes the oldest; ("cpu", node) records a pod
+    without devices taking 1 CPU there; ("cordon", node, on) marks the node (un)schedulable."""
+    if step[0] == "bind":
+        _, node, card, core = step
+        held.append(f"b{k}")
+        bound(state, f"b{k}", f"n{node}", int(card), core=int(core), memory=GiB)  # type: ignore[call-overload]
+    elif step[0] == "release":
+        if held:
+            state.release(f"default/{held.pop(0)}")
+    elif step[0] == "cpu":
+        held.append(f"c{k}")
+        state.add_bound(PodRequest(namespace="default", name=f"c{k}", cpu_milli=1000),
+                        PodAllocation(node=f"n{step[1]}", containers=()))
+    elif step[0] == "cordon":
+        _, node, on = step
+        state.upsert_node(NodeInfo(name=f"n{node}", cpu_milli=2000, unschedulable=bool(on)))
+    else:
+        return False
+    return True
+
+
 # one step: ("bind", node, card, share) records a pod there; ("release", ...) removes the oldest;
 # ("evaluate", window, share, count) asks a pod's answer over the nodes of the window
 steps = st.one_of(
@@ -86,14 +111,7 @@ def test_answers_kept_across_windows_and_binds_equal_fresh_ones(seq: list[tuple[
     sched = Scheduler(state, policy=ReadsEverything())
     held: list[str] = []
     for k, step in enumerate(seq):
-        if step[0] == "bind":
-            _, node, card, core = step
-            held.append(f"b{k}")
-            bound(state, f"b{k}", f"n{node}", int(card), core=int(core), memory=GiB)  # type: ignore[call-overload]
-        elif step[0] == "release":
-            if held:
-                state.release(f"default/{held.pop(0)}")
-        else:
+        if not change(state, held, k, step):
             _, window, share, count = step
             p = pod(f"p{k}", gpu(float(share), GiB, count=int(count)))  # type: ignore[arg-type]
             rows = state.node_rows([f"n{i}" for i in window])  # type: ignore[attr-defined]
@@ -173,8 +191,6 @@ def test_whole_answers_kept_per_node_equal_fresh_ones(seq: list[tuple[object, ..
     the node changes, and answers a window from it: codes, scores, devices and every failing node's
     reason equal a cold evaluation's, through binds, releases, cordons and windows that rotate."""
     from devshare.engine.policies.devshare import DevsharePolicy
-    from devshare.model.allocation import PodAllocation
-    from devshare.model.node import NodeInfo
 
     state = ClusterState()
     for i in range(6):
@@ -183,21 +199,7 @@ def test_whole_answers_kept_per_node_equal_fresh_ones(seq: list[tuple[object, ..
     scheds = {"binpack": Scheduler(state), "devshare": Scheduler(state, policy=DevsharePolicy())}
     held: list[str] = []
     for k, step in enumerate(seq):
-        if step[0] == "bind":
-            _, node, card, core = step
-            held.append(f"b{k}")
-            bound(state, f"b{k}", f"n{node}", int(card), core=int(core), memory=GiB)  # type: ignore[call-overload]
-        elif step[0] == "release":
-            if held:
-                state.release(f"default/{held.pop(0)}")
-        elif step[0] == "cpu":
-            held.append(f"c{k}")
-            state.add_bound(PodRequest(namespace="default", name=f"c{k}", cpu_milli=1000),
-                            PodAllocation(node=f"n{step[1]}", containers=()))
-        elif step[0] == "cordon":
-            _, node, on = step
-            state.upsert_node(NodeInfo(name=f"n{node}", cpu_milli=2000, unschedulable=bool(on)))
-        else:
+        if not change(state, held, k, step):
             _, window, share, count, cpu, which = step
             ask = gpu(float(share), GiB, count=int(count)) if share else whole(int(count))  # type: ignore[arg-type]
             p = pod(f"p{k}", ask, cpu_milli=int(cpu))  # type: ignore[call-overload]
