@@ -212,3 +212,27 @@ def test_whole_answers_kept_per_node_equal_fresh_ones(seq: list[tuple[object, ..
                     assert warm.allocation(state, i) == cold.allocation(state, i)
                 else:
                     assert warm.reason(i) == cold.reason(i)
+
+
+def test_a_cluster_without_the_asked_devices_is_evaluated_once_per_change() -> None:
+    """No Device lists a GPU yet: every node fails, and that answer is kept like any other (one
+    evaluation for the first pod, none for the next of its shape), with its reason."""
+    state = ClusterState()
+    for i in range(3):
+        state.upsert_node(NodeInfo(name=f"n{i}"))
+    sched = Scheduler(state)
+    calls: list[int] = []
+    plain = sched._evaluate
+
+    def counting(p: PodRequest, rows: np.ndarray) -> PodEvaluation:
+        calls.append(len(rows))
+        return plain(p, rows)
+
+    sched._evaluate = counting  # type: ignore[method-assign]
+    rows = state.node_rows()
+    first = sched.evaluate(pod("a", gpu(20, GiB)), rows)
+    assert calls == [3]
+    again = sched.evaluate(pod("b", gpu(20, GiB)), rows)
+    assert calls == [3]
+    assert (first.codes == again.codes).all() and (again.codes != 0).all()
+    assert again.reason(0) == first.reason(0) == "node has no gpu devices (no Device object lists any)"

@@ -155,10 +155,10 @@ class ShareHandler(DeviceHandler):
 
     def grants_of(self, ctx: Context, rows: Ints, columns: Ints) -> Callable[[int], Grants]:
         ((ci, req),) = needs_of(ctx.pod, self.type)
-        table = ctx.state.tables[self.type]
+        state = ctx.state
 
-        def grant(i: int) -> Grants:
-            row = int(rows[i])
+        def grant(i: int) -> Grants:  # a passing row: the type's table exists then
+            row, table = int(rows[i]), state.tables[self.type]
             return {ci: tuple(grant_for(table, row, int(c), req) for c in columns[i])}
 
         return grant
@@ -174,7 +174,9 @@ class ShareHandler(DeviceHandler):
         if table is None or not needs:
             none_reason = f"node has no {self.type} devices (no Device object lists any)"
             codes[:] = UNRESOLVABLE if needs else SUCCESS
-            return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {})
+            # no device columns chosen, but they are said when the answer may be kept (answer_key)
+            cols = np.zeros((m, needs[0][1].count), np.int64) if len(needs) == 1 else None
+            return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {}, columns=cols)
         c_codes, c_reason = self.constraints(ctx, rows)
         codes = c_codes.copy()
         allowed = self.allowed(ctx, table)
