@@ -512,3 +512,26 @@ async def test_a_bound_pod_the_state_holds_back_is_counted_though_its_claim_is_g
     error = await b.bind(inner.store.get("pods", "default/z"))  # 60% beside y's 60%: must not fit
     assert "does not fit on node node-0" in error, error
     assert usage(inner)[(NODE, 0)][0] == 700
+
+
+async def test_a_claim_read_while_the_state_holds_its_bound_pod_back_is_not_recorded_from_the_claim() -> None:
+    """The hole the lagging-watch property test found (6% of runs of one example on a loaded machine):
+    a replica read the ledger while its state held a bound pod back, recorded the pod from its claim,
+    and when the claim left the ledger dropped that record: the bound pod was then counted nowhere."""
+    inner = cluster(1, gpus=1, pods=[pod(n, core=c) for n, c in (("x", 60), ("y", 60), ("w", 10), ("z", 60))])
+    a, b = Replica(inner, "a"), Replica(inner, "b")
+    x = parse_pod(inner.store.get("pods", "default/x"))
+    held = b.scheduler.allocate_on(x, NODE)
+    assert isinstance(held, PodAllocation)
+    b.lifecycle.assume(x, held, now=0.0)  # b's bind of x is on its way
+    assert await a.bind(inner.store.get("pods", "default/y")) == ""
+    b.watch()  # y bound beside b's reservation would over-book gpu 0: b's state holds y back
+    await b.claims._read()  # b reads the ledger while it holds y back: y's claim is there
+    assert "default/y" not in b.claims.stubs  # the watch's object is y's truth, not its claim
+    b.lifecycle.forget(x.key, held)  # b's bind of x gave up
+    a.watch()
+    assert await a.bind(inner.store.get("pods", "default/w")) == ""  # this write drops y's claim
+    b.watch()  # w bound: b judges gpu 0 again, and counts y now
+    error = await b.bind(inner.store.get("pods", "default/z"))  # 60% beside y's 60% and w's 10%
+    assert error, "z was bound"
+    assert usage(inner)[(NODE, 0)][0] == 700

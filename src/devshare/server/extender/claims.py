@@ -320,9 +320,15 @@ class Claims:
         (a Binding whose outcome is unknown: the pod's own records are the scheduler's to keep), and
         those of pods the state holds something else for. :meth:`_check` counts them all the same."""
         unreflected: list[Claim] = []
+        held_back: dict[str, set[str]] = {}  # by node: pods the watch showed bound that the state holds back
         for c in claims:
             if self._reflected(c):
                 continue
+            if c.node not in held_back:
+                held_back[c.node] = {p.key for p, _ in self.uncounted(c.node)}
+            if c.pod in held_back[c.node]:
+                continue  # the watch's object is its truth, counted by :meth:`_check`; a record made
+                # from its claim would be dropped with the claim, the bound pod then counted nowhere
             if c.by == self.identity or c.pod in self.state.pods:
                 unreflected.append(c)
                 continue
