@@ -184,6 +184,18 @@ def latencies(port: int) -> dict[str, float]:
     return {v: round(1000 * sums[v] / counts[v], 2) for v in sums if counts.get(v)}
 
 
+def failures(port: int) -> dict[str, int]:
+    """Nodes refused by filter and binds refused so far, by ``verb/reason`` class (the extender's metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r'devshare_extender_failures_total\{reason="([^"]*)",verb="(\w+)"\} ([0-9.e+]+)', line)
+        if m:
+            out[f"{m.group(2)}/{m.group(1)}"] = int(float(m.group(3)))
+    return out
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -302,6 +314,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         if ext is not None and ext.alive:
             ext.stop()  # an earlier phase's extender would watch these pods too
         make_pods(cp, prefix, {PLAIN: "1"}, args.pods, SCHEDULER_NAME)
+        print(f"{kind}: scheduling", file=sys.stderr, flush=True)
         phase = Phase(cp, "kube-scheduler-alone")
         phase.start()
         sched = cp.start_scheduler(config=plain_config(cp, args.window), name="kube-scheduler-alone")
@@ -330,6 +343,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
     out["binds_refused"] = refused_binds(cp.extender_port) if kind != "floor-h2" else 0
     if kind.startswith("devshare"):
         print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
+        print(f"extender failures: {failures(cp.extender_port)}", file=sys.stderr)
     elif kind != "floor-h2":
         with urllib.request.urlopen(f"http://127.0.0.1:{cp.extender_port}/metrics", timeout=10) as r:
             print(r.read().decode().strip(), file=sys.stderr)

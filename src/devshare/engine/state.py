@@ -480,7 +480,8 @@ class ClusterState:
         t = self.tables.get(names.GPU)
         if row is None or t is None:
             return {}
-        return {int(t.minor[row, c]): int(t.total_mem[row, c]) for c in range(t.count(row))}
+        n = t.count(row)
+        return dict(zip(t.minor[row, :n].tolist(), t.total_mem[row, :n].tolist(), strict=True))
 
     def usage_key(self) -> tuple[Any, ...]:
         """A comparable summary of all usage (tests compare a live state with a rebuilt one)."""

@@ -56,6 +56,8 @@ def _error_body(message: str) -> dict[str, str]:
 
 
 def _verb(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
+    counted: dict[tuple[int, str], Any] = {}  # (registry, result) -> its counter: a few per verb, looked up once
+
     async def serve(request: web.Request) -> web.Response:
         ext = request.app[EXTENDER]
         metrics: ExtenderMetrics = ext.metrics
@@ -80,8 +82,13 @@ def _verb(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.
             log.exception("%s failed", name)
             result = "internal"
             response = _json(_error_body(f"{name} failed inside devshare ({type(e).__name__}); see its log"), 500)
-        metrics.requests.labels(name, result).inc()
-        metrics.latency.labels(name).observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        key = (id(metrics), result)
+        children = counted.get(key)
+        if children is None:  # prometheus_client's labels() is a lock and a dict lookup on tuples each time
+            children = counted[key] = (metrics.requests.labels(name, result), metrics.latency.labels(name), metrics)
+        children[0].inc()
+        children[1].observe(took)
         return response
 
     return serve

@@ -4,7 +4,8 @@
   (an answer carrying an Error), ``malformed`` (400) or ``not_ready``;
 - ``devshare_extender_request_seconds{verb}``: latency from body read to answer built;
 - ``devshare_extender_failures_total{verb, reason}``: per-node filter failures and bind errors by
-  reason class (:func:`reason_class`);
+  reason class (:func:`reason_class`); with a shortlist (``scheduling.shortlist``) a filter that
+  passes a node counts only its unknown nodes: the reasons of the others are not worked out;
 - ``devshare_device_allocated_ratio{node, type, minor, resource}``: share of each device's compute
   (``core``) and memory (``memory``) that is allocated, read from the state at scrape time;
 - ``devshare_device_containers{node, type, minor}``: containers holding a share of each device;

@@ -61,7 +61,7 @@ from devshare.server.extender.preemption import Preemptor
 from devshare.server.extender.requeue import Requeue
 from devshare.server.extender.scores import PLANNED_SCORE, scores_from
 from devshare.server.extender.shortlist import has_soft_wishes
-from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes
+from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes, shortlisted
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -414,26 +414,34 @@ class Extender:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
             return self._answer(cands, outcome.passed, event_safe_map(outcome.failed),
                                 event_safe_map(outcome.unresolvable))
-        out = filter_nodes(self.scheduler, pod, cands.nodes)
         held = self.preemptor.held_nodes(pod)
-        if held:
-            out = out.without(held)
-        if not out.passed_idx.size and out.failed:
-            self.preemptor.maybe_preempt(pod, list(out.failed))
-            self.requeue.refused_pod(pod.key, pod_id[1])  # devices in use: nudged when some free up
-        elif out.passed_idx.size:
+        short = self.shortlist and not soft_wishes  # kube-scheduler's scores weigh nothing it asked
+        # with a shortlist the answer is the few nodes that pass, not the thousand that fail: the failing
+        # nodes' reasons are worked out only when no node passes (kube-scheduler reads them only then:
+        # the pod's event, preemption). Unknown nodes are still counted.
+        out = shortlisted(self.scheduler, pod, cands.nodes, self.shortlist, self.state.rank, held) if short else None
+        if out is not None:
             self.requeue.forget(pod.key)
-        if self.shortlist and not soft_wishes:
-            out = out.best(self.shortlist, self.state.rank)  # kube-scheduler's scores weigh nothing it asked
+            if cands.nodes.unknown:
+                self.metrics.fail("filter", [UNKNOWN_NODE] * len(cands.nodes.unknown))
+        else:
+            out = filter_nodes(self.scheduler, pod, cands.nodes)
+            if held:
+                out = out.without(held)
+            if not out.passed_idx.size and out.failed:
+                self.preemptor.maybe_preempt(pod, list(out.failed))
+                self.requeue.refused_pod(pod.key, pod_id[1])  # devices in use: nudged when some free up
+            elif out.passed_idx.size:
+                self.requeue.forget(pod.key)
+            if short:
+                out = out.best(self.shortlist, self.state.rank)
+            if out.failed or out.unresolvable:
+                self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
         names_json = out.passed_json()  # compact JSON: what any client sends back to prioritize, less whitespace
         self._remember(Remembered(pod_id, self.clock(), names_json, out.passed_rows,
                                   out.raw_scores, out.evaluation, self.state.layout))
-        if out.failed or out.unresolvable:
-            self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
         failed, unresolvable = out.failed, out.unresolvable
-        if self.shortlist and out.passed_idx.size:
-            # kube-scheduler reads the failed nodes' reasons only when no node passes (the pod's event,
-            # preemption): with a shortlist the answer is the few nodes that pass, not the thousand that fail
+        if short and out.passed_idx.size:
             failed, unresolvable = {}, {}
         if cands.node_list is None:
             return ExtenderFilterResult(node_names=msgspec.Raw(names_json), failed_nodes=failed,

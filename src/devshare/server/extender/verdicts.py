@@ -106,7 +106,24 @@ def _briefs(reasons: list[str], *, resolvable: bool) -> list[str]:
     return _each(partial(brief, resolvable=resolvable), reasons)
 
 
+def shortlisted(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet, k: int, rank: Ints,
+                held: dict[str, str]) -> NamedVerdicts | None:
+    """The best ``k`` nodes of ``nodes`` that pass (:meth:`NamedVerdicts.best`), the nodes of
+    ``held`` left out; None when none passes. The failing nodes are left out of the answer
+    without their reasons being worked out: kube-scheduler reads them only when no node passes (the
+    pod's event, preemption), and then :func:`filter_nodes` gives them all."""
+    ev = scheduler.evaluate(pod, nodes.rows)
+    ok = np.flatnonzero(ev.codes == SUCCESS)
+    if held and ok.size:
+        ok = ok[np.array([n not in held for n in nodes.names_at(ok)], np.bool_)]
+    if not ok.size:
+        return None
+    return NamedVerdicts(nodes, ok, nodes.rows[ok], ev.scores[ok], {}, {}, ev).best(k, rank)
+
+
 def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> NamedVerdicts:
+    """Every node of ``nodes``: those that pass, those that fail and why (the brief reasons
+    kube-scheduler's event counts), and the unknown ones."""
     v = scheduler.verdicts(pod, nodes.rows)
     if v.failed_reasons and log.isEnabledFor(logging.DEBUG):
         for name, why in list(zip(nodes.names_at(v.failed), v.failed_reasons, strict=True))[:5]:
