@@ -9,13 +9,13 @@ from unittest.mock import patch
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.cluster import GiB, add_node, bound, gpu, pod, whole
 
 from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.node import NodeInfo
 from devshare.server.extender.nodeset import resolve
 from devshare.server.extender.verdicts import NamedVerdicts, filter_nodes, shortlisted
-from tests.support.cluster import GiB, add_node, bound, gpu, pod, whole
 
 
 def verdicts(n: int, passed: list[int], scores: list[float]) -> tuple[NamedVerdicts, ClusterState]:
