@@ -68,6 +68,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from e2e.cluster import SCHEDULER_NAME, ControlPlane, control_plane
@@ -160,40 +162,36 @@ class BoundClock:
         raise TimeoutError(f"{prefix}: only {done} of {count} pods bound in {timeout:.0f}s")
 
 
-def refused_binds(port: int) -> int:
+def extender_metrics(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """The extender's samples: name -> (sorted labels) -> value. Parsed with prometheus_client's own
+    parser: the exposition sorts each sample's labels by name, whatever order they were declared in."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(r'devshare_extender_requests_total\{[^}]*verb="bind"[^}]*result="error"[^}]*\} ([0-9.e+]+)', line)
-        if m:
-            total += float(m.group(1))
-    return int(total)
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def refused_binds(port: int) -> int:
+    """Binds the extender answered with an error."""
+    samples = extender_metrics(port).get("devshare_extender_requests_total", {})
+    return int(sum(v for labels, v in samples.items() if dict(labels) == {"verb": "bind", "result": "error"}))
 
 
 def latencies(port: int) -> dict[str, float]:
-    """Mean seconds per extender request, by verb (from its Prometheus histogram)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r'devshare_extender_request_seconds_(sum|count)\{verb="(\w+)"\} ([0-9.e+-]+)', line)
-        if m:
-            (sums if m.group(1) == "sum" else counts)[m.group(2)] = float(m.group(3))
+    """Mean milliseconds per extender request, by verb (from its Prometheus histogram)."""
+    m = extender_metrics(port)
+    sums = {dict(k)["verb"]: v for k, v in m.get("devshare_extender_request_seconds_sum", {}).items()}
+    counts = {dict(k)["verb"]: v for k, v in m.get("devshare_extender_request_seconds_count", {}).items()}
     return {v: round(1000 * sums[v] / counts[v], 2) for v in sums if counts.get(v)}
 
 
 def failures(port: int) -> dict[str, int]:
     """Nodes refused by filter and binds refused so far, by ``verb/reason`` class (the extender's metrics)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        m = re.match(r'devshare_extender_failures_total\{reason="([^"]*)",verb="(\w+)"\} ([0-9.e+]+)', line)
-        if m:
-            out[f"{m.group(2)}/{m.group(1)}"] = int(float(m.group(3)))
-    return out
+    samples = extender_metrics(port).get("devshare_extender_failures_total", {})
+    return {f"{dict(k)['verb']}/{dict(k)['reason']}": int(v) for k, v in samples.items()}
 
 
 def cpu_seconds(pid: int) -> float:

@@ -42,6 +42,7 @@ from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState, Conflict
 from devshare.kube.backend import Backend, meta, object_key
 from devshare.kube.errors import BackendError
+from devshare.model.allocation import PodAllocation
 from devshare.model.annotations import encode_annotations
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod
@@ -61,7 +62,14 @@ from devshare.server.extender.preemption import Preemptor
 from devshare.server.extender.requeue import Requeue
 from devshare.server.extender.scores import PLANNED_SCORE, scores_from
 from devshare.server.extender.shortlist import has_soft_wishes
-from devshare.server.extender.verdicts import event_safe, event_safe_map, filter_nodes, score_nodes, shortlisted
+from devshare.server.extender.verdicts import (
+    NamedVerdicts,
+    event_safe,
+    event_safe_map,
+    filter_nodes,
+    score_nodes,
+    shortlisted,
+)
 from devshare.server.extender.wire import (
     BadRequest,
     ExtenderArgs,
@@ -83,6 +91,9 @@ NOT_READY = "not ready: state not synced"
 NOT_LEADER = "not the leader"
 SCORE_REUSE_SECONDS = 2.0  # prioritize reuses the scores of a filter this recent for the same pod
 FILTERS_KEPT = 8  # filter results kept for prioritize and bind (each holds arrays over its candidates)
+# seconds a node a shortlist of one passed stays held for the pod until its bind comes (kube-scheduler
+# sends it right after its scheduling cycle; a hold whose bind never came is released by the expiry)
+FILTER_HOLD_TTL = 30.0
 PARSED_BYTES = 32 * 2**20  # budget of the pod requests cached by their JSON (bodies included)
 
 
@@ -414,6 +425,7 @@ class Extender:
                 self.metrics.fail("filter", [*outcome.failed.values(), *outcome.unresolvable.values()])
             return self._answer(cands, outcome.passed, event_safe_map(outcome.failed),
                                 event_safe_map(outcome.unresolvable))
+        self._drop_hold(pod.key)  # a pod filtered again: its earlier filter's hold no longer stands
         held = self.preemptor.held_nodes(pod)
         short = self.shortlist and not soft_wishes  # kube-scheduler's scores weigh nothing it asked
         # with a shortlist the answer is the few nodes that pass, not the thousand that fail: the failing
@@ -424,6 +436,7 @@ class Extender:
             self.requeue.forget(pod.key)
             if cands.nodes.unknown:
                 self.metrics.fail("filter", [UNKNOWN_NODE] * len(cands.nodes.unknown))
+            self._hold(pod, pod_id, out)
         else:
             out = filter_nodes(self.scheduler, pod, cands.nodes)
             if held:
@@ -447,6 +460,38 @@ class Extender:
             return ExtenderFilterResult(node_names=msgspec.Raw(names_json), failed_nodes=failed,
                                         failed_and_unresolvable_nodes=unresolvable)
         return self._answer(cands, out.passed, failed, unresolvable)
+
+    def _hold(self, pod: PodRequest, pod_id: PodId, out: NamedVerdicts) -> None:
+        """Hold the devices of the one node a shortlist of one passes, until the pod's bind comes.
+
+        kube-scheduler assumes the pod on that node at the end of its scheduling cycle and filters the
+        next pods while the bind is on its way: without the hold, the next pod could be told the same
+        free card, and its bind refused (a wasted cycle). Only for a pod read from the watch (as the
+        API server has it: a filter body is never trusted with devices); the bind takes the held
+        devices when it binds the same request to the same node (:meth:`_bind_from`), a failed bind
+        releases them, a new filter of the pod drops them (:meth:`_drop_hold`), and the expiry
+        releases a hold whose bind never came (``FILTER_HOLD_TTL``)."""
+        if self.shortlist != 1 or out.passed_idx.size != 1 or not self._watched_now(pod_id):
+            return
+        if pod.key in self.state.pods:
+            return  # a bind of it in flight holds devices already
+        alloc = out.evaluation.allocation(self.state, int(out.passed_idx[0]))
+        try:
+            self.lifecycle.assume(pod, alloc, now=self.clock(), ttl=FILTER_HOLD_TTL)
+        except Conflict as e:  # the evaluation just said it fits: a bug, but the bind decides again
+            log.warning("holding %s on %s after its filter failed: %s", pod.key, alloc.node, e)
+
+    def _drop_hold(self, key: str) -> None:
+        """Release what an earlier filter of ``key`` held (not a reservation whose bind is in flight,
+        nor a group plan's)."""
+        rec = self.state.pods.get(key)
+        if rec is not None and rec.phase == "assumed" and rec.hold is None and not self.lifecycle.binding(key):
+            self.lifecycle.forget(key)
+
+    def _watched_now(self, pod_id: PodId) -> bool:
+        """The watch holds this very version of the pod (the same uid and resourceVersion)."""
+        watched = self.pending_pod(pod_id[0])
+        return watched is not None and bool(pod_id[1]) and bool(pod_id[2]) and pod_id_of(watched) == pod_id
 
     def _remember(self, r: Remembered) -> None:
         self._filtered.pop(r.pod_id[0], None)
@@ -577,20 +622,27 @@ class Extender:
 
         # ---- synchronous: choose and reserve (no await in between) ----
         stale = self.state.pods.get(key)
+        alloc: PodAllocation | None = None
         if stale is not None:
             if stale.phase == "bound":
                 return f"pod {key} already holds devices on node {stale.allocation.node}", False
-            self.lifecycle.forget(key)  # a leftover reservation of an earlier attempt
-        r = self._filtered.get(key)
-        # the filter's devices are reused only when it judged this very request
-        evaluated = r.evaluation if r is not None and r.evaluation is not None and r.evaluation.pod == pod else None
-        alloc = self.scheduler.allocate_on(pod, node, evaluated=evaluated)
-        if isinstance(alloc, str):
-            return f"pod {key} does not fit on node {node}: {alloc}", False
-        try:
-            self.lifecycle.assume(pod, alloc, now=self.clock())
-        except Conflict as e:
-            return f"pod {key}: {e}", False
+            if stale.hold is None and stale.allocation.node == node and stale.pod == pod:
+                alloc = stale.allocation  # its filter's hold (_hold): the devices kube-scheduler was told of
+            else:
+                self.lifecycle.forget(key)  # a leftover reservation of an earlier attempt
+        if alloc is None:
+            r = self._filtered.get(key)
+            # the filter's devices are reused only when it judged this very request
+            evaluated = (r.evaluation if r is not None and r.evaluation is not None and r.evaluation.pod == pod
+                         else None)
+            found = self.scheduler.allocate_on(pod, node, evaluated=evaluated)
+            if isinstance(found, str):
+                return f"pod {key} does not fit on node {node}: {found}", False
+            alloc = found
+            try:
+                self.lifecycle.assume(pod, alloc, now=self.clock())
+            except Conflict as e:
+                return f"pod {key}: {e}", False
         annotations = encode_annotations(pod, alloc, now_ns=time.time_ns(),
                                          device_memory=self.state.gpu_memory(node))
         # ---- asynchronous: one write, the Binding with the allocation annotations ----
