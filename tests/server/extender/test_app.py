@@ -308,6 +308,25 @@ async def test_preempt_full_victims_and_nodes_where_nothing_helps() -> None:
     assert three == {"NodeNameToMetaVictims": {}}
 
 
+async def test_filter_failures_are_counted_by_the_engines_reason_not_the_events_brief() -> None:
+    """The event's brief text ("no card has that much free") says nothing of why; the metric's class
+    comes from the engine's reason of each node."""
+    busy = [*full_node_pods("node-0", 2), pod("half", core=50, mem="4Gi", node_name="node-1", annotations={
+        "devshare.io/allocation": json.dumps({"node": "node-1", "containers": [{"name": "main", "devices": [
+            {"type": "gpu", "minor": m, "id": f"GPU-node-1-{m}", "core": 50, "memory": 4 * 2**30}
+            for m in (0, 1)]}]})})]
+    async with running(cluster(2, gpus=2, pods=busy)) as (client, _):
+        out = await post(client, "/filter", names_body(pod("p", gpus=1), ["node-0"]))
+        assert out["FailedNodes"] == {"node-0": "needs a whole gpu: no card has that much free"}
+        await post(client, "/filter", names_body(pod("q", core=60, mem="1Gi"), ["node-0", "node-1"]))
+        await post(client, "/filter", names_body(pod("r", core=10, mem="20Gi"), ["node-1"]))
+        text = await (await client.get("/metrics")).text()
+    assert 'devshare_extender_failures_total{reason="device-in-use",verb="filter"} 1.0' in text
+    assert 'devshare_extender_failures_total{reason="compute",verb="filter"} 2.0' in text
+    assert 'devshare_extender_failures_total{reason="device-size",verb="filter"} 1.0' in text
+    assert 'reason="other",verb="filter"' not in text
+
+
 async def test_metrics_and_inspect() -> None:
     backend = cluster(1, gpus=2, pods=[pod("p", core=50, mem="4Gi")])
     async with running(backend) as (client, runtime):

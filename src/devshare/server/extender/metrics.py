@@ -48,6 +48,7 @@ _CLASSES: tuple[tuple[str, str], ...] = (
     ("unschedulable", "cordoned"),
     ("compute free", "compute"),
     ("in use, a whole device", "device-in-use"),
+    ("too small", "device-size"),
     (" free, ", "device-memory"),
     ("containers already, at most", "container-limit"),
     ("unhealthy", "unhealthy"),

@@ -448,8 +448,8 @@ class Extender:
                 self.requeue.forget(pod.key)
             if short:
                 out = out.best(self.shortlist, self.state.rank)
-            if out.failed or out.unresolvable:
-                self.metrics.fail("filter", [*out.failed.values(), *out.unresolvable.values()])
+            if out.engine_reasons:
+                self.metrics.fail("filter", out.engine_reasons)
         names_json = out.passed_json()  # compact JSON: what any client sends back to prioritize, less whitespace
         self._remember(Remembered(pod_id, self.clock(), names_json, out.passed_rows,
                                   out.raw_scores, out.evaluation, self.state.layout))

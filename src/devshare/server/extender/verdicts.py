@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -34,6 +34,9 @@ class NamedVerdicts:
     failed: dict[str, str]
     unresolvable: dict[str, str]
     evaluation: PodEvaluation
+    # the engine's own reasons of every node that failed or is unknown (the texts above are their brief,
+    # node-independent forms for kube-scheduler's event): what the failure metrics classify
+    engine_reasons: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> list[str]:
@@ -51,7 +54,7 @@ class NamedVerdicts:
             return self
         order = np.lexsort((rank[self.passed_rows], -self.raw_scores))[:k]
         return NamedVerdicts(self.nodes, self.passed_idx[order], self.passed_rows[order], self.raw_scores[order],
-                             self.failed, self.unresolvable, self.evaluation)
+                             self.failed, self.unresolvable, self.evaluation, self.engine_reasons)
 
     def without(self, held: dict[str, str]) -> NamedVerdicts:
         """The same answer with the nodes of ``held`` (name -> reason) moved from passed to failed."""
@@ -59,10 +62,10 @@ class NamedVerdicts:
         keep = np.array([n not in held for n in names], np.bool_)
         if keep.all():
             return self
-        failed = dict(self.failed)
-        failed.update({n: held[n] for n in names if n in held})
+        moved = {n: held[n] for n in names if n in held}
         return NamedVerdicts(self.nodes, self.passed_idx[keep], self.passed_rows[keep], self.raw_scores[keep],
-                             failed, self.unresolvable, self.evaluation)
+                             {**self.failed, **moved}, self.unresolvable, self.evaluation,
+                             [*self.engine_reasons, *moved.values()])
 
 
 def event_safe(text: str) -> str:
@@ -130,7 +133,8 @@ def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> Named
             log.debug("%s does not fit on %s: %s", pod.key, name, why)
     out = NamedVerdicts(nodes, v.passed, nodes.rows[v.passed], v.evaluation.scores[v.passed],
                         dict(zip(nodes.names_at(v.failed), _briefs(v.failed_reasons, resolvable=True), strict=True)),
-                        dict.fromkeys(nodes.unknown, UNKNOWN_NODE), v.evaluation)
+                        dict.fromkeys(nodes.unknown, UNKNOWN_NODE), v.evaluation,
+                        [*v.failed_reasons, *v.unresolvable_reasons, *[UNKNOWN_NODE] * len(nodes.unknown)])
     out.unresolvable.update(zip(nodes.names_at(v.unresolvable),
                                 _briefs(v.unresolvable_reasons, resolvable=False), strict=True))
     return out
