@@ -58,6 +58,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -188,6 +189,33 @@ def latencies(port: int) -> dict[str, float]:
     return {v: round(1000 * sums[v] / counts[v], 2) for v in sums if counts.get(v)}
 
 
+def scheduler_latencies(cp: ControlPlane, sched: Any) -> dict[str, float]:
+    """Mean milliseconds per pod of kube-scheduler's scheduling algorithm (its filters, the extender's
+    filter and the scoring: one pod at a time, so it bounds the pods per second) and of a whole
+    scheduling attempt, from its own metrics (read with the admin's client certificate)."""
+    port = next(a.split("=", 1)[1] for a in sched.args if a.startswith("--secure-port="))
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # its serving certificate is self-signed in its cert dir
+    context.load_cert_chain(cp.pki / "admin.crt", cp.pki / "admin.key")
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=10, context=context) as r:
+            text = r.read().decode()
+    except OSError as e:
+        print(f"kube-scheduler's metrics: {e}", file=sys.stderr)
+        return {}
+    sums: dict[str, float] = {}
+    names = ("scheduler_scheduling_algorithm_duration_seconds", "scheduler_scheduling_attempt_duration_seconds")
+    for family in text_string_to_metric_families(text):
+        for smp in family.samples:
+            for name in names:
+                if smp.name in (name + "_sum", name + "_count"):
+                    key = name.removeprefix("scheduler_").removesuffix("_duration_seconds") + smp.name[len(name):]
+                    sums[key] = sums.get(key, 0.0) + smp.value
+    return {k: round(1000 * sums[k + "_sum"] / sums[k + "_count"], 2)
+            for k in ("scheduling_algorithm", "scheduling_attempt") if sums.get(k + "_count")}
+
+
 def failures(port: int) -> dict[str, int]:
     """Nodes refused by filter and binds refused so far, by ``verb/reason`` class (the extender's metrics)."""
     samples = extender_metrics(port).get("devshare_extender_failures_total", {})
@@ -295,7 +323,8 @@ def stop_profile(proc: subprocess.Popen[bytes] | None, out: Path) -> None:
 def report(name: str, rate: float, phase: dict[str, Any]) -> None:
     cpu = ", ".join(f"{k} {v}" for k, v in phase["cpu_ms_per_pod"].items())
     print(f"{name}: {rate:.1f} pods/s; CPU ms per pod: {cpu}; API requests per pod: {phase['requests_per_pod']} "
-          f"({', '.join(f'{k} {v}' for k, v in list(phase['requests'].items())[:6])})", file=sys.stderr)
+          f"({', '.join(f'{k} {v}' for k, v in list(phase['requests'].items())[:6])}); "
+          f"kube-scheduler ms per pod: {phase.get('scheduler_ms')}", file=sys.stderr)
 
 
 EXTENDERS = ("devshare", "devshare-no-ledger", "floor", "floor-no-bind", "floor-annotate", "floor-h2")
@@ -318,6 +347,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         sched = cp.start_scheduler(config=plain_config(cp, args.window), name="kube-scheduler-alone")
         rate = clock.rate(prefix, args.pods, args.timeout)
         out = {"phase": kind, "pods_per_s": round(rate, 1), **phase.stop(args.pods)}
+        out["scheduler_ms"] = scheduler_latencies(cp, sched)
         sched.stop()
         report(kind, rate, out)
         return out
@@ -337,6 +367,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
     out = {"phase": kind, "pods_per_s": round(rate, 1), **phase.stop(args.pods)}
     if profile is not None:
         stop_profile(profiler, profile)
+    out["scheduler_ms"] = scheduler_latencies(cp, sched)
     report(kind, rate, out)
     out["binds_refused"] = refused_binds(cp.extender_port) if kind != "floor-h2" else 0
     if kind.startswith("devshare"):

@@ -236,3 +236,51 @@ def test_a_cluster_without_the_asked_devices_is_evaluated_once_per_change() -> N
     assert calls == [3]
     assert (first.codes == again.codes).all() and (again.codes != 0).all()
     assert again.reason(0) == first.reason(0) == "node has no gpu devices (no Device object lists any)"
+
+
+@settings(max_examples=60, deadline=None)
+@given(seq=st.lists(changes, min_size=2, max_size=16), window=st.lists(st.integers(0, 5), min_size=1, max_size=6,
+                                                                        unique=True))
+def test_a_refresh_leaves_nothing_to_evaluate_for_the_next_window_of_its_shape(
+        seq: list[tuple[object, ...]], window: list[int]) -> None:
+    """Scheduler.refresh evaluates afresh the nodes whose kept answers for a shape went stale: the next
+    window of that shape (any window) then evaluates only its nodes that had no answer kept at all (a
+    change of the cluster's layout, a node added or changed, empties what is kept), and equals a cold
+    evaluation."""
+    from devshare.engine.policies.devshare import DevsharePolicy
+
+    state = ClusterState()
+    for i in range(6):
+        add_node(state, f"n{i}", 3)
+        state.upsert_node(NodeInfo(name=f"n{i}", cpu_milli=2000))
+    sched = Scheduler(state, policy=DevsharePolicy())
+    shape = pod("p", gpu(30, GiB))
+    sched.evaluate(shape, state.node_rows())  # every node's answer kept once
+    held: list[str] = []
+    for k, step in enumerate(seq):
+        change(state, held, k, step)
+    sched.refresh(pod("q", gpu(30, GiB)))
+    calls: list[int] = []
+    plain = sched._evaluate
+
+    def counting(p: PodRequest, rows: np.ndarray) -> PodEvaluation:
+        calls.append(len(rows))
+        return plain(p, rows)
+
+    sched._evaluate = counting  # type: ignore[method-assign]
+    rows = state.node_rows([f"n{i}" for i in window])
+    kept_at = sched._kept_answers(pod("r", gpu(30, GiB)))
+    assert kept_at is not None
+    never = int((kept_at[0][3][rows] < 0).sum())
+    warm = sched.evaluate(pod("r", gpu(30, GiB)), rows)
+    assert calls == ([never] if never else [])
+    assert sched.refresh(pod("s", gpu(30, GiB))) == 0
+    sched._evaluate = plain  # type: ignore[method-assign]
+    kept = state.caches
+    state.caches = EngineCaches(state)
+    cold = sched.evaluate(pod("r", gpu(30, GiB)), rows)
+    state.caches = kept
+    assert np.array_equal(warm.codes, cold.codes) and np.allclose(warm.scores, cold.scores)
+    for i in range(len(rows)):
+        if warm.codes[i] == 0:
+            assert warm.allocation(state, i) == cold.allocation(state, i)

@@ -169,3 +169,22 @@ async def test_a_filter_reads_its_pod_once() -> None:
         for _ in range(2):
             with pytest.raises(InvalidInput):
                 ext.request_of(raw_bad)
+
+
+async def test_a_pending_pod_is_read_when_the_watch_delivers_it_not_in_its_filter() -> None:
+    backend = backend_with()
+    async with running(backend) as (client, runtime):
+        backend.apply(ours(pod("p", core=60, mem="10Gi")))  # created after the state synced
+        await settle(runtime, backend)
+        ext = runtime.extender
+        parsed: list[str] = []
+        real = ext.parse
+
+        def counting(obj: dict[str, Any]) -> Any:
+            parsed.append(obj["metadata"]["name"])
+            return real(obj)
+
+        ext.parse = counting  # type: ignore[method-assign]
+        out = await post(client, "/filter", names_body(stored(backend, "p"), ["node-0", "node-1"]))
+        assert out["NodeNames"] and parsed == []
+        assert await bind(client, "p", out["NodeNames"][0]) == "" and parsed == []
