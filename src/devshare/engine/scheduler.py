@@ -190,20 +190,6 @@ class Scheduler:
         part = Evaluation(rows, codes, scores, explain, handler.grants_of(ctx, rows, cols), columns=cols)
         return PodEvaluation(pod, rows, codes, scores, [part], {}, now)
 
-    def refresh(self, pod: PodRequest) -> int:
-        """Evaluate afresh the nodes whose kept answers for ``pod``'s shape are stale (up to
-        :data:`~devshare.engine.handlers.share.REFRESH_AT_ONCE`), so that the next window of that
-        shape is answered from what is kept. The extender calls it right after answering a filter,
-        while kube-scheduler works on its next pod: the next filter then evaluates nothing. Returns
-        how many nodes were evaluated (0: nothing kept for this shape, or nothing stale)."""
-        kept = self._kept_answers(pod)
-        if kept is None:
-            return 0
-        stale = stale_elsewhere(self.state, kept[0][3], np.zeros(0, np.int64))
-        if stale.size:
-            self.evaluate(pod, stale)
-        return int(stale.size)
-
     def _kept_answers(self, pod: PodRequest) -> tuple[tuple[npt.NDArray[np.int8], npt.NDArray[np.float64], Ints,
                                                             Ints], Context, DeviceHandler] | None:
         """The per-node answers kept for ``pod``'s shape (codes, scores, device columns, the row

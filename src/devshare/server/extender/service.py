@@ -463,13 +463,17 @@ class Extender:
 
     def _after_answer(self, pod: PodRequest, pod_id: PodId, out: NamedVerdicts) -> None:
         """What a shortlisted filter leaves for right after its answer is sent: hold its node
-        (:meth:`_hold`), then evaluate afresh the nodes changed since (:meth:`Scheduler.refresh`).
+        (:meth:`_hold`).
 
-        kube-scheduler schedules one pod at a time, and a filter's answer is on that path: at 5,000
-        nodes its own scheduling algorithm takes about 4 ms a pod, and the extender's filter adds its
-        round trip. Work done after the answer is done while kube-scheduler works on its next pod. The
-        callback runs in the event loop's next round, before any request read after it (the next
-        filter, this pod's bind)."""
+        kube-scheduler schedules one pod at a time, and a filter's answer is on that path: its
+        scheduling algorithm's time per pod bounds the pods per second, and the extender's filter
+        adds its round trip. Work done after the answer is done while kube-scheduler works on its next
+        pod. The callback runs in the event loop's next round, before any request read after it (the
+        next filter, this pod's bind).
+
+        (Evaluating the nodes changed since here as well, so that the next filter evaluates nothing, was
+        measured and not kept: once per pod it cost more CPU than the misses it saved, since an evaluation's cost
+        is mostly fixed, and on two shared cores the CPU is what the next pod waits for.)"""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # called outside the server (a test, a tool): at once
@@ -480,7 +484,6 @@ class Extender:
     def _settle(self, pod: PodRequest, pod_id: PodId, out: NamedVerdicts) -> None:
         try:
             self._hold(pod, pod_id, out)
-            self.scheduler.refresh(pod)
         except Exception:  # never let bookkeeping after an answer take the loop down
             log.exception("after the filter of %s", pod.key)
 
