@@ -471,9 +471,10 @@ class Extender:
         pod. The callback runs in the event loop's next round, before any request read after it (the
         next filter, this pod's bind).
 
-        (Evaluating the nodes changed since here as well, so that the next filter evaluates nothing, was
-        measured and not kept: once per pod it cost more CPU than the misses it saved, since an evaluation's cost
-        is mostly fixed, and on two shared cores the CPU is what the next pod waits for.)"""
+        (Evaluating the nodes changed since here as well, so that the next filter evaluates nothing,
+        was measured and not kept: once per pod it cost more CPU than the misses it saved, since an
+        evaluation's cost is mostly fixed, and on two shared cores the CPU is what the next pod waits
+        for. BENCHMARKS.md, issue 11's seventh stop.)"""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # called outside the server (a test, a tool): at once
