@@ -280,9 +280,10 @@ class Scheduler:
         return self.state.node_rows(nodes), unknown
 
     # ------------------------------------------------------------------ extender verbs
-    def verdicts(self, pod: PodRequest, rows: Ints) -> Verdicts:
-        """Filter ``rows``: which pass, which fail and why, without a Python step per passing node."""
-        ev = self.evaluate(pod, rows)
+    def verdicts(self, pod: PodRequest, rows: Ints, *, evaluation: PodEvaluation | None = None) -> Verdicts:
+        """Filter ``rows``: which pass, which fail and why, without a Python step per passing node.
+        ``evaluation``: ``pod``'s evaluation over ``rows`` made just before (not made again)."""
+        ev = self.evaluate(pod, rows) if evaluation is None else evaluation
         codes = ev.codes
         hard = np.flatnonzero(codes == UNRESOLVABLE)
         # UNSCHEDULABLE, or ERROR (an internal failure: retrying may help)
@@ -378,4 +379,3 @@ def _widen(ev: Evaluation, live: Ints, rows: Ints) -> Evaluation:
         lambda i: ev.grant(pos[i]),
         columns,
     )
-

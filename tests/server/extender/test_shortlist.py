@@ -107,3 +107,20 @@ async def test_shortlist_zero_passes_every_node_that_fits() -> None:
         out = await post(client, "/filter", names_body(pod("a", gpus=3), NODES))
         assert sorted(out["NodeNames"]) == [n for n in NODES if n != "node-3"]  # node-3 has one card left
         assert set(out["FailedNodes"]) == {"node-3"}
+
+
+async def test_a_shortlisted_filter_where_no_node_passes_evaluates_the_pod_once() -> None:
+    """The failing nodes' reasons then come from the evaluation the shortlist was cut from."""
+    async with running(cluster(nodes=6, gpus=4, pods=list(BUSY)), options(1)) as (client, runtime):
+        scheduler = runtime.extender.scheduler
+        calls: list[int] = []
+        real = scheduler.evaluate
+
+        def counting(p: Any, rows: Any) -> Any:
+            calls.append(len(rows))
+            return real(p, rows)
+
+        scheduler.evaluate = counting  # type: ignore[method-assign]
+        out = await post(client, "/filter", names_body(pod("b", gpus=4), ["node-1", "node-3"]))
+        assert out["NodeNames"] == [] and set(out["FailedNodes"]) == {"node-1", "node-3"}
+        assert calls == [2]

@@ -85,7 +85,7 @@ def test_shortlisted_is_the_full_filters_best_nodes_without_working_out_why_othe
         return real(self, *args)
 
     with patch.object(PodEvaluation, "reasons", counting):
-        short = shortlisted(scheduler, ask, nodes, k, state.rank, held)
+        short = shortlisted(scheduler.evaluate(ask, nodes.rows), nodes, k, state.rank, held)
     if not expected.passed_idx.size:
         assert short is None
         return

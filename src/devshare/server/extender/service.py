@@ -431,14 +431,15 @@ class Extender:
         # with a shortlist the answer is the few nodes that pass, not the thousand that fail: the failing
         # nodes' reasons are worked out only when no node passes (kube-scheduler reads them only then:
         # the pod's event, preemption). Unknown nodes are still counted.
-        out = shortlisted(self.scheduler, pod, cands.nodes, self.shortlist, self.state.rank, held) if short else None
+        ev = self.scheduler.evaluate(pod, cands.nodes.rows) if short else None
+        out = shortlisted(ev, cands.nodes, self.shortlist, self.state.rank, held) if ev is not None else None
         if out is not None:
             self.requeue.forget(pod.key)
             if cands.nodes.unknown:
                 self.metrics.fail("filter", [UNKNOWN_NODE] * len(cands.nodes.unknown))
             self._after_answer(pod, pod_id, out)
         else:
-            out = filter_nodes(self.scheduler, pod, cands.nodes)
+            out = filter_nodes(self.scheduler, pod, cands.nodes, evaluation=ev)
             if held:
                 out = out.without(held)
             if not out.passed_idx.size and out.failed:

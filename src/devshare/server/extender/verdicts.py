@@ -109,13 +109,13 @@ def _briefs(reasons: list[str], *, resolvable: bool) -> list[str]:
     return _each(partial(brief, resolvable=resolvable), reasons)
 
 
-def shortlisted(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet, k: int, rank: Ints,
+def shortlisted(ev: PodEvaluation, nodes: NodeSet, k: int, rank: Ints,
                 held: dict[str, str]) -> NamedVerdicts | None:
-    """The best ``k`` nodes of ``nodes`` that pass (:meth:`NamedVerdicts.best`), the nodes of
-    ``held`` left out; None when none passes. The failing nodes are left out of the answer
-    without their reasons being worked out: kube-scheduler reads them only when no node passes (the
-    pod's event, preemption), and then :func:`filter_nodes` gives them all."""
-    ev = scheduler.evaluate(pod, nodes.rows)
+    """The best ``k`` nodes of ``nodes`` that pass in ``ev`` (the pod's evaluation over
+    ``nodes.rows``; :meth:`NamedVerdicts.best`), the nodes of ``held`` left out; None when none
+    passes. The failing nodes are left out of the answer without their reasons being worked out:
+    kube-scheduler reads them only when no node passes (the pod's event, preemption), and then
+    :func:`filter_nodes` gives them all, from the same evaluation."""
     ok = np.flatnonzero(ev.codes == SUCCESS)
     if held and ok.size:
         ok = ok[np.array([n not in held for n in nodes.names_at(ok)], np.bool_)]
@@ -124,10 +124,12 @@ def shortlisted(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet, k: int, r
     return NamedVerdicts(nodes, ok, nodes.rows[ok], ev.scores[ok], {}, {}, ev).best(k, rank)
 
 
-def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet) -> NamedVerdicts:
+def filter_nodes(scheduler: Scheduler, pod: PodRequest, nodes: NodeSet, *,
+                 evaluation: PodEvaluation | None = None) -> NamedVerdicts:
     """Every node of ``nodes``: those that pass, those that fail and why (the brief reasons
-    kube-scheduler's event counts), and the unknown ones."""
-    v = scheduler.verdicts(pod, nodes.rows)
+    kube-scheduler's event counts), and the unknown ones. ``evaluation``: the pod's evaluation over
+    ``nodes.rows`` made just before (:func:`shortlisted`'s), not made again."""
+    v = scheduler.verdicts(pod, nodes.rows, evaluation=evaluation)
     if v.failed_reasons and log.isEnabledFor(logging.DEBUG):
         for name, why in list(zip(nodes.names_at(v.failed), v.failed_reasons, strict=True))[:5]:
             log.debug("%s does not fit on %s: %s", pod.key, name, why)
