@@ -67,6 +67,8 @@ def test_extender_flags_are_checked(tmp_path: Path) -> None:
     assert out.exit_code == 2 and "unknown --policy 'best'" in out.output and "binpack" in out.output
     out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--core-weight", "2"])
     assert out.exit_code == 2 and "--core-weight" in out.output
+    out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--event-loop", "trio"])
+    assert out.exit_code == 2 and "unknown --event-loop 'trio'" in out.output and "uvloop" in out.output
 
 
 def _free_port() -> int:
@@ -134,4 +136,7 @@ def test_the_claim_ledger_is_on_unless_turned_off_and_then_it_warns(tmp_path: Pa
     out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--no-claim-ledger"])
     assert out.exit_code == 0, out.output
     assert [o.claim_ledger for o in seen] == [True, False]
+    assert [o.event_loop for o in seen] == ["auto", "auto"]
+    assert RUNNER.invoke(app, ["extender", "--cluster", str(f), "--event-loop", "asyncio"]).exit_code == 0
+    assert seen[-1].event_loop == "asyncio"
     assert "--no-claim-ledger: binds are not recorded in the claim ledger" in caplog.text

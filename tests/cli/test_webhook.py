@@ -47,6 +47,7 @@ def test_bad_options(tmp_path: Path, certs: ServingCert) -> None:
     tls = ["--tls-cert", str(certs.cert), "--tls-key", str(certs.key)]
     assert "--port" in one_error_line(["webhook", *tls, "--port", "70000"])
     assert "--log-level" in one_error_line(["webhook", *tls, "--log-level", "loud"])
+    assert "unknown --event-loop 'trio'" in one_error_line(["webhook", *tls, "--event-loop", "trio"])
     (tmp_path / "c.yaml").write_text("kind: Device\nmetadata: [")
     assert "YAML" in one_error_line(["webhook", *tls, "--cluster", str(tmp_path / "c.yaml")])
     assert "no such file" in one_error_line(["webhook", *tls, "--cluster", str(tmp_path / "none.yaml")])

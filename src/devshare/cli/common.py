@@ -31,6 +31,20 @@ ConfigOption = Annotated[
     typer.Option("--config", help="A DevshareConfiguration YAML (devshare.io/v1alpha1): device types, policies, "
                  "weights, limits (docs/configuration.md; `devshare config defaults` prints one)."),
 ]
+# the servers' event loop (devshare.server.eventloop)
+EventLoopOption = Annotated[
+    str,
+    typer.Option(help="The event loop the server runs on: auto (uvloop where it is installed, as it is with "
+                 "devshare), uvloop or asyncio (the standard library's)."),
+]
+
+
+def check_event_loop(kind: str) -> None:
+    """Raise the CLI's error for an --event-loop that is not one of the known kinds."""
+    from devshare.server.eventloop import EVENT_LOOPS
+
+    if kind not in EVENT_LOOPS:
+        raise fail(f"unknown --event-loop {kind!r}: use one of {', '.join(EVENT_LOOPS)}")
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

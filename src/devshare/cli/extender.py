@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from devshare.cli.common import ConfigOption, ContextOption, KubeconfigOption, fail, load_cluster, user_errors
+from devshare.cli.common import (
+    ConfigOption,
+    ContextOption,
+    EventLoopOption,
+    KubeconfigOption,
+    check_event_loop,
+    fail,
+    load_cluster,
+    user_errors,
+)
 
 
 def extender(
@@ -86,6 +95,7 @@ def extender(
         str, typer.Option(help="spec.schedulerName of the kube-scheduler profile this extender serves: its pending "
                           "pods are followed for bind, and nudged when devices free up.")
     ] = "devshare-scheduler",
+    event_loop: EventLoopOption = "auto",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
@@ -117,6 +127,7 @@ def extender(
             if not pod_name:
                 raise fail("--follow-lease needs this pod's name: give --pod-name or set $POD_NAME from the "
                            "downward API (env: valueFrom: fieldRef: fieldPath: metadata.name)")
+        check_event_loop(event_loop)
         from devshare.config import load_config, with_overrides
 
         cfg = with_overrides(load_config(config), policy=policy, core_weight=core_weight, assume_ttl=assume_ttl)
@@ -150,7 +161,7 @@ def extender(
         backend: Backend
         options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg,
                                   metrics_port=metrics_port, scheduler_name=scheduler_name,
-                                  claim_ledger=claim_ledger)
+                                  claim_ledger=claim_ledger, event_loop=event_loop)
         if not claim_ledger:
             logging.getLogger("devshare.extender").warning(
                 "--no-claim-ledger: binds are not recorded in the claim ledger; if another extender binds pods "

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from devshare.cli.common import ConfigOption, fail, load_yaml_documents, user_errors
+from devshare.cli.common import ConfigOption, EventLoopOption, check_event_loop, fail, load_yaml_documents, user_errors
 
 webhook_app = typer.Typer(
     help="Admission webhook: validate and normalise device pods (POST /validate, POST /mutate).",
@@ -65,6 +65,7 @@ def webhook(
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     config_file: ConfigOption = None,
+    event_loop: EventLoopOption = "auto",
 ) -> None:
     """Run the webhook over HTTPS: devshare webhook --tls-cert tls.crt --tls-key tls.key."""
     if ctx.invoked_subcommand is not None:
@@ -86,6 +87,7 @@ def webhook(
             raise fail(f"--port must be between 1 and 65535, got {port}")
         if reload_interval < 0:
             raise fail(f"--reload-interval must be >= 0, got {reload_interval}")
+        check_event_loop(event_loop)
         level = getattr(logging, log_level.upper(), None)
         if not isinstance(level, int):
             raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
@@ -134,7 +136,8 @@ def webhook(
                            "system:serviceaccount:devshare-system:devshare-agent")
             config.allocation_traders = tuple(allocation_trader)
     try:
-        serve(config, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, reload_interval=reload_interval)
+        serve(config, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, reload_interval=reload_interval,
+              event_loop=event_loop)
     except OSError as e:
         raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 

@@ -39,6 +39,7 @@ from devshare.server.extender.app import make_app
 from devshare.server.extender.claims import Claims, replica_identity
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.requeue import FREED_AT
+from devshare.server.eventloop import new_event_loop
 from devshare.server.extender.service import Extender
 from devshare.server.tls import CertReloader, TLSCollector
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER
@@ -72,6 +73,8 @@ class ExtenderOptions:
     # the spec.schedulerName of the kube-scheduler profile this extender serves: its pending pods are
     # kept from the watch for bind (StateSync.pending_pod) and nudged when devices free up (requeue.py)
     scheduler_name: str = DEFAULT_SCHEDULER
+    # the event loop the server runs on (devshare.server.eventloop): auto (uvloop), uvloop or asyncio
+    event_loop: str = "auto"
     # record each pod's claim in the claim ledger (one ConfigMap, written in batches) before its Binding, so
     # that two replicas binding at once never over-book a card (docs/deploy.md, "Several replicas")
     claim_ledger: bool = True
@@ -245,7 +248,7 @@ def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str
         extra["sock"] = [sock]
     # aiohttp calls `print` once every socket is bound: "listening" is never logged for a port it failed to take
     web.run_app(app, host=host, port=port, ssl_context=tls.context if tls is not None else None,
-                access_log=None, **extra,
+                access_log=None, loop=new_event_loop(opts.event_loop), **extra,
                 print=lambda _: log.info("devshare extender listening on %s://%s:%d%s%s", scheme, host, port,
                                          f" (read-only on {metrics_host}:{opts.metrics_port})"
                                          if opts.metrics_port else "",

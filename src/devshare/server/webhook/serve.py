@@ -7,6 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from devshare.server.eventloop import new_event_loop
 from devshare.server.tls import CertReloader, TLSCollector
 from devshare.server.webhook.app import WebhookConfig, make_app
 
@@ -21,6 +22,7 @@ def serve(
     host: str = "0.0.0.0",
     port: int = 9443,
     reload_interval: float = 5.0,
+    event_loop: str = "auto",
 ) -> None:
     """Serve until stopped. The certificate pair is re-read when the files change (e.g. a renewed
     Secret mounted by the kubelet), checked at most every ``reload_interval`` seconds."""
@@ -28,4 +30,5 @@ def serve(
     config.metrics.registry.register(TLSCollector(tls))
     app = make_app(config)
     log.info("devshare webhook on https://%s:%d (scheduler %s)", host, port, config.scheduler_name)
-    web.run_app(app, host=host, port=port, ssl_context=tls.context, access_log=None, print=None)
+    web.run_app(app, host=host, port=port, ssl_context=tls.context, access_log=None, print=None,
+                loop=new_event_loop(event_loop))

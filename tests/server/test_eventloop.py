@@ -1,0 +1,55 @@
+"""devshare.server.eventloop: the servers' event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from typing import Any
+
+import pytest
+import uvloop
+
+from devshare.server.eventloop import EVENT_LOOPS, new_event_loop
+
+
+def _run(loop: asyncio.AbstractEventLoop) -> int:
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    try:
+        return loop.run_until_complete(answer())
+    finally:
+        loop.close()
+
+
+def test_auto_and_uvloop_give_uvloop_and_asyncio_the_standard_loop() -> None:
+    for kind in ("auto", "uvloop"):
+        loop = new_event_loop(kind)
+        assert isinstance(loop, uvloop.Loop)
+        assert _run(loop) == 42
+    loop = new_event_loop("asyncio")
+    assert not isinstance(loop, uvloop.Loop) and isinstance(loop, asyncio.AbstractEventLoop)
+    assert _run(loop) == 42
+
+
+def test_without_uvloop_auto_falls_back_and_uvloop_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def no_uvloop(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "uvloop":
+            raise ImportError("No module named 'uvloop'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_uvloop)
+    loop = new_event_loop("auto")
+    assert not isinstance(loop, uvloop.Loop)
+    loop.close()
+    with pytest.raises(ValueError, match="pip install uvloop"):
+        new_event_loop("uvloop")
+
+
+def test_an_unknown_kind_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown event loop 'trio'") as e:
+        new_event_loop("trio")
+    assert all(k in str(e.value) for k in EVENT_LOOPS)
