@@ -16,14 +16,17 @@ Where the time goes, per phase (on stderr, and under ``"alone"`` / ``"devshare"`
 CPU milliseconds per pod bound of each process (etcd, kube-apiserver, kube-scheduler, the extender;
 user + system from /proc/PID/stat, from just before kube-scheduler starts until the last pod is
 bound) and API requests per pod (the API server's ``apiserver_request_total`` before and after, by
-verb and resource; the benchmark's own watch is one of them). ``--profile FILE`` records the
+verb and resource; the benchmark's own watch is one of them), and the machine's CPU over the phase
+(/proc/stat: busy ms per pod of every process, the bench's own included, and the shares of CPU time
+left idle and taken by the hypervisor's steal). ``--profile FILE`` records the
 extender with py-spy during the devshare phase (a speedscope JSON) when ``py-spy`` is installed
 (``pip install py-spy``; not a dependency of devshare).
 
 The last line printed is one JSON object:
 ``{"nodes", "pods", "pods_per_s_alone", "pods_per_s_devshare", "ratio", "binds_refused", "alone", "devshare"}``
 (``binds_refused``: binds the extender answered with an error, from its metrics; ``alone`` and
-``devshare``: ``{"cpu_ms_per_pod": {process: ms}, "requests_per_pod": n, "requests": {"VERB resource": n}}``).
+``devshare``: ``{"cpu_ms_per_pod": {process: ms}, "requests_per_pod": n, "requests": {"VERB resource": n},
+"machine": {"busy_ms_per_pod", "idle_pct", "steal_pct"}}``).
 
 ``--window P`` gives both kube-schedulers (alone and devshare's) the same ``percentageOfNodesToScore: P``
 (the window of candidate nodes each pod is filtered over; default: kube-scheduler's adaptive one, as
@@ -232,6 +235,24 @@ def cpu_seconds(pid: int) -> float:
 PROCESSES = ("etcd", "kube-apiserver", "kube-scheduler", "extender")
 
 
+def machine_ticks() -> dict[str, int]:
+    """The machine's CPU time so far, in clock ticks summed over its CPUs (Linux /proc/stat): busy
+    (user, nice, system, irq, softirq), idle (idle, iowait) and steal (time the hypervisor ran
+    something else while this machine's CPUs wanted to run)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    return {"busy": user + nice + system + irq + softirq, "idle": idle + iowait, "steal": steal}
+
+
+def machine_share(t0: dict[str, int], t1: dict[str, int], pods: int) -> dict[str, float]:
+    """Between two :func:`machine_ticks`: the machine's busy CPU ms per pod (every process, the
+    bench's own included), and the shares of its CPU time left idle and taken by steal, in percent."""
+    d = {k: t1[k] - t0[k] for k in t0}
+    total = max(sum(d.values()), 1)
+    return {"busy_ms_per_pod": round(1000 * d["busy"] / os.sysconf("SC_CLK_TCK") / max(pods, 1), 2),
+            "idle_pct": round(100 * d["idle"] / total, 1), "steal_pct": round(100 * d["steal"] / total, 1)}
+
+
 class Phase:
     """CPU seconds of each control-plane process and the API server's request counters, from
     :meth:`start` to :meth:`stop`, per pod bound."""
@@ -242,6 +263,7 @@ class Phase:
                       "extender": "extender"}
         self.cpu0: dict[str, float] = {}
         self.requests0: dict[str, float] = {}
+        self.ticks0: dict[str, int] = {}
 
     def _pids(self) -> dict[str, int]:
         out = {}
@@ -258,8 +280,10 @@ class Phase:
         """Before kube-scheduler starts: the processes already running (kube-scheduler then counts from 0)."""
         self.cpu0 = self._cpu()
         self.requests0 = api_requests(self.cp)
+        self.ticks0 = machine_ticks()
 
     def stop(self, pods: int) -> dict[str, Any]:
+        ticks = machine_ticks()
         cpu = self._cpu()
         requests = api_requests(self.cp)
         delta = {k: v - self.requests0.get(k, 0.0) for k, v in requests.items()}
@@ -269,6 +293,7 @@ class Phase:
                                for label in PROCESSES if label in cpu},
             "requests_per_pod": round(sum(delta.values()) / pods, 2),
             "requests": {k: int(v) for k, v in list(delta.items())[:12]},
+            "machine": machine_share(self.ticks0, ticks, pods),
         }
 
 
@@ -325,10 +350,11 @@ def report(name: str, rate: float, phase: dict[str, Any]) -> None:
     cpu = ", ".join(f"{k} {v}" for k, v in phase["cpu_ms_per_pod"].items())
     print(f"{name}: {rate:.1f} pods/s; CPU ms per pod: {cpu}; API requests per pod: {phase['requests_per_pod']} "
           f"({', '.join(f'{k} {v}' for k, v in list(phase['requests'].items())[:6])}); "
-          f"kube-scheduler ms per pod: {phase.get('scheduler_ms')}", file=sys.stderr)
+          f"kube-scheduler ms per pod: {phase.get('scheduler_ms')}; machine: {phase.get('machine')}", file=sys.stderr)
 
 
-EXTENDERS = ("devshare", "devshare-no-ledger", "devshare-asyncio", "floor", "floor-no-bind", "floor-annotate", "floor-h2")
+EXTENDERS = ("devshare", "devshare-no-ledger", "devshare-asyncio",
+             "floor", "floor-no-bind", "floor-annotate", "floor-h2")
 PHASES = ("alone", *EXTENDERS)
 
 

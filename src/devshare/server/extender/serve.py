@@ -35,11 +35,11 @@ from devshare.kube.ledger import ClaimLedger
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.persist import SnapshotWriter
 from devshare.kube.sync import StateSync
+from devshare.server.eventloop import new_event_loop
 from devshare.server.extender.app import make_app
 from devshare.server.extender.claims import Claims, replica_identity
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.requeue import FREED_AT
-from devshare.server.eventloop import new_event_loop
 from devshare.server.extender.service import Extender
 from devshare.server.tls import CertReloader, TLSCollector
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER
