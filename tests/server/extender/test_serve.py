@@ -154,3 +154,26 @@ async def test_binds_are_coalesced_into_few_writes(tmp_path: Path, monkeypatch: 
     assert replaced == [str(out)]  # one write, at shutdown, with every bind in it
     saved = MemoryBackend.load(out)
     assert sum(1 for p in saved.store.objects["pods"].values() if p["spec"].get("nodeName")) == 30
+
+
+async def test_once_synced_the_objects_are_frozen_and_full_collections_made_rare() -> None:
+    """The server process (freeze_after_sync): the cluster's objects leave the collector's walks, and
+    full collections no longer run every ten middle ones (serve.GC_THRESHOLDS)."""
+    import gc
+
+    from devshare.server.extender.serve import GC_THRESHOLDS
+
+    before = gc.get_threshold()
+    assert GC_THRESHOLDS[0] > 700 and GC_THRESHOLDS[2] > 10  # rarer than Python's own (700, 10, 10)
+    try:
+        async with running(cluster(), ExtenderOptions(freeze_after_sync=True)) as (client, _):
+            for _ in range(200):
+                if gc.get_threshold() == GC_THRESHOLDS:
+                    break
+                await asyncio.sleep(0.01)
+            assert gc.get_threshold() == GC_THRESHOLDS
+            assert gc.get_freeze_count() > 0
+            assert (await client.get("/readyz")).status == 200
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
