@@ -311,11 +311,9 @@ class Extender:
             return _request(judged), pod_id, soft
         named = decode_pod_id(raw)
         hit: tuple[PodRequest | InvalidInput, PodId, bool] | None = None
-        if named is not None and named[1] and named[2]:
-            watched = self.pending_pod(named[0])
-            if watched is not None and pod_id_of(watched)[1:] == named[1:]:
-                judged_w, soft_w = self._judged_from_api(watched)
-                hit = (judged_w, named, soft_w)
+        if named is not None and (watched := self._watched_version(named)) is not None:
+            judged_w, soft_w = self._judged_from_api(watched)
+            hit = (judged_w, named, soft_w)
         if hit is None:
             hit = self._parsed_raw.get(raw)
         if hit is None:
@@ -499,7 +497,7 @@ class Extender:
         devices when it binds the same request to the same node (:meth:`_bind_from`), a failed bind
         releases them, a new filter of the pod drops them (:meth:`_drop_hold`), and the expiry
         releases a hold whose bind never came (``FILTER_HOLD_TTL``)."""
-        if self.shortlist != 1 or out.passed_idx.size != 1 or not self._watched_now(pod_id):
+        if self.shortlist != 1 or out.passed_idx.size != 1 or self._watched_version(pod_id) is None:
             return
         if pod.key in self.state.pods:
             return  # a bind of it in flight holds devices already
@@ -516,10 +514,13 @@ class Extender:
         if rec is not None and rec.phase == "assumed" and rec.hold is None and not self.lifecycle.binding(key):
             self.lifecycle.forget(key)
 
-    def _watched_now(self, pod_id: PodId) -> bool:
-        """The watch holds this very version of the pod (the same uid and resourceVersion)."""
+    def _watched_version(self, pod_id: PodId) -> dict[str, Any] | None:
+        """The pending pod the watch holds when it is this very version (the same uid and
+        resourceVersion, both given); None otherwise."""
+        if not pod_id[1] or not pod_id[2]:
+            return None
         watched = self.pending_pod(pod_id[0])
-        return watched is not None and bool(pod_id[1]) and bool(pod_id[2]) and pod_id_of(watched) == pod_id
+        return watched if watched is not None and pod_id_of(watched)[1:] == pod_id[1:] else None
 
     def _remember(self, r: Remembered) -> None:
         self._filtered.pop(r.pod_id[0], None)
