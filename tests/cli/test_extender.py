@@ -140,3 +140,20 @@ def test_the_claim_ledger_is_on_unless_turned_off_and_then_it_warns(tmp_path: Pa
     assert RUNNER.invoke(app, ["extender", "--cluster", str(f), "--event-loop", "asyncio"]).exit_code == 0
     assert seen[-1].event_loop == "asyncio"
     assert "--no-claim-ledger: binds are not recorded in the claim ledger" in caplog.text
+
+
+def test_event_loop_uvloop_without_the_package_is_one_error_line(tmp_path: Path, monkeypatch: Any) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_uvloop(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "uvloop":
+            raise ImportError("No module named 'uvloop'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_uvloop)
+    f = write_cluster(tmp_path / "c.yaml", [node("node-0")])
+    out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--event-loop", "uvloop"])
+    assert out.exit_code == 2 and "--event-loop uvloop" in out.output and "pip install uvloop" in out.output
+    assert "Traceback" not in out.output

@@ -40,11 +40,16 @@ EventLoopOption = Annotated[
 
 
 def check_event_loop(kind: str) -> None:
-    """Raise the CLI's error for an --event-loop that is not one of the known kinds."""
-    from devshare.server.eventloop import EVENT_LOOPS
+    """Raise the CLI's error for an --event-loop that is not one of the known kinds, or that cannot be
+    made here (uvloop asked for where it is not installed): before serving, never a stack trace."""
+    from devshare.server.eventloop import EVENT_LOOPS, new_event_loop
 
     if kind not in EVENT_LOOPS:
         raise fail(f"unknown --event-loop {kind!r}: use one of {', '.join(EVENT_LOOPS)}")
+    try:
+        new_event_loop(kind).close()
+    except ValueError as e:
+        raise fail(f"--event-loop {kind}: {e}") from None
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
