@@ -167,16 +167,24 @@ class BoundClock:
         raise TimeoutError(f"{prefix}: only {done} of {count} pods bound in {timeout:.0f}s")
 
 
-def extender_metrics(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """The extender's samples: name -> (sorted labels) -> value. Parsed with prometheus_client's own
-    parser: the exposition sorts each sample's labels by name, whatever order they were declared in."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def samples_of(text: str) -> Samples:
+    """A Prometheus exposition's samples: name -> (sorted labels) -> value. Parsed with
+    prometheus_client's own parser: the exposition sorts each sample's labels by name, whatever order
+    they were declared in."""
+    out: Samples = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
     return out
+
+
+def extender_metrics(port: int) -> Samples:
+    """The extender's samples (:func:`samples_of`)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return samples_of(r.read().decode())
 
 
 def refused_binds(port: int) -> int:
@@ -208,16 +216,14 @@ def scheduler_latencies(cp: ControlPlane, sched: Any) -> dict[str, float]:
     except OSError as e:
         print(f"kube-scheduler's metrics: {e}", file=sys.stderr)
         return {}
-    sums: dict[str, float] = {}
-    names = ("scheduler_scheduling_algorithm_duration_seconds", "scheduler_scheduling_attempt_duration_seconds")
-    for family in text_string_to_metric_families(text):
-        for smp in family.samples:
-            for name in names:
-                if smp.name in (name + "_sum", name + "_count"):
-                    key = name.removeprefix("scheduler_").removesuffix("_duration_seconds") + smp.name[len(name):]
-                    sums[key] = sums.get(key, 0.0) + smp.value
-    return {k: round(1000 * sums[k + "_sum"] / sums[k + "_count"], 2)
-            for k in ("scheduling_algorithm", "scheduling_attempt") if sums.get(k + "_count")}
+    m = samples_of(text)
+    out: dict[str, float] = {}
+    for key in ("scheduling_algorithm", "scheduling_attempt"):
+        name = f"scheduler_{key}_duration_seconds"  # summed over its labels (the attempt's result, profile)
+        total, count = (sum(m.get(name + part, {}).values()) for part in ("_sum", "_count"))
+        if count:
+            out[key] = round(1000 * total / count, 2)
+    return out
 
 
 def failures(port: int) -> dict[str, int]:
