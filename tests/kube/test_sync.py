@@ -411,6 +411,45 @@ def test_a_stale_pending_event_does_not_undo_a_bind() -> None:
     assert sync.state.pods["default/p"].phase == "bound"
 
 
+def test_the_bound_pod_of_an_assumed_allocation_is_marked_bound_without_reading_its_request_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch often shows the extender's bound pod before the Binding's answer: the state holds that
+    very allocation, assumed, so the event only marks it bound (the request of the pending version is
+    kept, the pod is not parsed again). Another allocation, or another pod under the name, is read."""
+    import devshare.kube.sync as sync_module
+
+    mb = MemoryBackend()
+    mb.apply(node("n1"))
+    mb.apply(device("n1"))
+    sync = StateSync(mb, ClusterState())
+    for kind in ("nodes", "devices", "pods"):
+        sync.reconcile(kind, mb.store.list(kind)[0], initial=True)
+    grant = lambda minor: PodAllocation(node="n1", containers=(ContainerAllocation(name="main", devices=(  # noqa: E731
+        DeviceGrant(type="gpu", minor=minor, core_milli=500, memory=8 * GiB),)),))
+    parsed: list[str] = []
+    real_parse = sync_module.parse_pod
+    monkeypatch.setattr(sync_module, "parse_pod", lambda obj: parsed.append(obj["metadata"]["name"]) or real_parse(obj))
+
+    def bound(name: str, uid: str, alloc: PodAllocation) -> None:
+        obj = pod(name, uid=uid)
+        obj["metadata"]["annotations"] = encode_canonical(alloc)
+        obj["spec"]["nodeName"] = "n1"
+        obj["metadata"]["resourceVersion"] = "9"
+        sync.apply_event("pods", WatchEvent("MODIFIED", obj))
+
+    req = real_parse(pod("p", uid="u1"))
+    sync.state.assume(req, grant(0), now=0.0)
+    bound("p", "u1", grant(0))
+    rec = sync.state.pods["default/p"]
+    assert (rec.phase, rec.pod, parsed) == ("bound", req, [])
+    # assumed on card 0 but bound on card 1 (written by someone else): the pod is read, card 1 counted
+    q = real_parse(pod("q", uid="u2"))
+    sync.state.assume(q, grant(0), now=0.0)
+    bound("q", "u2", grant(1))
+    assert parsed == ["q"] and sync.state.pods["default/q"].allocation == grant(1)
+    assert sync.state.pods["default/q"].phase == "bound"
+
+
 async def test_relist_releases_a_missing_pod_only_once_it_is_really_gone() -> None:
     mb = MemoryBackend()
     mb.apply(node("n1"))

@@ -431,17 +431,24 @@ class StateSync:
 
     def _record_bound(self, key: str, obj: dict[str, Any], alloc: PodAllocation) -> None:
         m = meta(obj)
-        try:
-            pod = parse_pod(obj)
-        except InvalidInput as e:
-            # the allocation is still the truth: record it with what we know of the pod
-            log.warning("pod %s: request does not parse (%s); recording its allocation anyway", key, e)
-            pod = PodRequest(namespace=str(m.get("namespace", "")), name=str(m.get("name", "")),
-                             uid=str(m.get("uid") or ""))
+        held = self.state.pods.get(key)
+        uid = str(m.get("uid") or "")
+        if held is not None and held.hold is None and held.allocation == alloc and (
+                not uid or not held.pod.uid or held.pod.uid == uid):
+            # the extender's own bind, seen before its Binding's answer: the state holds this very
+            # allocation for this pod, so recording it only marks it bound, whatever the pod's request
+            # reads (the request of its pending version is kept): not parsed again
+            pod = held.pod
+        else:
+            try:
+                pod = parse_pod(obj)
+            except InvalidInput as e:
+                # the allocation is still the truth: record it with what we know of the pod
+                log.warning("pod %s: request does not parse (%s); recording its allocation anyway", key, e)
+                pod = PodRequest(namespace=str(m.get("namespace", "")), name=str(m.get("name", "")), uid=uid)
         self._order[key] = bound_order(obj)
         self._waiting.pop(key, None)
-        before = self.state.pods.get(key)
-        left = before.allocation.node if before is not None and before.allocation.node != alloc.node else None
+        left = held.allocation.node if held is not None and held.allocation.node != alloc.node else None
         reason = self.state.add_bound_checked(pod, alloc)
         if reason is None:
             self._refused.pop(key, None)
