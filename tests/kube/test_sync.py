@@ -386,15 +386,21 @@ async def test_an_object_that_breaks_the_handler_does_not_stop_the_sync(monkeypa
         assert "default/boom" not in sync.state.pods
 
 
-def test_a_stale_pending_event_does_not_undo_a_bind() -> None:
-    """The watch delivers "annotated, still pending" after the extender has already bound the pod:
-    the devices must stay taken (else another pod could be given them in between)."""
+def one_node_synced() -> tuple[MemoryBackend, StateSync]:
+    """A backend with node n1 and its Device, and a StateSync that has listed it."""
     mb = MemoryBackend()
     mb.apply(node("n1"))
     mb.apply(device("n1"))
     sync = StateSync(mb, ClusterState())
     for kind in ("nodes", "devices", "pods"):
         sync.reconcile(kind, mb.store.list(kind)[0], initial=True)
+    return mb, sync
+
+
+def test_a_stale_pending_event_does_not_undo_a_bind() -> None:
+    """The watch delivers "annotated, still pending" after the extender has already bound the pod:
+    the devices must stay taken (else another pod could be given them in between)."""
+    mb, sync = one_node_synced()
     obj = mb.apply(pod("p", uid="u1"))
     seen = mb.store.rv
     req = parse_pod(obj)
@@ -418,12 +424,7 @@ def test_the_bound_pod_of_an_assumed_allocation_is_marked_bound_without_reading_
     kept, the pod is not parsed again). Another allocation, or another pod under the name, is read."""
     import devshare.kube.sync as sync_module
 
-    mb = MemoryBackend()
-    mb.apply(node("n1"))
-    mb.apply(device("n1"))
-    sync = StateSync(mb, ClusterState())
-    for kind in ("nodes", "devices", "pods"):
-        sync.reconcile(kind, mb.store.list(kind)[0], initial=True)
+    _, sync = one_node_synced()
     grant = lambda minor: PodAllocation(node="n1", containers=(ContainerAllocation(name="main", devices=(  # noqa: E731
         DeviceGrant(type="gpu", minor=minor, core_milli=500, memory=8 * GiB),)),))
     parsed: list[str] = []
