@@ -449,6 +449,11 @@ def test_the_bound_pod_of_an_assumed_allocation_is_marked_bound_without_reading_
     bound("q", "u2", grant(1))
     assert parsed == ["q"] and sync.state.pods["default/q"].allocation == grant(1)
     assert sync.state.pods["default/q"].phase == "bound"
+    # the same allocation, but a new pod under the name (another uid): the old record goes, the new pod is read
+    r = real_parse(pod("r", uid="u3"))
+    sync.state.assume(r, grant(2), now=0.0)
+    bound("r", "u4", grant(2))
+    assert parsed == ["q", "r"] and sync.state.pods["default/r"].pod.uid == "u4"
 
 
 async def test_relist_releases_a_missing_pod_only_once_it_is_really_gone() -> None:
