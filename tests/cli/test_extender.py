@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from devshare.cli.main import app
 from support.extender import device, node, pod
+from support.imports import without_package
 
 RUNNER = CliRunner()
 
@@ -143,16 +144,7 @@ def test_the_claim_ledger_is_on_unless_turned_off_and_then_it_warns(tmp_path: Pa
 
 
 def test_event_loop_uvloop_without_the_package_is_one_error_line(tmp_path: Path, monkeypatch: Any) -> None:
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_uvloop(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "uvloop":
-            raise ImportError("No module named 'uvloop'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_uvloop)
+    without_package(monkeypatch, "uvloop")
     f = write_cluster(tmp_path / "c.yaml", [node("node-0")])
     out = RUNNER.invoke(app, ["extender", "--cluster", str(f), "--event-loop", "uvloop"])
     assert out.exit_code == 2 and "--event-loop uvloop" in out.output and "pip install uvloop" in out.output

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import builtins
-from typing import Any
 
 import pytest
 import uvloop
 
 from devshare.server.eventloop import EVENT_LOOPS, new_event_loop
+from support.imports import without_package
 
 
 def _run(loop: asyncio.AbstractEventLoop) -> int:
@@ -34,14 +33,7 @@ def test_auto_and_uvloop_give_uvloop_and_asyncio_the_standard_loop() -> None:
 
 
 def test_without_uvloop_auto_falls_back_and_uvloop_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_import = builtins.__import__
-
-    def no_uvloop(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "uvloop":
-            raise ImportError("No module named 'uvloop'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_uvloop)
+    without_package(monkeypatch, "uvloop")
     loop = new_event_loop("auto")
     assert not isinstance(loop, uvloop.Loop)
     loop.close()

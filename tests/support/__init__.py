@@ -8,6 +8,7 @@
 - :mod:`.webhook_client`, :mod:`.webhook_pods`: the webhook's HTTPS client and example pods
 - :mod:`.trace`: a small openb trace
 - :mod:`.certs`, :mod:`.server`: certificates, a server run on a thread
+- :mod:`.imports`: a package made to look uninstalled
 
 Tests mirror ``src/devshare``: the test of ``src/devshare/<package>/<module>.py`` is
 ``tests/<package>/test_<module>.py`` (more aspects of one module: ``test_<module>_<aspect>.py``).
