@@ -12,21 +12,30 @@ watch:
   configuration (filter, prioritize and bind through the extender, which runs with its
   ServiceAccount's identity).
 
-Where the time goes, per phase (on stderr, and under ``"alone"`` / ``"devshare"`` in the JSON):
+Where the time goes, per phase (on stderr, and under ``"phases"`` in the JSON):
 CPU milliseconds per pod bound of each process (etcd, kube-apiserver, kube-scheduler, the extender;
 user + system from /proc/PID/stat, from just before kube-scheduler starts until the last pod is
 bound) and API requests per pod (the API server's ``apiserver_request_total`` before and after, by
 verb and resource; the benchmark's own watch is one of them), and the machine's CPU over the phase
 (/proc/stat: busy ms per pod of every process, the bench's own included, and the shares of CPU time
-left idle and taken by the hypervisor's steal). ``--profile FILE`` records the
-extender with py-spy during the devshare phase (a speedscope JSON) when ``py-spy`` is installed
-(``pip install py-spy``; not a dependency of devshare).
+left idle and taken by the hypervisor's steal). ``--profile FILE`` records the extender with py-spy
+during each devshare phase (a speedscope JSON, one file per phase) when ``py-spy`` is installed (``pip
+install py-spy``; not a dependency of devshare).
+
+``--rounds R`` (default 2) runs R rounds of one phase of each kind on one control plane, in
+alternating order: with 2, alone, devshare, devshare, alone. The machine's speed drifts through a run
+(kube-scheduler alone measured 94-158 pods/s on the same code within a day, and by up to 20% between
+two phases of one run), and in the order A B B A a steady drift weighs on both kinds alike; a single
+alone phase followed by a single devshare phase (``--rounds 1``) puts all of it on one side. Each
+phase starts from the same cluster (the pods of the one before deleted), and each kind's rate pools
+its phases: all their pods over all their time.
 
 The last line printed is one JSON object:
-``{"nodes", "pods", "pods_per_s_alone", "pods_per_s_devshare", "ratio", "binds_refused", "alone", "devshare"}``
-(``binds_refused``: binds the extender answered with an error, from its metrics; ``alone`` and
-``devshare``: ``{"cpu_ms_per_pod": {process: ms}, "requests_per_pod": n, "requests": {"VERB resource": n},
-"machine": {"busy_ms_per_pod", "idle_pct", "steal_pct"}}``).
+``{"nodes", "pods", "rounds", "pods_per_s_alone", "pods_per_s_devshare", "ratio", "binds_refused", "phases"}``
+(``binds_refused``: binds the extender answered with an error in all its phases, from its metrics;
+``phases``: each phase in order, ``{"phase", "pods_per_s", "cpu_ms_per_pod": {process: ms},
+"requests_per_pod": n, "requests": {"VERB resource": n}, "machine": {"busy_ms_per_pod", "idle_pct",
+"steal_pct"}, "scheduler_ms": {...}}``, with ``binds_refused`` in the extender's).
 
 ``--window P`` gives both kube-schedulers (alone and devshare's) the same ``percentageOfNodesToScore: P``
 (the window of candidate nodes each pod is filtered over; default: kube-scheduler's adaptive one, as
@@ -471,10 +480,13 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=3000)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--profile", type=Path, default=None,
-                    help="record the extender with py-spy during the devshare phase into this file (speedscope; "
-                         "with --phases, one file per extender phase: FILE's name and the phase's)")
+                    help="record the extender with py-spy during each of its phases (speedscope; one file per "
+                         "phase: FILE's name and the phase's)")
     ap.add_argument("--phases", default="",
                     help=f"phases on one control plane, e.g. alone,floor,devshare,alone (of: {', '.join(PHASES)})")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds of one alone phase and one with the extender, in alternating order (2: alone, "
+                         "extender, extender, alone); the rates pool each kind's phases")
     ap.add_argument("--ledger-phases", default="", help="e.g. on,off,on,off: --phases devshare,devshare-no-ledger,...")
     ap.add_argument("--window", type=int, default=None,
                     help="percentageOfNodesToScore of both kube-schedulers (default: kube-scheduler's adaptive window)")
@@ -483,20 +495,28 @@ def main() -> None:
     args = ap.parse_args()
     if args.window is not None and not 0 < args.window <= 100:
         raise SystemExit("--window: a percentage from 1 to 100 (leave it out for kube-scheduler's adaptive window)")
+    if args.rounds < 1:
+        raise SystemExit("--rounds: at least 1 (1: one alone phase, then one with the extender)")
     if args.ledger_phases or args.phases:
         phases(args)
         return
-    with tempfile.TemporaryDirectory(prefix="devshare-bench-e2e-") as tmp, control_plane(Path(tmp)) as cp:
-        clock = prepare(cp, args.nodes)
-        alone = run_phase(cp, clock, "alone", "alone", args)
-        with_devshare = run_phase(cp, clock, args.extender, "devshare", args, profile=args.profile)
-        clock.stop.set()
-    for out in (alone, with_devshare):
-        out.pop("phase")
-    a, d = alone.pop("pods_per_s"), with_devshare.pop("pods_per_s")
+    # rounds alternate the order (alone then the extender, then the extender then alone, ...): with two,
+    # A B B A, a drift of the machine's speed through the run weighs on both kinds alike
+    order = [kind for i in range(args.rounds)
+             for kind in (("alone", args.extender) if i % 2 == 0 else (args.extender, "alone"))]
+    results = run_phases(args, order)
+    alone = [r for r in results if r["phase"] == "alone"]
+    with_it = [r for r in results if r["phase"] != "alone"]
+    a, d = pooled_rate(alone, args.pods), pooled_rate(with_it, args.pods)
     print(json.dumps({"nodes": args.nodes, "pods": args.pods, "window": args.window, "extender": args.extender,
-                      "pods_per_s_alone": a, "pods_per_s_devshare": d, "ratio": round(d / a, 3),
-                      "binds_refused": with_devshare.pop("binds_refused"), "alone": alone, "devshare": with_devshare}))
+                      "rounds": args.rounds, "pods_per_s_alone": a, "pods_per_s_devshare": d,
+                      "ratio": round(d / a, 3), "binds_refused": sum(r["binds_refused"] for r in with_it),
+                      "phases": results}))
+
+
+def pooled_rate(results: list[dict[str, Any]], pods: int) -> float:
+    """Pods per second over several phases of ``pods`` pods each: all their pods over all their time."""
+    return round(len(results) * pods / sum(pods / float(r["pods_per_s"]) for r in results), 1)
 
 
 def start_extender(cp: ControlPlane, which: str) -> None:
@@ -545,6 +565,13 @@ def phases(args: argparse.Namespace) -> None:
     wrong = [p for p in names if p not in PHASES]
     if not names or wrong:
         raise SystemExit(f"--phases: a comma-separated list of {', '.join(PHASES)} (not {', '.join(wrong)})")
+    results = run_phases(args, names)
+    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "window": args.window, "phases": results}))
+
+
+def run_phases(args: argparse.Namespace, names: list[str]) -> list[dict[str, Any]]:
+    """The phases ``names`` on one control plane, in order, the pods of each deleted before the next
+    (each phase starts from the same cluster); each phase's result also printed on stderr."""
     results = []
     with tempfile.TemporaryDirectory(prefix="devshare-bench-e2e-") as tmp, control_plane(Path(tmp)) as cp:
         clock = prepare(cp, args.nodes)
@@ -558,8 +585,7 @@ def phases(args: argparse.Namespace) -> None:
             if i + 1 < len(names):
                 clear(cp, prefix)
         clock.stop.set()
-    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "window": args.window, "phases": results}))
-
+    return results
 
 if __name__ == "__main__":
     main()
