@@ -72,6 +72,7 @@ import shutil
 import signal
 import socket
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -507,16 +508,17 @@ def main() -> None:
     results = run_phases(args, order)
     alone = [r for r in results if r["phase"] == "alone"]
     with_it = [r for r in results if r["phase"] != "alone"]
-    a, d = pooled_rate(alone, args.pods), pooled_rate(with_it, args.pods)
+    a, d = pooled_rate(alone), pooled_rate(with_it)
     print(json.dumps({"nodes": args.nodes, "pods": args.pods, "window": args.window, "extender": args.extender,
                       "rounds": args.rounds, "pods_per_s_alone": a, "pods_per_s_devshare": d,
                       "ratio": round(d / a, 3), "binds_refused": sum(r["binds_refused"] for r in with_it),
                       "phases": results}))
 
 
-def pooled_rate(results: list[dict[str, Any]], pods: int) -> float:
-    """Pods per second over several phases of ``pods`` pods each: all their pods over all their time."""
-    return round(len(results) * pods / sum(pods / float(r["pods_per_s"]) for r in results), 1)
+def pooled_rate(results: list[dict[str, Any]]) -> float:
+    """Pods per second over several phases of as many pods each, all their pods over all their time:
+    the harmonic mean of their rates."""
+    return round(float(statistics.harmonic_mean(r["pods_per_s"] for r in results)), 1)
 
 
 def start_extender(cp: ControlPlane, which: str) -> None:
@@ -586,6 +588,7 @@ def run_phases(args: argparse.Namespace, names: list[str]) -> list[dict[str, Any
                 clear(cp, prefix)
         clock.stop.set()
     return results
+
 
 if __name__ == "__main__":
     main()
