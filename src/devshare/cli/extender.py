@@ -96,6 +96,13 @@ def extender(
                           "pods are followed for bind, and nudged when devices free up.")
     ] = "devshare-scheduler",
     event_loop: EventLoopOption = "auto",
+    lane: Annotated[
+        bool,
+        typer.Option("--lane/--no-lane",
+                     help="On a plain-HTTP port, read kube-scheduler's verb requests straight off the socket, "
+                     "handing every other request to the full HTTP server (less CPU per pod; docs/extender.md). "
+                     "--no-lane: every request through the full HTTP server."),
+    ] = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
@@ -161,7 +168,7 @@ def extender(
         backend: Backend
         options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg,
                                   metrics_port=metrics_port, scheduler_name=scheduler_name,
-                                  claim_ledger=claim_ledger, event_loop=event_loop)
+                                  claim_ledger=claim_ledger, event_loop=event_loop, lane=lane)
         if not claim_ledger:
             logging.getLogger("devshare.extender").warning(
                 "--no-claim-ledger: binds are not recorded in the claim ledger; if another extender binds pods "

@@ -42,6 +42,7 @@ MAX_BODY = 64 * 2**20  # a full NodeList of thousands of nodes is large
 JSON = "application/json"
 
 EXTENDER = web.AppKey("extender", Extender)
+VERBS = web.AppKey("verbs", dict)  # path -> Verb (:func:`verbs`)
 
 Handler = Callable[[Extender, bytes], Awaitable[tuple[Any, str]]]
 
@@ -55,43 +56,56 @@ def _error_body(message: str) -> dict[str, str]:
     return {"error": message}
 
 
-def _verb(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
-    counted: dict[tuple[int, str], Any] = {}  # (registry, result) -> its counter: a few per verb, looked up once
+class Verb:
+    """One verb of kube-scheduler's extender protocol: its body in, its status and JSON answer out,
+    counted in the extender's metrics. The one owner of how a verb answers, whichever server took the
+    request (aiohttp's route below, or the lane of :mod:`devshare.server.extender.lane`)."""
 
-    async def serve(request: web.Request) -> web.Response:
-        ext = request.app[EXTENDER]
-        metrics: ExtenderMetrics = ext.metrics
-        body = await request.read()
+    def __init__(self, name: str, handler: Handler) -> None:
+        self.name = name
+        self.handler = handler
+        self._counted: dict[tuple[int, str], Any] = {}  # (registry, result) -> its counters, looked up once
+
+    async def answer(self, ext: Extender, body: bytes) -> tuple[int, bytes]:
+        """The HTTP status and the JSON body answering ``body``; never raises (but for cancellation)."""
+        name = self.name
         started = time.perf_counter()
+        status = 200
         try:
-            answer, result = await handler(ext, body)
-            response = _json(answer)
+            answer, result = await self.handler(ext, body)
+            out = answer if isinstance(answer, bytes) else encode(answer)  # bytes: encoded already
         except BadRequest as e:
-            result = MALFORMED
-            response = _json(_error_body(f"{name}: {e}"), 400)
+            result, status, out = MALFORMED, 400, _error_json(f"{name}: {e}")
         except UnicodeDecodeError as e:  # msgspec reads JSON strings as UTF-8
-            result = MALFORMED
-            response = _json(_error_body(f"{name}: body is not valid UTF-8 ({e}): JSON text must be UTF-8"), 400)
+            result, status = MALFORMED, 400
+            out = _error_json(f"{name}: body is not valid UTF-8 ({e}): JSON text must be UTF-8")
         except RecursionError:  # a body decoded fine but too deep for what walks it later
-            result = MALFORMED
-            response = _json(_error_body(f"{name}: {TOO_DEEP}"), 400)
+            result, status, out = MALFORMED, 400, _error_json(f"{name}: {TOO_DEEP}")
         except NotReady as e:
-            result = NOT_READY
-            response = _json(_error_body(str(e)), 503)
+            result, status, out = NOT_READY, 503, _error_json(str(e))
         except Exception as e:  # a bug: say so without a stack trace on the wire
             log.exception("%s failed", name)
-            result = "internal"
-            response = _json(_error_body(f"{name} failed inside devshare ({type(e).__name__}); see its log"), 500)
+            result, status = "internal", 500
+            out = _error_json(f"{name} failed inside devshare ({type(e).__name__}); see its log")
         took = time.perf_counter() - started
+        metrics: ExtenderMetrics = ext.metrics
         key = (id(metrics), result)
-        children = counted.get(key)
+        children = self._counted.get(key)
         if children is None:  # prometheus_client's labels() is a lock and a dict lookup on tuples each time
-            children = counted[key] = (metrics.requests.labels(name, result), metrics.latency.labels(name), metrics)
+            children = self._counted[key] = (metrics.requests.labels(name, result), metrics.latency.labels(name),
+                                             metrics)
         children[0].inc()
         children[1].observe(took)
-        return response
+        return status, out
 
-    return serve
+    async def serve(self, request: web.Request) -> web.Response:
+        """The verb as an aiohttp route."""
+        status, out = await self.answer(request.app[EXTENDER], await request.read())
+        return web.Response(body=out, status=status, content_type=JSON)
+
+
+def _error_json(message: str) -> bytes:
+    return encode(_error_body(message))
 
 
 async def _filter(ext: Extender, body: bytes) -> tuple[Any, str]:
@@ -114,6 +128,16 @@ async def _bind(ext: Extender, body: bytes) -> tuple[Any, str]:
 
 async def _preempt(ext: Extender, body: bytes) -> tuple[Any, str]:
     return ext.preempt(decode(body, ExtenderPreemptionArgs)), OK
+
+
+def verbs() -> dict[str, Verb]:
+    """The verbs by path, for one application: served by its aiohttp routes and its lane alike."""
+    return {
+        "/filter": Verb("filter", _filter),
+        "/prioritize": Verb("prioritize", _prioritize),
+        "/bind": Verb("bind", _bind),
+        "/preempt": Verb("preempt", _preempt),
+    }
 
 
 async def _inspect(request: web.Request) -> web.Response:
@@ -175,10 +199,9 @@ def make_app(extender: Extender, *, client_auth: bool = False) -> web.Applicatio
     without a verified client certificate (probes and /metrics stay open)."""
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_require_client_cert] if client_auth else [])
     app[EXTENDER] = extender
-    app.router.add_post("/filter", _verb("filter", _filter))
-    app.router.add_post("/prioritize", _verb("prioritize", _prioritize))
-    app.router.add_post("/bind", _verb("bind", _bind))
-    app.router.add_post("/preempt", _verb("preempt", _preempt))
+    app[VERBS] = verbs()
+    for path, verb in app[VERBS].items():
+        app.router.add_post(path, verb.serve)
     app.router.add_get("/inspect", _inspect)
     app.router.add_get("/ui", _ui)
     app.router.add_get("/ui/", _ui)

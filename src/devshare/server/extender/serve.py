@@ -15,9 +15,10 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from ssl import SSLContext
 from typing import Any
 
 from aiohttp import web
@@ -36,8 +37,9 @@ from devshare.kube.memory import MemoryBackend
 from devshare.kube.persist import SnapshotWriter
 from devshare.kube.sync import StateSync
 from devshare.server.eventloop import new_event_loop
-from devshare.server.extender.app import make_app
+from devshare.server.extender.app import VERBS, make_app
 from devshare.server.extender.claims import Claims, replica_identity
+from devshare.server.extender.lane import Lanes
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.requeue import FREED_AT
 from devshare.server.extender.service import Extender
@@ -78,6 +80,9 @@ class ExtenderOptions:
     # record each pod's claim in the claim ledger (one ConfigMap, written in batches) before its Binding, so
     # that two replicas binding at once never over-book a card (docs/deploy.md, "Several replicas")
     claim_ledger: bool = True
+    # serve kube-scheduler's verbs off the socket on a plain-HTTP port (devshare.server.extender.lane);
+    # False: every request through aiohttp
+    lane: bool = True
 
 
 @dataclass
@@ -252,7 +257,8 @@ def read_only_on(port: int) -> Callable[..., Any]:
 def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str = "127.0.0.1",
           port: int = 8888, metrics_host: str = "0.0.0.0", tls: CertReloader | None = None) -> None:
     """Serve until SIGINT/SIGTERM: over TLS with ``tls`` (kube-scheduler's extender config sets
-    ``enableHTTPS`` and its ``tlsConfig``), plain HTTP otherwise."""
+    ``enableHTTPS`` and its ``tlsConfig``), plain HTTP otherwise (with the verbs' lane unless
+    ``options.lane`` is off)."""
     opts = options or ExtenderOptions()
     opts.freeze_after_sync = True
     opts.client_auth = tls is not None and tls.client_ca is not None
@@ -260,17 +266,92 @@ def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str
     if tls is not None:
         app[RUNTIME].extender.metrics.registry.register(TLSCollector(tls))
     scheme = "https" if tls is not None else "http"
-    extra: dict[str, Any] = {}
+    metrics_sock = None
     if opts.metrics_port:
-        sock = socket.create_server((metrics_host, opts.metrics_port), reuse_port=False)
-        extra["sock"] = [sock]
-    # aiohttp calls `print` once every socket is bound: "listening" is never logged for a port it failed to take
-    web.run_app(app, host=host, port=port, ssl_context=tls.context if tls is not None else None,
-                access_log=None, loop=new_event_loop(opts.event_loop), **extra,
-                print=lambda _: log.info("devshare extender listening on %s://%s:%d%s%s", scheme, host, port,
-                                         f" (read-only on {metrics_host}:{opts.metrics_port})"
-                                         if opts.metrics_port else "",
-                                         " (client certificates required)" if opts.client_auth else ""))
+        metrics_sock = socket.create_server((metrics_host, opts.metrics_port), reuse_port=False)
+
+    def listening() -> None:  # logged once every socket is bound: never for a port it failed to take
+        log.info("devshare extender listening on %s://%s:%d%s%s%s", scheme, host, port,
+                 f" (read-only on {metrics_host}:{opts.metrics_port})" if opts.metrics_port else "",
+                 " (client certificates required)" if opts.client_auth else "",
+                 "" if tls is not None or not opts.lane else " (kube-scheduler's verbs in the lane)")
+
+    loop = new_event_loop(opts.event_loop)
+    main = loop.create_task(_run(app, host, port, tls.context if tls is not None else None, metrics_sock,
+                                 lane=opts.lane and tls is None, listening=listening))
+    try:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(main)
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass
+    finally:  # as aiohttp's run_app ends
+        try:
+            if not main.done():
+                main.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    loop.run_until_complete(main)
+        finally:
+            rest = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in rest:
+                t.cancel()
+            if rest:
+                loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+
+async def _run(app: web.Application, host: str, port: int, ssl: SSLContext | None, metrics_sock: socket.socket | None,
+               *, lane: bool, listening: Callable[[], None]) -> None:
+    """Serve ``app`` (:func:`serving`) until cancelled or until SIGINT/SIGTERM (aiohttp's runner then
+    raises ``GracefulExit``)."""
+    async with serving(app, host, port, ssl=ssl, metrics_sock=metrics_sock, lane=lane, handle_signals=True):
+        listening()
+        while True:
+            await asyncio.sleep(3600)
+
+
+@dataclass
+class Serving:
+    port: int  # the port bound (the one asked, or the one the system chose for 0)
+    lanes: Lanes | None  # the verbs' lane, when it serves the port
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application, host: str, port: int, *, ssl: SSLContext | None = None,
+                  metrics_sock: socket.socket | None = None, lane: bool = True,
+                  handle_signals: bool = False) -> AsyncIterator[Serving]:
+    """``app`` served on ``host:port`` (and the read-only ``metrics_sock``) while in the block. On a
+    plain-HTTP port with ``lane``, each connection starts in the verbs' lane
+    (:mod:`devshare.server.extender.lane`), which hands it to aiohttp's handler for anything but
+    kube-scheduler's verbs; over TLS, and on the read-only port, every request goes through aiohttp."""
+    runner = web.AppRunner(app, handle_signals=handle_signals, access_log=None)
+    await runner.setup()
+    lanes: Lanes | None = None
+    collector: _LaneCollector | None = None
+    server: asyncio.AbstractServer | None = None
+    try:
+        if lane and ssl is None:
+            assert runner.server is not None
+            lanes = Lanes(app[VERBS], app[RUNTIME].extender, runner.server)
+            collector = _LaneCollector(lanes)
+            app[RUNTIME].extender.metrics.registry.register(collector)
+            server = await asyncio.get_running_loop().create_server(lanes, host, port, reuse_address=True)
+            bound = server.sockets[0].getsockname()[1]
+        else:
+            site = web.TCPSite(runner, host, port, ssl_context=ssl)
+            await site.start()
+            bound = runner.addresses[-1][1]
+        if metrics_sock is not None:
+            await web.SockSite(runner, metrics_sock).start()
+        yield Serving(bound, lanes)
+    finally:
+        if server is not None:
+            server.close()
+        if lanes is not None:
+            await lanes.shutdown()
+        if collector is not None:
+            app[RUNTIME].extender.metrics.registry.unregister(collector)
+        await runner.cleanup()
 
 
 def is_loopback(host: str) -> bool:
@@ -315,6 +396,20 @@ class _SaveCollector(Collector):
         yield CounterMetricFamily("devshare_extender_save_failures",
                                   "Failed writes of the --save file (the previous file is kept).",
                                   value=self.saver.failures)
+
+
+class _LaneCollector(Collector):
+    """What the verbs' lane served itself, and the connections it handed to aiohttp (lane.py)."""
+
+    def __init__(self, lanes: Lanes) -> None:
+        self.lanes = lanes
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("devshare_extender_lane_requests", "Verb requests read and answered by the lane, "
+                                  "without aiohttp.", value=self.lanes.served)
+        yield CounterMetricFamily("devshare_extender_lane_handovers",
+                                  "Connections the lane handed to aiohttp at a request that was not a verb as "
+                                  "kube-scheduler sends it.", value=self.lanes.handed)
 
 
 class _RequeueCollector(Collector):
