@@ -212,6 +212,12 @@ def latencies(port: int) -> dict[str, float]:
     return {v: round(1000 * sums[v] / counts[v], 2) for v in sums if counts.get(v)}
 
 
+def lane_counts(port: int) -> dict[str, int]:
+    """The extender's lane: verb requests it answered itself, connections it handed to aiohttp."""
+    m = extender_metrics(port)
+    return {k: int(sum(m.get(f"devshare_extender_lane_{k}_total", {}).values())) for k in ("requests", "handovers")}
+
+
 def scheduler_latencies(cp: ControlPlane, sched: Any) -> dict[str, float]:
     """Mean milliseconds per pod of kube-scheduler's scheduling algorithm (its filters, the extender's
     filter and the scoring: one pod at a time, so it bounds the pods per second) and of a whole
@@ -417,6 +423,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
     if kind.startswith("devshare"):
         print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
         print(f"extender failures: {failures(cp.extender_port)}", file=sys.stderr)
+        print(f"extender lane: {lane_counts(cp.extender_port)}", file=sys.stderr)
     elif kind != "floor-h2":
         with urllib.request.urlopen(f"http://127.0.0.1:{cp.extender_port}/metrics", timeout=10) as r:
             print(r.read().decode().strip(), file=sys.stderr)

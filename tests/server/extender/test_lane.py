@@ -13,10 +13,12 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devshare.server.eventloop import EVENT_LOOPS, new_event_loop
+from devshare.server.extender.app import Verb
 from devshare.server.extender.serve import RUNTIME, Runtime, Serving, build_app, serving
 from support.extender import cluster, names_body, pod
 
@@ -238,3 +240,16 @@ def test_any_cut_of_any_stream_gets_the_answers_one_write_gets(kinds: list[str],
     assert [a[0] for a in whole] == [expected[k] for k in kinds]
     own = kinds.index("healthz") if "healthz" in kinds else len(kinds)
     assert served == 2 * own and handed == (2 if own < len(kinds) else 0)
+
+
+async def test_a_failure_of_the_lane_itself_closes_the_connection_never_leaves_it_waiting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(self: Verb, ext: Any, body: bytes) -> tuple[int, bytes]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Verb, "answer", broken)  # Verb.answer itself never raises: stand in for a bug around it
+    async with server() as (s, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", s.port)
+        writer.write(request("/filter", filter_body()))
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()

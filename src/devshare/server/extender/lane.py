@@ -29,9 +29,10 @@ import logging
 import time
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any, cast
+from typing import cast
 
 from devshare.server.extender.app import MAX_BODY, Verb
+from devshare.server.extender.service import Extender
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class Lanes:
     extender); ``fallback``: aiohttp's protocol factory for the same application (its
     ``web.Server``), which takes over a connection the lane does not serve."""
 
-    def __init__(self, verbs: dict[str, Verb], ext: Any, fallback: Callable[[], asyncio.Protocol], *,
+    def __init__(self, verbs: dict[str, Verb], ext: Extender, fallback: Callable[[], asyncio.Protocol], *,
                  max_body: int = MAX_BODY, idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.verbs = {path.encode(): verb for path, verb in verbs.items()}
         self.ext = ext
@@ -204,10 +205,16 @@ class Lane(asyncio.Protocol):
 
     async def _answer(self, verb: Verb, body: bytes, close: bool) -> None:
         try:
-            status, out = await verb.answer(self.lanes.ext, body)
+            await self._respond(verb, body, close)
         except asyncio.CancelledError:
             self.close()
             raise
+        except Exception:  # a bug here must not leave the connection waiting forever: close it
+            log.exception("the lane failed to answer a %s request", verb.name)
+            self.close()
+
+    async def _respond(self, verb: Verb, body: bytes, close: bool) -> None:
+        status, out = await verb.answer(self.lanes.ext, body)
         self.lanes.served += 1
         transport = self.transport
         if transport is None or transport.is_closing():
