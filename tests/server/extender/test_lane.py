@@ -146,6 +146,14 @@ async def test_malformed_heads_get_aiohttps_answer_never_a_hang() -> None:
         assert s.lanes is not None and s.lanes.served == 0 and s.lanes.handed == len(bad)
 
 
+async def test_a_head_longer_than_aiohttp_takes_is_left_to_aiohttp() -> None:
+    async with server() as (s, _):
+        long_head = request("/filter", filter_body(), extra=f"X-Long: {'a' * 9000}\r\n")
+        ((status, _, _),) = await exchange(s.port, long_head, 1)
+        assert s.lanes is not None and (s.lanes.served, s.lanes.handed) == (0, 1)
+    assert status == 400  # aiohttp's "Got more than 8190 bytes"
+
+
 async def test_bare_line_feeds_are_handed_over() -> None:
     body = filter_body()
     async with server() as (s, _):

@@ -36,7 +36,9 @@ from devshare.server.extender.service import Extender
 
 log = logging.getLogger(__name__)
 
-HEAD_LIMIT = 16384  # bytes of request line and headers the lane reads before it hands the connection over
+# bytes of request line and headers the lane serves at most (aiohttp refuses a line longer than 8190):
+# a longer head is handed over, so that aiohttp judges it
+HEAD_LIMIT = 8190
 IDLE_TIMEOUT = 75.0  # seconds a connection may stay idle between requests (aiohttp's keep-alive default)
 HEADERS = b"Content-Type: application/json\r\nContent-Length: %d\r\nDate: %s\r\n%s\r\n"  # and the body
 REFUSED = frozenset({b"transfer-encoding", b"expect", b"upgrade"})  # headers aiohttp handles, never the lane
@@ -156,7 +158,7 @@ class Lane(asyncio.Protocol):
             else:
                 self._wait_more()  # the rest of the head is on its way
             return
-        parsed = self._parse(head)
+        parsed = self._parse(head) if end <= HEAD_LIMIT else None
         if parsed is None:
             self._hand_over()
             return
