@@ -245,9 +245,7 @@ class Lane(asyncio.Protocol):
         self.transport = None
         handler = self.lanes.fallback()
         transport.set_protocol(handler)
-        handler.connection_made(transport)
-        if self.paused:
-            transport.resume_reading()
+        handler.connection_made(transport)  # never paused here: only a request under way pauses reading
         if self.buffer:
             handler.data_received(bytes(self.buffer))
         self.buffer.clear()

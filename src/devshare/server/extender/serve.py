@@ -278,7 +278,7 @@ def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str
 
     loop = new_event_loop(opts.event_loop)
     main = loop.create_task(_run(app, host, port, tls.context if tls is not None else None, metrics_sock,
-                                 lane=opts.lane and tls is None, listening=listening))
+                                 lane=opts.lane, listening=listening))
     try:
         asyncio.set_event_loop(loop)
         loop.run_until_complete(main)
