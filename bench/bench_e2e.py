@@ -52,7 +52,9 @@ phase deleted before the next), each reporting pods/s, CPU per pod of each proce
 requests per pod, as above: the machine's speed drifts between runs (kube-scheduler alone measured
 116-168 pods/s on the same code within an hour), so parts are compared within one run.
 ``devshare-asyncio`` is devshare on the standard library's event loop instead of uvloop (``--event-loop
-asyncio``), ``devshare-no-lane`` devshare with every request through aiohttp (``--no-lane``).
+asyncio``), ``devshare-no-lane`` devshare with every request through aiohttp (``--no-lane``),
+``devshare-no-api-lane`` devshare with its requests to the API server through aiohttp's client
+(``--no-api-lane``).
 ``DEVSHARE_E2E_PROFILING=1`` starts the API server with ``--profiling`` (``kubectl get --raw
 /debug/pprof/profile?seconds=15`` during a phase). ``--ledger-phases on,off,on,off`` is
 ``--phases devshare,devshare-no-ledger,devshare,devshare-no-ledger``.
@@ -376,7 +378,7 @@ def report(name: str, rate: float, phase: dict[str, Any]) -> None:
           f"kube-scheduler ms per pod: {phase.get('scheduler_ms')}; machine: {phase.get('machine')}", file=sys.stderr)
 
 
-EXTENDERS = ("devshare", "devshare-no-ledger", "devshare-asyncio", "devshare-no-lane",
+EXTENDERS = ("devshare", "devshare-no-ledger", "devshare-asyncio", "devshare-no-lane", "devshare-no-api-lane",
              "floor", "floor-no-bind", "floor-annotate", "floor-h2")
 PHASES = ("alone", *EXTENDERS)
 
@@ -534,7 +536,8 @@ def start_extender(cp: ControlPlane, which: str) -> None:
     if which.startswith("devshare"):
         cp.start_extender("--log-level", "warning", *(["--no-claim-ledger"] if which == "devshare-no-ledger" else []),
                           *(["--event-loop", "asyncio"] if which == "devshare-asyncio" else []),
-                          *(["--no-lane"] if which == "devshare-no-lane" else []))
+                          *(["--no-lane"] if which == "devshare-no-lane" else []),
+                          *(["--no-api-lane"] if which == "devshare-no-api-lane" else []))
         return
     from e2e.cluster import _ok, free_port, wait_until
 

@@ -44,24 +44,30 @@ async def tls_api(pki: ServingCert) -> AsyncIterator[FakeApiServer]:
         await server.stop()
 
 
-def requests_for(server: FakeApiServer, path: Path, pki: ServingCert, user: dict[str, Any] | None = None
-                 ) -> ApiRequests:
+@pytest.fixture(params=[True, False], ids=["api-lane", "aiohttp"])
+def direct(request: pytest.FixtureRequest) -> bool:
+    """Every request test runs both ways: over http1's connections and through aiohttp's client."""
+    return bool(request.param)
+
+
+def requests_for(server: FakeApiServer, path: Path, pki: ServingCert, user: dict[str, Any] | None = None,
+                 *, direct: bool = True) -> ApiRequests:
     kc = server.write_kubeconfig(path, ca=pki.ca_cert, user=user)
     config = KubeConfig.from_file(str(kc)).get()
     assert config is not None
-    return ApiRequests(config)
+    return ApiRequests(config, direct=direct)
 
 
 @pytest.fixture
-async def api(tls_api: FakeApiServer, tmp_path: Path, pki: ServingCert) -> AsyncIterator[ApiRequests]:
-    out = requests_for(tls_api, tmp_path / "kc", pki)
+async def api(tls_api: FakeApiServer, tmp_path: Path, pki: ServingCert, direct: bool) -> AsyncIterator[ApiRequests]:
+    out = requests_for(tls_api, tmp_path / "kc", pki, direct=direct)
     try:
         yield out
     finally:
         await out.close()
 
 
-async def test_get_and_bind_over_tls_with_a_token(tls_api: FakeApiServer, api: ApiRequests) -> None:
+async def test_get_and_bind_over_tls_with_a_token(tls_api: FakeApiServer, api: ApiRequests, direct: bool) -> None:
     created = tls_api.put(pod("a"))
     got = await api.get_pod("default", "a")
     assert got == created and type(got) is dict
@@ -83,6 +89,8 @@ async def test_get_and_bind_over_tls_with_a_token(tls_api: FakeApiServer, api: A
     with pytest.raises(NotFound):
         await api.bind_pod("default", "nobody", binding)
     assert ("POST", "/api/v1/namespaces/default/pods/a/binding", {}) in tls_api.requests
+    # the API lane carried them, on one kept-alive connection; or aiohttp did
+    assert (api.connections.opened == 1) if direct else (api.connections is None)
 
 
 async def test_watch_streams_events_after_a_version_and_ends_with_the_server(tls_api: FakeApiServer,
@@ -135,8 +143,8 @@ async def test_errors_are_the_backends(tls_api: FakeApiServer, api: ApiRequests,
         assert "injected failure of bind pods" in str(err.value) and err.value.code == code
 
 
-async def test_a_wrong_token_is_refused(tls_api: FakeApiServer, tmp_path: Path, pki: ServingCert) -> None:
-    api = requests_for(tls_api, tmp_path / "kc", pki, user={"token": "wrong"})
+async def test_a_wrong_token_is_refused(tls_api: FakeApiServer, tmp_path: Path, pki: ServingCert, direct: bool) -> None:
+    api = requests_for(tls_api, tmp_path / "kc", pki, user={"token": "wrong"}, direct=direct)
     try:
         with pytest.raises(BackendError) as err:
             await api.get_pod("default", "a")
@@ -146,11 +154,11 @@ async def test_a_wrong_token_is_refused(tls_api: FakeApiServer, tmp_path: Path, 
 
 
 async def test_a_token_file_is_read_again_after_a_401(tls_api: FakeApiServer, tmp_path: Path,
-                                                      pki: ServingCert) -> None:
+                                                      pki: ServingCert, direct: bool) -> None:
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     tls_api.put(pod("a"))
-    api = requests_for(tls_api, tmp_path / "kc", pki, user={"tokenFile": str(token)})
+    api = requests_for(tls_api, tmp_path / "kc", pki, user={"tokenFile": str(token)}, direct=direct)
     try:
         assert await api.get_pod("default", "a") is not None
         tls_api.token = "rotated"  # the kubelet rotated the ServiceAccount token
@@ -165,7 +173,7 @@ async def test_a_token_file_is_read_again_after_a_401(tls_api: FakeApiServer, tm
 
 
 async def test_an_exec_plugin_gives_the_token_and_runs_again_after_a_401(tls_api: FakeApiServer, tmp_path: Path,
-                                                                         pki: ServingCert) -> None:
+                                                                         pki: ServingCert, direct: bool) -> None:
     token = tmp_path / "token"
     token.write_text("s3cret")
     plugin = tmp_path / "plugin.py"
@@ -175,7 +183,7 @@ async def test_an_exec_plugin_gives_the_token_and_runs_again_after_a_401(tls_api
     user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": sys.executable,
                      "args": [str(plugin)]}}
     tls_api.put(pod("a"))
-    api = requests_for(tls_api, tmp_path / "kc", pki, user=user)
+    api = requests_for(tls_api, tmp_path / "kc", pki, user=user, direct=direct)
     try:
         assert await api.get_pod("default", "a") is not None
         tls_api.token = "next"
@@ -185,12 +193,13 @@ async def test_an_exec_plugin_gives_the_token_and_runs_again_after_a_401(tls_api
         await api.close()
 
 
-async def test_a_client_certificate_authenticates(pki: ServingCert, tmp_path: Path) -> None:
+async def test_a_client_certificate_authenticates(pki: ServingCert, tmp_path: Path, direct: bool) -> None:
     crt, key = signed_pair(pki, tmp_path / "client", cn="devshare", usage="clientAuth")
     server = await serving(pki, token=None, client_ca=True)
     server.put(pod("a"))
-    api = requests_for(server, tmp_path / "kc", pki, user={"client-certificate": str(crt), "client-key": str(key)})
-    anonymous = requests_for(server, tmp_path / "kc2", pki, user={})
+    api = requests_for(server, tmp_path / "kc", pki, user={"client-certificate": str(crt), "client-key": str(key)},
+                       direct=direct)
+    anonymous = requests_for(server, tmp_path / "kc2", pki, user={}, direct=direct)
     try:
         assert await api.get_pod("default", "a") is not None
         with pytest.raises(Unavailable):  # the handshake fails without a certificate
@@ -201,9 +210,10 @@ async def test_a_client_certificate_authenticates(pki: ServingCert, tmp_path: Pa
         await server.stop()
 
 
-async def test_an_untrusted_server_certificate_fails_the_connection(tls_api: FakeApiServer, tmp_path: Path) -> None:
+async def test_an_untrusted_server_certificate_fails_the_connection(tls_api: FakeApiServer, tmp_path: Path,
+                                                                   direct: bool) -> None:
     other = make_serving_cert("other", "default", tmp_path / "other", extra_names=("127.0.0.1",))
-    api = requests_for(tls_api, tmp_path / "kc", other)
+    api = requests_for(tls_api, tmp_path / "kc", other, direct=direct)
     try:
         with pytest.raises(Unavailable, match=r"(?i)certificate"):
             await api.get_pod("default", "a")
@@ -236,6 +246,44 @@ def test_the_environments_proxy_is_looked_up_once(tmp_path: Path, monkeypatch: p
     for var in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
-    assert str(ApiRequests(config).proxy) == "http://proxy.example:3128"
+    proxied = ApiRequests(config)
+    assert str(proxied.proxy) == "http://proxy.example:3128"
+    assert proxied.connections is None  # through a proxy every request goes through aiohttp's client
     monkeypatch.setenv("NO_PROXY", "api.example")
-    assert ApiRequests(config).proxy is None
+    assert ApiRequests(config).proxy is None and ApiRequests(config).connections is not None
+
+
+async def test_the_api_lane_sends_to_the_servers_path_with_its_host(tmp_path: Path) -> None:
+    """A server URL with a path (an API server behind a gateway): the requests go under it, with the
+    server's host and port in Host; a request is written whole, in one piece."""
+    seen: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]) if b"ength:" in head else 0
+        seen.append(head + await reader.readexactly(length))
+        writer.write(b'HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}')
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    kc = tmp_path / "kc"
+    kc.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}/k8s/clusters/c1/"}}],
+        "users": [{"name": "u", "user": {"token": "t0k"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    config = KubeConfig.from_file(str(kc)).get()
+    assert config is not None
+    api = ApiRequests(config)
+    try:
+        await api.bind_pod("ns", "p", {"kind": "Binding"})
+    finally:
+        await api.close()
+        server.close()
+        await server.wait_closed()
+    assert seen == [b"POST /k8s/clusters/c1/api/v1/namespaces/ns/pods/p/binding HTTP/1.1\r\n"
+                    + f"Host: 127.0.0.1:{port}\r\n".encode()
+                    + b"User-Agent: devshare\r\nAccept: application/json\r\nAuthorization: Bearer t0k\r\n"
+                    b"Content-Type: application/json\r\nContent-Length: 18\r\n\r\n{\"kind\":\"Binding\"}"]

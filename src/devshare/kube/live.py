@@ -102,8 +102,9 @@ class LiveBackend:
 
     @classmethod
     def connect(cls, kubeconfig: str | Path | None = None, *, context: str | None = None,
-                namespace: str | None = None, watch_timeout: int = 300) -> LiveBackend:
-        """From a kubeconfig file, or (None) in-cluster / $KUBECONFIG / ~/.kube/config."""
+                namespace: str | None = None, watch_timeout: int = 300, direct: bool = True) -> LiveBackend:
+        """From a kubeconfig file, or (None) in-cluster / $KUBECONFIG / ~/.kube/config. ``direct``:
+        :class:`ApiRequests`' small requests over its own connections (:mod:`devshare.kube.http1`)."""
         try:
             config = (KubeConfig.from_file(str(kubeconfig)) if kubeconfig is not None
                       else KubeConfig.from_env()).get(context_name=context)
@@ -112,7 +113,7 @@ class LiveBackend:
                                field=str(kubeconfig) if kubeconfig else "kubeconfig") from None
         client = AsyncClient(config, field_manager="devshare", lazy=True)
         try:
-            api = ApiRequests(config)
+            api = ApiRequests(config, direct=direct)
         except (ConfigError, OSError) as e:
             raise InvalidInput(f"cannot load the cluster configuration: {e}",
                                field=str(kubeconfig) if kubeconfig else "kubeconfig") from None
