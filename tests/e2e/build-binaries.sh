@@ -10,7 +10,7 @@
 #   K8S_VERSION          Kubernetes release (default below); staging modules are pinned to v0.MINOR.PATCH
 #   ETCD_VERSION, HELM_VERSION
 #
-# A cold build takes about 25-35 minutes on 2 cores (most of it kube-apiserver); later runs take
+# A cold build takes about 14-35 minutes on 2 cores (most of it kube-apiserver); later runs take
 # under a second. Needs only the Go toolchain and the Go module proxy.
 set -euo pipefail
 
