@@ -1,10 +1,11 @@
 """Kept-alive HTTP/1.1 connections to the API server, for :class:`~devshare.kube.rest.ApiRequests`' small
 requests: a pod GET, a Binding, the claim ledger's reads and writes.
 
-Each bind sends a Binding, and on the extender's two cores the CPU a request costs the client is CPU the
-API server and kube-scheduler do not get. aiohttp's client spends about 280-310 us of CPU on such a
-request over TLS (its request and response objects, the URL, the connector, the timers, the streams);
-writing the request in one piece and reading the answer off the connection costs a fraction of it.
+Each bind sends a Binding, and where the extender shares its cores with the control plane, the CPU a
+request costs the client is CPU the API server and kube-scheduler do not get. aiohttp's client spent
+226-322 us of CPU on such a request over TLS (its request and response objects, the URL, the
+connector, the timers, the streams); writing the request in one piece and reading the answer off the
+connection, 65-96 us (BENCHMARKS.md, issue 11's twelfth stop).
 aiohttp keeps everything else: the watches (long streams), and every request when a proxy is set.
 
 What is read here is what Go's HTTP/1.1 server writes: a status line ``HTTP/1.x NNN reason``, header
@@ -15,7 +16,7 @@ Anything else (a head over 64 KiB, a malformed status line or chunk size, a seco
 
 A connection is used again only when its last answer was read whole and did not say
 ``Connection: close``, and only within :data:`KEEPALIVE` seconds of that answer (aiohttp's default:
-well before the API server closes an idle connection, so that a request is never written to a
+well before the API server closes an idle connection, so that a request is seldom written to a
 connection the server is closing). A request that fails is never sent again: a POST may have been
 carried out; the caller's error says so.
 """
