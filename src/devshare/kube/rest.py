@@ -64,6 +64,11 @@ def error_for(code: int, message: str) -> BackendError:
     return BackendError(message, code=code)
 
 
+def _unavailable(what: str, e: BaseException) -> Unavailable:
+    """A request that failed on its connection (refused, broken, timed out): ``what`` and the error."""
+    return Unavailable(f"{what}: {type(e).__name__}: {e}" if str(e) else f"{what}: {type(e).__name__}")
+
+
 def _status_message(body: bytes, code: int, what: str) -> str:
     """The ``message`` of a Kubernetes Status body, or a line saying what failed."""
     try:
@@ -148,7 +153,7 @@ class ApiRequests:
         # the small requests' own connections (http1): without a proxy, where aiohttp is not needed
         url = URL(self.server)
         self._target = url.raw_path.rstrip("/")  # a path the server is under, e.g. behind a gateway
-        self._host_header = f"Host: {url.host_port_subcomponent}\r\nUser-Agent: devshare\r\nAccept: {JSON}\r\n"
+        self._fixed_headers = f"Host: {url.host_port_subcomponent}\r\nUser-Agent: devshare\r\nAccept: {JSON}\r\n"
         self.connections: Connections | None = None
         if direct and self.proxy is None and url.host is not None and url.port is not None:
             self.connections = Connections(url.host, url.port, self.ssl)
@@ -185,8 +190,7 @@ class ApiRequests:
                                              timeout=timeout or aiohttp.ClientTimeout(total=self.timeout),
                                              proxy=self.proxy, proxy_auth=self.proxy_auth)
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
-                raise Unavailable(f"{method} {path}: {type(e).__name__}: {e}" if str(e) else
-                                  f"{method} {path}: {type(e).__name__}") from e
+                raise _unavailable(f"{method} {path}", e) from e
             if resp.status == 401 and attempt == 0 and await self.credentials.refresh(header):
                 resp.release()
                 continue
@@ -211,7 +215,7 @@ class ApiRequests:
         """:meth:`_call` over :mod:`devshare.kube.http1`: the request written in one piece."""
         for attempt in (0, 1):
             header = await self.credentials.header()
-            head = f"{method} {self._target}{path} HTTP/1.1\r\n{self._host_header}"
+            head = f"{method} {self._target}{path} HTTP/1.1\r\n{self._fixed_headers}"
             if header is not None:
                 if "\r" in header or "\n" in header:
                     raise BackendError("the kubeconfig user's credentials hold a line break: they cannot be sent")
@@ -225,8 +229,7 @@ class ApiRequests:
             try:
                 answer = await connections.request(data + body if body is not None else data, timeout=self.timeout)
             except (OSError, TimeoutError) as e:  # ProtocolError and ssl.SSLError are OSErrors
-                raise Unavailable(f"{method} {path}: {type(e).__name__}: {e}" if str(e) else
-                                  f"{method} {path}: {type(e).__name__}") from e
+                raise _unavailable(f"{method} {path}", e) from e
             if answer.status == 401 and attempt == 0 and await self.credentials.refresh(header):
                 continue
             if answer.status >= 400:
@@ -286,8 +289,7 @@ class ApiRequests:
             if buffer.strip():
                 yield _event(buffer)
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            raise Unavailable(f"watch {path}: {type(e).__name__}: {e}" if str(e) else
-                              f"watch {path}: {type(e).__name__}") from e
+            raise _unavailable(f"watch {path}", e) from e
         finally:
             resp.release()
 
