@@ -321,6 +321,77 @@ async def test_a_failed_binding_withdraws_its_claim() -> None:
     assert a.claims.counters.withdrawn == 1
 
 
+async def test_a_pod_the_watch_has_shown_bound_is_not_claimed_again() -> None:
+    """The hole the lagging-watch property test found: replica a assumed a pod; replica b bound it to
+    another card and its claim left the ledger; a's watch then showed it bound, and a still wrote a
+    claim for its own card. When a's Binding failed and the withdrawal did not go through, the ledger
+    said the pod held a card it does not."""
+    inner = cluster(1, gpus=2, pods=[pod("x", core=100), pod("p", core=50), pod("r", core=10)])
+    a, b = Replica(inner, "a"), Replica(inner, "b")
+    x = parse_pod(inner.store.get("pods", "default/x"))
+    blocker = b.scheduler.allocate_on(x, NODE)
+    assert isinstance(blocker, PodAllocation)
+    b.lifecycle.assume(x, blocker, now=0.0)  # b holds gpu 0 for a bind of its own
+    obj = inner.store.get("pods", "default/p")
+    req = parse_pod(obj)
+    mine = a.scheduler.allocate_on(req, NODE)  # a's state is empty: gpu 0
+    assert isinstance(mine, PodAllocation)
+    a.lifecycle.assume(req, mine, now=0.0)  # a's bind of p is on its way
+    assert await b.bind(obj) == ""  # b binds p to gpu 1
+    bound = decode_allocation(inner.store.get("pods", "default/p")["metadata"]["annotations"])
+    assert bound is not None and bound != mine
+    b.lifecycle.forget(x.key, blocker)
+    b.watch()
+    assert await b.bind(inner.store.get("pods", "default/r")) == ""  # this write drops p's claim
+    assert "default/p" not in await ledger_claims(inner)
+    a.watch()  # a's watch shows p bound (to gpu 1)
+    error = await a.writes.bind("default", "p", NODE, req.uid, pod=req, allocation=mine,
+                                resource_version=obj["metadata"]["resourceVersion"])
+    assert "is bound already (to node node-0" in error, error
+    assert "default/p" not in await ledger_claims(inner)
+
+
+async def test_a_binding_of_unknown_outcome_keeps_its_claim_only_if_the_pod_holds_that_allocation() -> None:
+    """A Binding whose answer was lost: the pod is written to, then read. Bound, but with an allocation
+    other than the claim's (another replica bound it first): the claim names devices the pod does not
+    hold, and is withdrawn."""
+    inner = cluster(1, gpus=2, pods=[pod("x", core=100), pod("p", core=50)])
+    a, b = Replica(inner, "a"), Replica(inner, "b")
+    x = parse_pod(inner.store.get("pods", "default/x"))
+    blocker = b.scheduler.allocate_on(x, NODE)
+    assert isinstance(blocker, PodAllocation)
+    b.lifecycle.assume(x, blocker, now=0.0)
+    obj = inner.store.get("pods", "default/p")
+    req = parse_pod(obj)
+    mine = a.scheduler.allocate_on(req, NODE)
+    assert isinstance(mine, PodAllocation)
+    assert await a.claims.claim(req, mine) is None  # a's claim (gpu 0) is in
+    # b's bind of p: b's writes skip the ledger (an extender of an older version, say): gpu 1
+    b.writes.claims = None
+    assert await b.bind(obj) == ""
+    assert decode_allocation(inner.store.get("pods", "default/p")["metadata"]["annotations"]) != mine
+
+    class AnswerLost:
+        async def bind_pod(self, *args: Any, **kw: Any) -> None:
+            raise Unavailable("injected: the connection broke before the answer")
+
+    a.writes.backend = AnswerLost()  # type: ignore[assignment]
+    error = await a.writes.bind("default", "p", NODE, req.uid, pod=req, allocation=mine,
+                                resource_version=obj["metadata"]["resourceVersion"])
+    assert "the connection broke" in error
+    assert "default/p" not in await ledger_claims(inner)
+    assert a.claims.counters.withdrawn == 1
+    # the pod a bound itself keeps its claim though the answer was lost
+    c = Replica(inner, "c")
+    q = parse_pod(inner.store.get("pods", "default/x"))
+    alloc = c.scheduler.allocate_on(q, NODE)
+    assert isinstance(alloc, PodAllocation)
+    assert await c.claims.claim(q, alloc) is None
+    await inner.bind_pod("default", "x", NODE, annotations=encode_annotations(q, alloc, now_ns=0))
+    assert await c.claims.withdraw(q, alloc, unsure=True) is None
+    assert (await ledger_claims(inner))["default/x"].allocation == alloc
+
+
 # ------------------------------------------------------------------ the leader's sweep
 
 async def test_the_sweep_releases_claims_that_never_bound_after_writing_to_their_pod() -> None:

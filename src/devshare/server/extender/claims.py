@@ -21,15 +21,16 @@ ledger's resourceVersion. The write is decided here:
   highest resourceVersion at which a claim dropped as bound was seen bound; a replica decides over
   the ledger only once its own watch of pods has reached the watermark (it waits a moment, or
   refuses the bind), so every binding whose claim is gone from the ledger is in its state;
-- a pod claimed by another replica (a bind of the same pod in flight there) is not claimed again.
+- a pod claimed by another replica (a bind of the same pod in flight there) is not claimed again, nor
+  is a pod this replica's watch has shown bound (its claim may have left the ledger already).
 
 Only then the Binding goes out. A Binding that failed withdraws its claim (best effort); when its
 outcome is unknown (the connection broke), the pod is written to first, as below, and a pod found
-bound keeps its claim. Claims of pods that never bind are
+bound with the claim's allocation keeps its claim. Claims of pods that never bind are
 released by the leader's :meth:`Claims.sweep` once older than ``ttl``: it first writes an
 annotation on the pod (``devshare.io/claim-expired``), which changes the pod's resourceVersion, so
 that a Binding still on its way from the claim's writer (sent with the resourceVersion read before
-the claim) fails, then removes the claim. A pod bound meanwhile keeps it.
+the claim) fails, then removes the claim. A pod bound meanwhile with the claim's allocation keeps it.
 
 Every Binding carries the resourceVersion of a read of the pod made *before* its claim was written
 (:class:`~devshare.server.extender.writes.PodWrites`): that is what makes the expiry above safe.
@@ -52,6 +53,8 @@ from devshare.kube.leader import micro_time
 from devshare.kube.ledger import SIZE_LIMIT, Claim, ClaimLedger, Ledger, encode_claim, encoded_size
 from devshare.kube.sync import TERMINAL_PHASES, Backoff
 from devshare.model.allocation import PodAllocation
+from devshare.model.codecs import decode_allocation
+from devshare.model.errors import InvalidInput
 from devshare.model.request import PodRequest
 
 log = logging.getLogger(__name__)
@@ -273,6 +276,12 @@ class Claims:
         (``unreflected``: those the state does not count) and everything the state holds; otherwise
         leave ``claims`` as they are and say why not."""
         node = alloc.node
+        seen = self.bound_at.get(pod.key)
+        if seen is not None and (not pod.uid or not seen[0] or seen[0] == pod.uid):
+            # bound already (by another replica, its claim since dropped): a claim now would name devices
+            # the pod does not hold, and its Binding can only fail
+            return (f"pod {pod.key} is bound already (to node {seen[1]}, as this replica's watch shows); "
+                    "nothing was bound")
         held = claims.get(pod.key)
         if held is not None and held.by != self.identity:
             # another replica's claim under this name (this pod's, or one of an earlier pod of the name
@@ -486,7 +495,8 @@ class Claims:
     async def _expire(self, c: Claim) -> bool:
         """Whether a claim older than ``ttl`` may be removed: the pod is written to first (a Binding
         of the claim's writer still on its way then fails on the pod's resourceVersion); a pod that
-        is bound to the claim's node keeps its claim."""
+        is bound with the claim's allocation keeps its claim (one bound otherwise, by another replica
+        say, does not: the claim names devices the pod does not hold)."""
         ns, _, name = c.pod.partition("/")
         try:
             obj = await self.ledger.backend.patch_pod_annotations(
@@ -502,7 +512,14 @@ class Claims:
             return True
         if isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES:
             return True
-        return bool((obj.get("spec") or {}).get("nodeName") != c.node)
+        if (obj.get("spec") or {}).get("nodeName") != c.node:
+            return True
+        annotations = m.get("annotations")
+        try:
+            held = decode_allocation(annotations) if isinstance(annotations, dict) else None
+        except InvalidInput:
+            held = None
+        return held != c.allocation
 
     async def _remove(self, expired: list[Claim]) -> None:
         """Remove ``expired`` (each only if it is still the same claim) and the claims of pods bound, gone
