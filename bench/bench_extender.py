@@ -79,11 +79,19 @@ def make_cluster(nodes: int, pods: int, seed: int, uniform: bool = False) -> lis
 
 
 class Sampler:
-    """The candidate lists kube-scheduler sends: every node, or a rotating window of ``sample``."""
+    """The candidate lists kube-scheduler sends: every node, or a rotating window of ``sample``.
 
-    def __init__(self, names: list[str], sample: int | None, seed: int) -> None:
+    kube-scheduler's window walks its own node list. ``order="names"``: that list is in the nodes'
+    name order, the extender's own row order (one zone, the scheduler started after the nodes were
+    made). ``"shuffled"``: a fixed order unrelated to the names, as in bench_e2e.py's cluster, whose
+    nodes are made in parallel (its real windows, captured, each spread over the whole name range
+    and coming back every 10 pods at 5,000 nodes): the extender's caches then see other windows."""
+
+    def __init__(self, names: list[str], sample: int | None, seed: int, order: str = "names") -> None:
         self.names = names
         self.arr = np.array(names, dtype=object)
+        if order == "shuffled":
+            self.arr = self.arr[np.random.default_rng([seed, 2]).permutation(len(names))]
         self.sample = sample
         self.start = 0
         self.rng = np.random.default_rng(seed)
@@ -171,9 +179,9 @@ def best_host(raw: bytes) -> str:
 
 
 async def drive(host: str, port: int, pods: list[dict[str, Any]], node_names: list[str], sample: int | None,
-                seed: int) -> dict[str, Any]:
+                seed: int, order: str = "names") -> dict[str, Any]:
     """Play kube-scheduler: one pod at a time through filter and prioritize, binds in the background."""
-    sampler = Sampler(node_names, sample, seed)
+    sampler = Sampler(node_names, sample, seed, order)
     lat: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
     enc = msgspec.json.encode
     filter_answer = msgspec.json.Decoder(FilterResult)
@@ -245,7 +253,7 @@ async def drive(host: str, port: int, pods: list[dict[str, Any]], node_names: li
 
 
 def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None,
-             extra: list[str] | None = None, uniform: bool = False) -> None:
+             extra: list[str] | None = None, uniform: bool = False, order: str = "names") -> None:
     objs = make_cluster(nodes, pods, seed, uniform)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cluster.yaml"
@@ -264,7 +272,7 @@ def run_http(nodes: int, pods: int, sample: int | None, seed: int, policy: str |
             pod_objs = [o for o in objs if o["kind"] == "Pod"]
             names = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
             server_cpu, client_cpu = cpu_seconds(proc.pid), time.process_time()
-            res = asyncio.run(drive("127.0.0.1", port, pod_objs, names, sample, seed))
+            res = asyncio.run(drive("127.0.0.1", port, pod_objs, names, sample, seed, order))
             server_cpu, client_cpu = cpu_seconds(proc.pid) - server_cpu, time.process_time() - client_cpu
         finally:
             proc.terminate()
@@ -302,7 +310,7 @@ async def wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: str | None,
-                uniform: bool = False, deployed: bool = False) -> None:
+                uniform: bool = False, deployed: bool = False, order: str = "names") -> None:
     """The same calls without the HTTP transport, in-process, under cProfile: where the time goes
     (request bodies as bytes through the app's verb handlers, so decoding and encoding count)."""
     from devshare.kube.memory import MemoryBackend
@@ -313,7 +321,7 @@ def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: st
     backend = MemoryBackend.from_objects(objs)
     names = [o["metadata"]["name"] for o in objs if o["kind"] == "Node"]
     pod_objs = [o for o in objs if o["kind"] == "Pod"]
-    sampler = Sampler(names, sample, seed)
+    sampler = Sampler(names, sample, seed, order)
     enc = msgspec.json.encode
     filter_answer = msgspec.json.Decoder(FilterResult)
 
@@ -387,15 +395,18 @@ def main() -> None:
                     help="the extender's --policy (devshare, binpack, spread); default: the extender's own default")
     ap.add_argument("--extender-arg", action="append", default=[],
                     help="passed on to devshare extender (repeatable), e.g. --extender-arg=--no-claim-ledger")
+    ap.add_argument("--order", choices=("names", "shuffled"), default="names",
+                    help="kube-scheduler's node list, which --sample's window walks: in name order, or shuffled "
+                         "(bench_e2e's cluster; see Sampler)")
     ap.add_argument("--uniform", action="store_true", help="every pod asks nvidia.com/gpu: 1 (bench_e2e's pods)")
     ap.add_argument("--deployed", action="store_true",
                     help="--profile with deploy/'s configuration file (shortlist: 1)")
     args = ap.parse_args()
     for n in args.nodes or [1000, 5000]:
         if args.profile:
-            run_profile(n, args.pods, args.sample, args.seed, args.policy, args.uniform, args.deployed)
+            run_profile(n, args.pods, args.sample, args.seed, args.policy, args.uniform, args.deployed, args.order)
         else:
-            run_http(n, args.pods, args.sample, args.seed, args.policy, args.extender_arg, args.uniform)
+            run_http(n, args.pods, args.sample, args.seed, args.policy, args.extender_arg, args.uniform, args.order)
     print(json.dumps({"note": "client-side latencies include HTTP and JSON on both sides"}))
 
 
