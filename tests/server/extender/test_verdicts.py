@@ -36,8 +36,9 @@ def verdicts(n: int, passed: list[int], scores: list[float]) -> tuple[NamedVerdi
 def test_best_keeps_the_k_highest_scores_ties_by_rank(data: st.DataObject) -> None:
     n = data.draw(st.integers(1, 12))
     passed = data.draw(st.lists(st.integers(0, n - 1), unique=True))
-    scores = data.draw(st.lists(st.sampled_from([0.0, 1.5, 2.0, 7.25]), min_size=len(passed), max_size=len(passed)))
-    k = data.draw(st.integers(1, 14))
+    scores = data.draw(st.lists(st.sampled_from([-np.inf, 0.0, 1.5, 2.0, 7.25]), min_size=len(passed),
+                                max_size=len(passed)))
+    k = data.draw(st.one_of(st.just(1), st.integers(1, 14)))  # one: the deployed shortlist's own path
     v, state = verdicts(n, passed, scores)
     rank = state.rank.copy()
     data.draw(st.randoms()).shuffle(rank)  # any tie-break order

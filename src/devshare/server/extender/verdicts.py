@@ -52,7 +52,12 @@ class NamedVerdicts:
         every list (kube-scheduler keeps what ``NodeNames`` holds; they did not fail)."""
         if self.passed_idx.size <= k:
             return self
-        order = np.lexsort((rank[self.passed_rows], -self.raw_scores))[:k]
+        top = self.raw_scores.max() if k == 1 else np.nan
+        if top == top:  # one node (a shortlist of one): the highest score's lowest rank, no sort
+            tied = np.flatnonzero(self.raw_scores == top)
+            order = tied[np.argmin(rank[self.passed_rows[tied]])][None]
+        else:
+            order = np.lexsort((rank[self.passed_rows], -self.raw_scores))[:k]
         return NamedVerdicts(self.nodes, self.passed_idx[order], self.passed_rows[order], self.raw_scores[order],
                              self.failed, self.unresolvable, self.evaluation, self.engine_reasons)
 
