@@ -52,8 +52,8 @@ class NamedVerdicts:
         every list (kube-scheduler keeps what ``NodeNames`` holds; they did not fail)."""
         if self.passed_idx.size <= k:
             return self
-        top = self.raw_scores.max() if k == 1 else np.nan
-        if top == top:  # one node (a shortlist of one): the highest score's lowest rank, no sort
+        if k == 1 and not np.isnan(top := self.raw_scores.max()):
+            # a shortlist of one: the highest score's lowest rank, no sort (a NaN score takes the sort)
             tied = np.flatnonzero(self.raw_scores == top)
             order = tied[np.argmin(rank[self.passed_rows[tied]])][None]
         else:
