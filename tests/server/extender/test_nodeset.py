@@ -4,6 +4,7 @@ their JSON. Each must answer exactly as the plain path would, also after the clu
 from __future__ import annotations
 
 import json
+import random
 import re
 
 import msgspec
@@ -13,7 +14,15 @@ from hypothesis import strategies as st
 
 from devshare.engine.state import ClusterState
 from devshare.model.node import NodeInfo
-from devshare.server.extender.nodeset import NameTable, NodeSets, PriorityEncoder, encode_priorities, resolve
+from devshare.server.extender.nodeset import (
+    BUCKET,
+    NameTable,
+    NodeSets,
+    PriorityEncoder,
+    _hash_table,
+    encode_priorities,
+    resolve,
+)
 from support.extender import cluster, names_body, pod, post, running
 
 
@@ -81,6 +90,40 @@ def test_the_name_table_reads_exactly_what_the_dict_reads(names: list[str], data
     decoded = msgspec.json.decode(raw, type=list[str])  # what it read is valid JSON: these names
     assert known.tolist() == decoded
     assert rows.tolist() == [state.row_of[n] for n in decoded]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 3000), st.randoms(use_true_random=False))
+def test_the_name_table_finds_every_name_of_a_large_cluster(n: int, rnd: random.Random) -> None:
+    """Thousands of names: many share a home slot of the hash table and are found further on."""
+    names = [f"node-{rnd.randrange(10**9)}-{i}" for i in range(n)]
+    state = state_of(names)
+    table = NameTable(state.name_of)
+    asked = rnd.sample(names, min(n, 500))
+    found = table.find(msgspec.json.encode(asked))
+    assert found is not None
+    assert found.rows.tolist() == [state.row_of[a] for a in asked]
+    assert table.find(msgspec.json.encode([*asked, "node-x"])) is None
+
+
+def test_the_name_table_finds_names_that_share_a_bucket() -> None:
+    names = [f"node-{i:05d}" for i in range(5000)]
+    table = NameTable(state_of(names).name_of)
+    assert (table._bucket_keys != 0).sum(axis=1).max() > 1  # some names share a bucket
+    found = table.find(msgspec.json.encode(names[::-1]))
+    assert found is not None and found.known.tolist() == names[::-1]
+
+
+def test_keys_made_to_collide_leave_the_lists_to_the_decoder() -> None:
+    spread = np.random.default_rng(1).integers(0, 2**63, 40, dtype=np.uint64) * np.uint64(2)
+    keys = np.concatenate([np.full(BUCKET + 1, 2**63 + 7, np.uint64), spread])
+    assert _hash_table(keys) is None
+    table = _hash_table(keys[BUCKET:])  # a bucket's worth of equal keys still fits
+    assert table is not None
+    shift, bucket_keys, bucket_index = table
+    for i, k in enumerate(keys[BUCKET:].tolist()):
+        b = int(np.uint64(k) >> shift)
+        assert i in bucket_index[b][bucket_keys[b] == k].tolist()
 
 
 def test_the_name_table_follows_nodes_that_come_and_go() -> None:

@@ -92,33 +92,35 @@ _MIX = np.random.default_rng(2026).integers(1, 2**63, 32, dtype=np.uint64) * np.
 class NameTable:
     """The state's node names as JSON spells them, to read a ``NodeNames`` array straight into rows.
 
-    Each name's JSON string, quotes included, zero-padded to one width (a multiple of 8 bytes), sorted
-    by a 64-bit key folded from its bytes. A window of names is then one split of the bytes, one
-    conversion, one search and one comparison of the bytes found: no Python string and no dict lookup
-    per name. In the real extender, beside the API server and kube-scheduler on the same cores, the
-    dict lookups missed the CPU's caches on nearly every name: 450-525 us of CPU for a 500-name window
-    at 5,000 nodes, 135 us for the same lookups again a moment later.
+    Each name's JSON string, quotes included, zero-padded to one width (a multiple of 8 bytes), and a
+    64-bit key folded from its bytes, found in its bucket of a hash table of the keys. A window of names
+    is then one split of the bytes, one conversion, one gather of buckets and one comparison of the
+    bytes found: no Python string and no dict lookup per name. In the real extender, beside the API
+    server and kube-scheduler on the same cores, the dict lookups missed the CPU's caches on nearly
+    every name: 450-525 us of CPU for a 500-name window at 5,000 nodes, 135 us for the same lookups again
+    a moment later.
 
     Exact: a name is found only when its bytes equal the table's, so an array this reads is the compact
     JSON of known names (anything else, including unknown names, whitespace and escapes, is None and
     the caller decodes it)."""
 
     def __init__(self, name_of: dict[int, str]) -> None:
-        rows = np.fromiter(name_of.keys(), np.int64, len(name_of))
-        self.by_row = np.empty(int(rows.max()) + 1 if rows.size else 0, dtype=object)
-        self.by_row[rows] = list(name_of.values())
+        self.rows = np.fromiter(name_of.keys(), np.int64, len(name_of))
+        self.by_row = np.empty(int(self.rows.max()) + 1 if self.rows.size else 0, dtype=object)
+        self.by_row[self.rows] = list(name_of.values())
         spelled_list = [msgspec.json.encode(n) for n in name_of.values()]
         # at least one zero byte after the longest: a longer element, cut to the width by numpy, matches none
         self.width = (max(map(len, spelled_list), default=0) // 8 + 1) * 8
-        if self.width > 8 * len(_MIX):
-            self.width = 0  # longer than Kubernetes allows: the caller decodes every list
+        if self.width > 8 * len(_MIX) or not spelled_list:
+            self.width = 0  # longer than Kubernetes allows (or no node): the caller decodes every list
             return
-        spelled = np.array(spelled_list, dtype=f"S{self.width}")
-        keys = self._keys(spelled)
-        order = np.argsort(keys, kind="stable")
-        self.keys = keys[order]
-        self.spelled = spelled[order]
-        self.rows = rows[order]
+        self.spelled = np.array(spelled_list, dtype=f"S{self.width}")
+        self.keys = self._keys(self.spelled)
+        table = _hash_table(self.keys)
+        if table is None:
+            self.width = 0  # more names than a bucket holds share one key: the caller decodes every list
+            return
+        self._shift, self._bucket_keys, self._bucket_index = table
 
     def _keys(self, spelled: npt.NDArray[np.bytes_]) -> npt.NDArray[np.uint64]:
         words = self.width // 8
@@ -128,14 +130,47 @@ class NameTable:
     def find(self, raw: bytes) -> NodeSet | None:
         """The :class:`NodeSet` of the JSON array ``raw`` when every element is a name of the table
         spelled as the table spells it; None otherwise."""
-        if not self.width or not len(self.keys) or raw[:1] != b"[" or raw[-1:] != b"]" or b"\0" in raw:
+        if not self.width or raw[:1] != b"[" or raw[-1:] != b"]" or b"\0" in raw:
             return None  # (numpy drops trailing zero bytes: a name followed by one would match)
         spelled = np.array(raw[1:-1].split(b","), dtype=f"S{self.width}")
-        at = np.searchsorted(self.keys, self._keys(spelled))
-        np.minimum(at, len(self.keys) - 1, out=at)
+        keys = self._keys(spelled)
+        bucket = (keys >> self._shift).astype(np.intp)
+        same = self._bucket_keys[bucket] == keys[:, None]
+        at = self._bucket_index[bucket, same.argmax(axis=1)]  # no equal key: the first slot, the bytes decide
         if not (self.spelled[at] == spelled).all():
             return None
         return NodeSet(self.rows[at], by_row=self.by_row)
+
+
+BUCKET = 8  # keys per bucket of the name table's hash table
+
+
+def _hash_table(keys: npt.NDArray[np.uint64]) -> tuple[np.uint64, npt.NDArray[np.uint64], npt.NDArray[np.intp]] | None:
+    """A hash table of ``keys``: buckets of ``BUCKET`` slots, a key's bucket its top bits, as many
+    buckets (a power of two, at least half as many as keys) as make no bucket hold more than ``BUCKET``
+    keys, so that a key is always found in its own bucket (one gather, no probing). Returns the shift to
+    the bucket, each slot's key and its index into ``keys`` (an empty slot: key 0, index 0); None when
+    even 16 buckets a key leave one too full (names made to collide: more than ``BUCKET`` equal keys)."""
+    size = 8
+    while size < len(keys) // 2:
+        size *= 2
+    while True:
+        shift = np.uint64(64 - (size.bit_length() - 1))
+        home = (keys >> shift).astype(np.intp)
+        if np.bincount(home, minlength=size).max() <= BUCKET:
+            break
+        if size > 16 * len(keys):
+            return None
+        size *= 2
+    order = np.argsort(home, kind="stable")
+    sorted_home = home[order]
+    first = np.searchsorted(sorted_home, sorted_home)  # each key's place within its bucket
+    place = np.arange(len(keys)) - first
+    bucket_keys = np.zeros((size, BUCKET), np.uint64)
+    bucket_index = np.zeros((size, BUCKET), np.intp)
+    bucket_keys[sorted_home, place] = keys[order]
+    bucket_index[sorted_home, place] = order
+    return shift, bucket_keys, bucket_index
 
 
 NODESETS_BYTES = 64 * 2**20  # budget of the lists kept (a list of 5,000 names keeps about 0.5 MB)
