@@ -22,13 +22,16 @@ left idle and taken by the hypervisor's steal). ``--profile FILE`` records the e
 during each devshare phase (a speedscope JSON, one file per phase) when ``py-spy`` is installed (``pip
 install py-spy``; not a dependency of devshare).
 
-``--rounds R`` (default 2) runs R rounds of one phase of each kind on one control plane, in
-alternating order: with 2, alone, devshare, devshare, alone. The machine's speed drifts through a run
-(kube-scheduler alone measured 94-158 pods/s on the same code within a day, and by up to 20% between
-two phases of one run), and in the order A B B A a steady drift weighs on both kinds alike; a single
-alone phase followed by a single devshare phase (``--rounds 1``) puts all of it on one side. Each
-phase starts from the same cluster (the pods of the one before deleted), and each kind's rate pools
-its phases: all their pods over all their time.
+``--rounds R`` (default 4) runs R rounds of one phase of each kind on one control plane, in
+alternating order: with 4, alone, devshare, devshare, alone, alone, devshare, devshare, alone. The
+machine's speed drifts through a run (kube-scheduler alone measured 94-158 pods/s on the same code
+within a day, and by up to 20% between two phases of one run), and in the order A B B A a steady drift
+weighs on both kinds alike; a single alone phase followed by a single devshare phase (``--rounds 1``)
+puts all of it on one side. What drift is left is noise: two phases of one kind in one run differ by
+6.4% (the standard deviation of one phase's rate, nine runs of 2 rounds at 5,000 nodes), so a ratio
+from 2 rounds is known to about 6.4%, and from 4 to about 4.5% (BENCHMARKS.md, issue 11's fourteenth
+stop). Each phase starts from the same cluster (the pods of the one before deleted), and each kind's
+rate pools its phases: all their pods over all their time.
 
 The last line printed is one JSON object:
 ``{"nodes", "pods", "rounds", "pods_per_s_alone", "pods_per_s_devshare", "ratio", "binds_refused", "phases"}``
@@ -495,9 +498,10 @@ def main() -> None:
                          "phase: FILE's name and the phase's)")
     ap.add_argument("--phases", default="",
                     help=f"phases on one control plane, e.g. alone,floor,devshare,alone (of: {', '.join(PHASES)})")
-    ap.add_argument("--rounds", type=int, default=2,
-                    help="rounds of one alone phase and one with the extender, in alternating order (2: alone, "
-                         "extender, extender, alone); the rates pool each kind's phases")
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="rounds of one alone phase and one with the extender, in alternating order (4: alone, "
+                         "extender, extender, alone, alone, extender, extender, alone); the rates pool each "
+                         "kind's phases")
     ap.add_argument("--ledger-phases", default="", help="e.g. on,off,on,off: --phases devshare,devshare-no-ledger,...")
     ap.add_argument("--window", type=int, default=None,
                     help="percentageOfNodesToScore of both kube-schedulers (default: kube-scheduler's adaptive window)")
