@@ -95,7 +95,7 @@ def test_the_name_table_reads_exactly_what_the_dict_reads(names: list[str], data
 @settings(max_examples=20, deadline=None)
 @given(st.integers(1, 3000), st.randoms(use_true_random=False))
 def test_the_name_table_finds_every_name_of_a_large_cluster(n: int, rnd: random.Random) -> None:
-    """Thousands of names: many share a home slot of the hash table and are found further on."""
+    """Thousands of names, many of them sharing a bucket of the hash table: every one is found."""
     names = [f"node-{rnd.randrange(10**9)}-{i}" for i in range(n)]
     state = state_of(names)
     table = NameTable(state.name_of)
