@@ -109,6 +109,7 @@ async def test_leader_steps_down_when_its_lease_is_taken() -> None:
         assert lease is not None
         await backend.replace_lease(a.namespace, {**lease, "spec": {**lease["spec"], "holderIdentity": "x"}})
         await wait_for(lambda: not a.is_leader, 1)
+    assert "x" in a.stepped_down or "conflict" in a.stepped_down, a.stepped_down
 
 
 async def test_leader_steps_down_when_renewals_fail(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
@@ -123,6 +124,33 @@ async def test_leader_steps_down_when_renewals_fail(fake_api: FakeApiServer, liv
         clock.now += LEASE["renew_deadline"] + 0.5  # past the renew deadline, before the lease ends
         await wait_for(lambda: not a.is_leader)  # so it stops before anyone else could take over
     assert changes == [True, False]
+    # why it stepped down is kept (and logged): the deadline and the last failure
+    assert a.stepped_down.startswith("no renewal succeeded for 10.5 s (the renew deadline is 10 s)"), a.stepped_down
+    assert "Unavailable: injected failure of get leases" in a.stepped_down, a.stepped_down
+
+
+async def test_a_renewal_that_comes_late_says_the_writes_were_refused_meanwhile(
+        caplog: pytest.LogCaptureFixture) -> None:
+    backend = MemoryBackend()
+    clock = Clock()
+    a = LeaderElector(backend, identity="a", clock=clock, **LEASE)
+    get_lease = backend.get_lease
+    slow = [False]
+
+    async def late_get_lease(namespace: str, name: str) -> dict[str, object] | None:
+        if slow[0]:  # this renewal's read takes longer than the renew deadline, and then succeeds
+            slow[0] = False
+            clock.now += LEASE["renew_deadline"] + 1
+        return await get_lease(namespace, name)
+
+    backend.get_lease = late_get_lease  # type: ignore[method-assign]
+    async with running(a):
+        await wait_for(lambda: a.is_leader)
+        slow[0] = True
+        await wait_for(lambda: not slow[0])
+        await wait_for(lambda: a.may_write())  # renewed: it writes again, still the leader
+        assert a.is_leader and a.transitions == 1
+    assert any("writes were refused meanwhile" in r.getMessage() for r in caplog.records), caplog.text
 
 
 async def test_release_hands_over_without_waiting() -> None:

@@ -69,6 +69,8 @@ class LeaderElector:
         self._observed_at = 0.0
         self._last_renew = 0.0
         self._lease: dict[str, Any] | None = None  # the Lease as last read or written
+        self.last_error = ""  # why the last renewal failed ("" after one that succeeded)
+        self.stepped_down = ""  # why this elector last stopped leading (logged too)
 
     @property
     def is_leader(self) -> bool:
@@ -92,7 +94,7 @@ class LeaderElector:
                     f"{self.renew_deadline:g} s, so another replica may lead now; nothing was written")
         return None
 
-    def _set_leader(self, value: bool) -> None:
+    def _set_leader(self, value: bool, why: str = "") -> None:
         if value == self.is_leader:
             return
         if value:
@@ -101,7 +103,9 @@ class LeaderElector:
             log.info("%s became the leader (lease %s/%s)", self.identity, self.namespace, self.name)
         else:
             self.leading.clear()
-            log.warning("%s is no longer the leader", self.identity)
+            self.stepped_down = why or "it stopped"
+            log.warning("%s is no longer the leader of lease %s/%s: %s", self.identity, self.namespace, self.name,
+                        self.stepped_down)
         if self.on_change is not None:
             self.on_change(value)
 
@@ -151,29 +155,39 @@ class LeaderElector:
                     ok = await self.try_acquire_or_renew()
                 except Conflict as e:
                     ok = False
-                    if self.is_leader:
-                        log.warning("lease %s/%s was taken over: %s", self.namespace, self.name, e)
-                        self._set_leader(False)
+                    self.last_error = f"a renewal met a conflict (another writer changed the Lease): {e}"
+                    self._set_leader(False, self.last_error)
                 except BackendError as e:
                     ok = False
+                    self.last_error = f"{type(e).__name__}: {e}"
                     log.info("lease %s/%s: request failed: %s", self.namespace, self.name, e)
                 now = self.clock()
                 if ok:
+                    if self.is_leader and now - self._last_renew >= self.renew_deadline:
+                        # the fence (may_write) refused every write meanwhile, though nothing stepped down
+                        log.warning("lease %s/%s: renewed after %.1f s without a renewal (this attempt took %.1f s; "
+                                    "the renew deadline is %g s): writes were refused meanwhile", self.namespace,
+                                    self.name, now - self._last_renew, now - started, self.renew_deadline)
                     self._last_renew = started
+                    self.last_error = ""
                     self._set_leader(True)
-                elif self.is_leader and (now - self._last_renew >= self.renew_deadline
-                                         or not self._holds_observed()):
-                    self._set_leader(False)
+                elif self.is_leader and now - self._last_renew >= self.renew_deadline:
+                    self._set_leader(False, f"no renewal succeeded for {now - self._last_renew:.1f} s (the renew "
+                                            f"deadline is {self.renew_deadline:g} s); the last attempt: "
+                                            f"{self.last_error or 'the Lease is held by another'}")
+                elif self.is_leader and not self._holds_observed():
+                    holder = (self._observed or {}).get("holderIdentity") or "nobody"
+                    self._set_leader(False, f"the Lease shows {holder} as its holder")
                 await asyncio.sleep(self.retry_period)
         finally:
-            self._set_leader(False)
+            self._set_leader(False, "its election stopped")
 
     def _holds_observed(self) -> bool:
         return bool(self._observed) and (self._observed or {}).get("holderIdentity") == self.identity
 
     async def release(self) -> None:
         """Give the Lease up (on shutdown) so that another candidate takes over without waiting."""
-        self._set_leader(False)
+        self._set_leader(False, "it released the Lease")
         if self._lease is None or (self._lease.get("spec") or {}).get("holderIdentity") != self.identity:
             return
         spec = dict(self._lease.get("spec") or {})
