@@ -429,6 +429,8 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
         print(f"extender failures: {failures(cp.extender_port)}", file=sys.stderr)
         print(f"extender lane: {lane_counts(cp.extender_port)}", file=sys.stderr)
+        stalls = extender_metrics(cp.extender_port).get("devshare_extender_loop_stalls_total", {})
+        print(f"extender event loop stalls (1 s or more): {int(sum(stalls.values()))}", file=sys.stderr)
         if out["binds_refused"]:  # the extender's warnings say why (its log goes with the control plane)
             print(f"extender log, last lines:\n{cp.processes['extender'].tail(30)}", file=sys.stderr)
     elif kind != "floor-h2":

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 
 import pytest
 import uvloop
 
-from devshare.server.eventloop import EVENT_LOOPS, new_event_loop
+from devshare.server.eventloop import EVENT_LOOPS, StallWatch, new_event_loop
 from support.imports import without_package
 
 
@@ -45,3 +47,19 @@ def test_an_unknown_kind_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown event loop 'trio'") as e:
         new_event_loop("trio")
     assert all(k in str(e.value) for k in EVENT_LOOPS)
+
+
+async def test_a_loop_held_for_a_while_is_logged_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    watch = StallWatch("test", check=0.01, warn=0.1)
+    task = asyncio.create_task(watch.run())
+    try:
+        await asyncio.sleep(0.05)
+        assert watch.stalls == 0  # a loop that runs freely is not reported
+        time.sleep(0.3)  # holds the loop: nothing runs meanwhile
+        await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert watch.stalls == 1 and watch.stalled_seconds >= 0.2
+    assert "the event loop ran nothing for about" in caplog.text

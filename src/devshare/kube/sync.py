@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -221,8 +222,10 @@ class StateSync:
                     self.apply_event(kind, ev)
             except Gone:
                 self.relists += 1
-                log.info("watch of %s: history compacted (410 Gone); re-listing", kind)
+                started = time.monotonic()
+                log.warning("watch of %s: history compacted (410 Gone); re-listing", kind)
                 await self._list_with_retry(kind, initial=False)
+                log.warning("watch of %s: re-listed in %.1f s", kind, time.monotonic() - started)
             except BackendError as e:
                 self.reconnects += 1
                 delay = backoff.next_delay()

@@ -8,11 +8,20 @@ extender serves two requests and sends one or two per pod, on cores it shares wi
 plane, so that is CPU every other process gets back.
 
 ``auto`` takes uvloop where it can be imported and asyncio's loop otherwise (a platform without a
-wheel); ``asyncio`` is the way back should a deployment ever need it."""
+wheel); ``asyncio`` is the way back should a deployment ever need it.
+
+:class:`StallWatch` logs the moments the loop ran nothing for a while: a step that held it (a large
+re-list, a long computation) or a process that got no CPU. Every request waited meanwhile, and a
+leader's Lease went unrenewed."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 
@@ -32,3 +41,34 @@ def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
         else:
             return uvloop.new_event_loop()
     return asyncio.new_event_loop()
+
+
+STALL_CHECK = 0.5  # seconds between two looks at how late the loop is
+STALL_WARN = 1.0  # a look this late (seconds) is logged
+
+
+class StallWatch:
+    """Sleeps ``check`` seconds again and again; a sleep that ends ``warn`` seconds or more after it
+    should have means nothing ran on the loop meanwhile: logged (a warning), counted in ``stalls``,
+    the time in ``stalled_seconds``. Two wake-ups a second: nothing measurable."""
+
+    def __init__(self, name: str, *, check: float = STALL_CHECK, warn: float = STALL_WARN,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self.check = check
+        self.warn = warn
+        self.clock = clock
+        self.stalls = 0
+        self.stalled_seconds = 0.0
+
+    async def run(self) -> None:
+        while True:
+            start = self.clock()
+            await asyncio.sleep(self.check)
+            late = self.clock() - start - self.check
+            if late >= self.warn:
+                self.stalls += 1
+                self.stalled_seconds += late
+                log.warning("%s: the event loop ran nothing for about %.1f s (a step that held it, or no CPU for "
+                            "the process): every request waited, and a Lease went unrenewed, that long",
+                            self.name, late)

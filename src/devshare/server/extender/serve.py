@@ -36,7 +36,7 @@ from devshare.kube.ledger import ClaimLedger
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.persist import SnapshotWriter
 from devshare.kube.sync import StateSync
-from devshare.server.eventloop import new_event_loop
+from devshare.server.eventloop import StallWatch, new_event_loop
 from devshare.server.extender.app import VERBS, make_app
 from devshare.server.extender.claims import Claims, replica_identity
 from devshare.server.extender.lane import Lanes
@@ -95,6 +95,7 @@ class Runtime:
     elector: LeaderElector | LeaseFollower | None
     claims: Claims | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    stalls: StallWatch = field(default_factory=lambda: StallWatch("extender"))
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
@@ -158,6 +159,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     if opts.save is not None:
         metrics.registry.register(_SaveCollector(opts.save))
     runtime = Runtime(state, sync, extender, elector, claims)
+    metrics.registry.register(_StallCollector(runtime.stalls))
     app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
     if opts.metrics_port:
@@ -170,6 +172,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         runtime.tasks.append(asyncio.create_task(extender.expire_forever(opts.expire_interval),
                                                  name="devshare-expire-reservations"))
         runtime.tasks.append(asyncio.create_task(extender.requeue.run(), name="devshare-requeue"))
+        runtime.tasks.append(asyncio.create_task(runtime.stalls.run(), name="devshare-stall-watch"))
         if opts.freeze_after_sync:
             runtime.tasks.append(asyncio.create_task(_freeze_when_synced(sync), name="devshare-gc-freeze"))
 
@@ -426,6 +429,19 @@ class _RequeueCollector(Collector):
             "kube-scheduler tries them again.", value=requeue.nudged)
         yield CounterMetricFamily("devshare_extender_requeue_failures",
                                   "Nudges of refused pods that failed (logged).", value=requeue.failures)
+
+
+class _StallCollector(Collector):
+    """The moments the event loop ran nothing for a second or more (devshare.server.eventloop)."""
+
+    def __init__(self, stalls: StallWatch) -> None:
+        self.stalls = stalls
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("devshare_extender_loop_stalls", "Times the event loop ran nothing for a second "
+                                  "or more (each logged): every request waited meanwhile.", value=self.stalls.stalls)
+        yield CounterMetricFamily("devshare_extender_loop_stalled_seconds", "Seconds of those stalls.",
+                                  value=self.stalls.stalled_seconds)
 
 
 class _SyncCollector(Collector):
