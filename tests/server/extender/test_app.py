@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from devshare.kube.errors import Unavailable
+from devshare.kube.leader import LeaseFollower, micro_time
 from devshare.kube.memory import MemoryBackend
 from devshare.model.codecs import decode_allocation
 from devshare.server.extender.serve import ExtenderOptions, cluster_saver
@@ -193,6 +194,25 @@ async def test_follower_filters_but_does_not_bind() -> None:
         out = await post(client, "/filter", names_body(pod("p", core=50), ["node-0"]))
         assert out["NodeNames"] == ["node-0"]
         assert await bind(client, "p", "node-0") == "not the leader"
+
+
+async def test_a_follower_binds_as_soon_as_its_kube_scheduler_holds_the_lease() -> None:
+    """kube-scheduler binds right after it takes its Lease; its extender read the Lease up to a follow
+    period before, when nobody held it: the bind reads it again rather than being refused."""
+    backend = cluster(1, gpus=1, pods=[pod("p", core=50)])
+    options = ExtenderOptions(follow_lease="devshare-scheduler", pod_name="sched-0", follow_period=3600)
+    async with running(backend, options) as (client, runtime):
+        follower = runtime.elector
+        assert isinstance(follower, LeaseFollower)
+        while follower.reads < 1:  # its one read: no Lease yet
+            await asyncio.sleep(0.01)
+        assert not runtime.extender.is_leader()
+        await backend.create_lease("devshare-system", {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "devshare-scheduler", "namespace": "devshare-system"},
+            "spec": {"holderIdentity": "sched-0_5f1c", "leaseDurationSeconds": 15, "renewTime": micro_time()}})
+        assert await bind(client, "p", "node-0") == ""
+        assert follower.is_leader
 
 
 async def test_leader_election_lets_the_leader_bind() -> None:

@@ -581,7 +581,9 @@ class Extender:
         key = f"{ns}/{name}"
         if not self.is_synced():
             return NOT_READY
-        if not self.is_leader():
+        if not self.is_leader() and (self.writes.fence is None or await self.writes.fence() is not None):
+            # judged afresh before refusing: a follower's last read of its kube-scheduler's Lease may be
+            # up to a second old, and kube-scheduler binds as soon as it holds the Lease
             return NOT_LEADER
         if self.lifecycle.binding(key):
             return f"pod {key}: a bind is already in progress"
