@@ -54,6 +54,10 @@ instead, in that order (``--pods`` new pods each, the extender restarted for eac
 phase deleted before the next), each reporting pods/s, CPU per pod of each process and the API
 requests per pod, as above: the machine's speed drifts between runs (kube-scheduler alone measured
 116-168 pods/s on the same code within an hour), so parts are compared within one run.
+``devshare`` runs the extender as deploy/scheduler does: beside a kube-scheduler whose hostname is the
+pod's name, binding exactly while that kube-scheduler holds its Lease (``--follow-lease``);
+``devshare-elect`` runs it with a Lease of its own instead (``--leader-elect``, the mode without a
+kube-scheduler in the same pod).
 ``devshare-asyncio`` is devshare on the standard library's event loop instead of uvloop (``--event-loop
 asyncio``), ``devshare-no-lane`` devshare with every request through aiohttp (``--no-lane``),
 ``devshare-no-api-lane`` devshare with its requests to the API server through aiohttp's client
@@ -381,8 +385,11 @@ def report(name: str, rate: float, phase: dict[str, Any]) -> None:
           f"kube-scheduler ms per pod: {phase.get('scheduler_ms')}; machine: {phase.get('machine')}", file=sys.stderr)
 
 
-EXTENDERS = ("devshare", "devshare-no-ledger", "devshare-asyncio", "devshare-no-lane", "devshare-no-api-lane",
-             "floor", "floor-no-bind", "floor-annotate", "floor-h2")
+EXTENDERS = ("devshare", "devshare-elect", "devshare-no-ledger", "devshare-asyncio", "devshare-no-lane",
+             "devshare-no-api-lane", "floor", "floor-no-bind", "floor-annotate", "floor-h2")
+# the scheduler pod's name, as deploy/scheduler runs it: kube-scheduler's hostname (its Lease identity
+# starts with it) and the extender's --pod-name, which then binds exactly while its kube-scheduler leads
+POD = "devshare-scheduler-bench"
 PHASES = ("alone", *EXTENDERS)
 
 
@@ -417,7 +424,8 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
     profiler = start_profile(ext.pid, profile) if profile is not None else None
     sched = cp.start_scheduler(config=devshare_config(cp, args.window, bind=kind not in ("floor-no-bind",
                                                                                           "floor-annotate"),
-                                                      h2=kind == "floor-h2"))
+                                                      h2=kind == "floor-h2"),
+                               hostname=POD if follows_lease(kind) else None)
     rate = clock.rate(prefix, args.pods, args.timeout)
     out = {"phase": kind, "pods_per_s": round(rate, 1), **phase.stop(args.pods)}
     if profile is not None:
@@ -539,10 +547,18 @@ def pooled_rate(results: list[dict[str, Any]]) -> float:
     return round(float(statistics.harmonic_mean(r["pods_per_s"] for r in results)), 1)
 
 
+def follows_lease(kind: str) -> bool:
+    """devshare as deploy/ runs it: leading while the kube-scheduler of its pod holds that one's Lease
+    (``--follow-lease``); ``devshare-elect`` campaigns for a Lease of its own instead (``--leader-elect``)."""
+    return kind.startswith("devshare") and kind != "devshare-elect"
+
+
 def start_extender(cp: ControlPlane, which: str) -> None:
     """devshare's extender as deploy/ runs it, or the floor extender (same port, same identity)."""
     if which.startswith("devshare"):
-        cp.start_extender("--log-level", "warning", *(["--no-claim-ledger"] if which == "devshare-no-ledger" else []),
+        lease = ["--follow-lease", "devshare-scheduler", "--pod-name", POD] if follows_lease(which) else []
+        cp.start_extender("--log-level", "warning", *lease,
+                          *(["--no-claim-ledger"] if which == "devshare-no-ledger" else []),
                           *(["--event-loop", "asyncio"] if which == "devshare-asyncio" else []),
                           *(["--no-lane"] if which == "devshare-no-lane" else []),
                           *(["--no-api-lane"] if which == "devshare-no-api-lane" else []))
