@@ -38,7 +38,8 @@ The last line printed is one JSON object:
 (``binds_refused``: binds the extender answered with an error in all its phases, from its metrics;
 ``phases``: each phase in order, ``{"phase", "pods_per_s", "cpu_ms_per_pod": {process: ms},
 "requests_per_pod": n, "requests": {"VERB resource": n}, "machine": {"busy_ms_per_pod", "idle_pct",
-"steal_pct"}, "scheduler_ms": {...}}``, with ``binds_refused`` in the extender's).
+"steal_pct"}, "scheduler_ms": {...}}``, with ``binds_refused`` in the extender's, and ``loop_stalls`` in
+devshare's: the times its event loop ran nothing for a second or more while the pods were scheduled).
 
 ``--window P`` gives both kube-schedulers (alone and devshare's) the same ``percentageOfNodesToScore: P``
 (the window of candidate nodes each pod is filtered over; default: kube-scheduler's adaptive one, as
@@ -205,6 +206,11 @@ def extender_metrics(port: int) -> Samples:
     """The extender's samples (:func:`samples_of`)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         return samples_of(r.read().decode())
+
+
+def loop_stalls(port: int) -> int:
+    """Times the extender's event loop ran nothing for a second or more, since it started."""
+    return int(sum(extender_metrics(port).get("devshare_extender_loop_stalls_total", {}).values()))
 
 
 def refused_binds(port: int) -> int:
@@ -419,6 +425,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
     ext = cp.processes["extender"].popen
     assert ext is not None
     time.sleep(2)  # the extender's watch takes in the pods just made (not the scheduling's cost)
+    stalls_before = loop_stalls(cp.extender_port) if kind.startswith("devshare") else 0
     phase = Phase(cp, "kube-scheduler")
     phase.start()
     profiler = start_profile(ext.pid, profile) if profile is not None else None
@@ -437,8 +444,9 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
         print(f"extender failures: {failures(cp.extender_port)}", file=sys.stderr)
         print(f"extender lane: {lane_counts(cp.extender_port)}", file=sys.stderr)
-        stalls = extender_metrics(cp.extender_port).get("devshare_extender_loop_stalls_total", {})
-        print(f"extender event loop stalls (1 s or more): {int(sum(stalls.values()))}", file=sys.stderr)
+        out["loop_stalls"] = loop_stalls(cp.extender_port) - stalls_before
+        print(f"extender event loop stalls of 1 s or more while the pods were scheduled: {out['loop_stalls']}",
+              file=sys.stderr)
         if out["binds_refused"]:  # the extender's warnings say why (its log goes with the control plane)
             print(f"extender log, last lines:\n{cp.processes['extender'].tail(30)}", file=sys.stderr)
     elif kind != "floor-h2":
