@@ -63,3 +63,4 @@ async def test_a_loop_held_for_a_while_is_logged_and_counted(caplog: pytest.LogC
             await task
     assert watch.stalls == 1 and watch.stalled_seconds >= 0.2
     assert "the event loop ran nothing for about" in caplog.text
+    assert "the process got no CPU, or a call blocked" in caplog.text  # time.sleep: off the CPU

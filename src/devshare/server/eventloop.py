@@ -53,22 +53,24 @@ class StallWatch:
     the time in ``stalled_seconds``. Two wake-ups a second: nothing measurable."""
 
     def __init__(self, name: str, *, check: float = STALL_CHECK, warn: float = STALL_WARN,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.thread_time) -> None:
         self.name = name
         self.check = check
         self.warn = warn
         self.clock = clock
+        self.cpu = cpu  # this thread's CPU time: how much of a stall was spent computing
         self.stalls = 0
         self.stalled_seconds = 0.0
 
     async def run(self) -> None:
         while True:
-            start = self.clock()
+            start, cpu = self.clock(), self.cpu()
             await asyncio.sleep(self.check)
             late = self.clock() - start - self.check
             if late >= self.warn:
                 self.stalls += 1
                 self.stalled_seconds += late
-                log.warning("%s: the event loop ran nothing for about %.1f s (a step that held it, or no CPU for "
-                            "the process): every request waited, and a Lease went unrenewed, that long",
-                            self.name, late)
+                busy = self.cpu() - cpu
+                log.warning("%s: the event loop ran nothing for about %.1f s, %.1f s of it on the CPU (%s): every "
+                            "request waited, and a Lease went unrenewed, that long", self.name, late, busy,
+                            "a step held it" if busy >= late / 2 else "the process got no CPU, or a call blocked")
