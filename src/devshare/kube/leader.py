@@ -153,6 +153,8 @@ class LeaderElector:
                 started = self.clock()  # a renewal holds from when it was sent, not when it came back
                 try:
                     ok = await self.try_acquire_or_renew()
+                    if not ok:
+                        self.last_error = "another holder's lease is live"
                 except Conflict as e:
                     ok = False
                     self.last_error = f"a renewal met a conflict (another writer changed the Lease): {e}"
@@ -174,7 +176,7 @@ class LeaderElector:
                 elif self.is_leader and now - self._last_renew >= self.renew_deadline:
                     self._set_leader(False, f"no renewal succeeded for {now - self._last_renew:.1f} s (the renew "
                                             f"deadline is {self.renew_deadline:g} s); the last attempt: "
-                                            f"{self.last_error or 'the Lease is held by another'}")
+                                            f"{self.last_error}")
                 elif self.is_leader and not self._holds_observed():
                     holder = (self._observed or {}).get("holderIdentity") or "nobody"
                     self._set_leader(False, f"the Lease shows {holder} as its holder")

@@ -115,8 +115,7 @@ class NameTable:
             self.width = 0  # longer than Kubernetes allows (or no node): the caller decodes every list
             return
         self.spelled = np.array(spelled_list, dtype=f"S{self.width}")
-        self.keys = self._keys(self.spelled)
-        table = _hash_table(self.keys)
+        table = _hash_table(self._keys(self.spelled))
         if table is None:
             self.width = 0  # more names than a bucket holds share one key: the caller decodes every list
             return
