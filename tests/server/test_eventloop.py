@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 
 import pytest
@@ -64,3 +65,26 @@ async def test_a_loop_held_for_a_while_is_logged_and_counted(caplog: pytest.LogC
     assert watch.stalls == 1 and watch.stalled_seconds >= 0.2
     assert "the event loop ran nothing for about" in caplog.text
     assert "the process got no CPU, or a call blocked" in caplog.text  # time.sleep: off the CPU
+
+
+def _hold_the_loop_on_the_cpu(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
+
+
+async def test_a_stall_names_the_step_that_held_the_loop(caplog: pytest.LogCaptureFixture) -> None:
+    watch = StallWatch("test", check=0.02, warn=0.2, sample=0.02)
+    task = asyncio.create_task(watch.run())
+    try:
+        await asyncio.sleep(0.1)
+        _hold_the_loop_on_the_cpu(0.5)
+        await asyncio.sleep(0.1)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert watch.stalls == 1
+    assert "a step held it" in caplog.text
+    assert "looks at its stack" in caplog.text and "_hold_the_loop_on_the_cpu" in caplog.text
+    assert not any(t.name == "test-stall-look" for t in threading.enumerate())  # the thread stopped with the watch

@@ -12,13 +12,18 @@ wheel); ``asyncio`` is the way back should a deployment ever need it.
 
 :class:`StallWatch` logs the moments the loop ran nothing for a while: a step that held it (a large
 re-list, a long computation) or a process that got no CPU. Every request waited meanwhile, and a
-leader's Lease went unrenewed."""
+leader's Lease went unrenewed. A thread beside the loop looks at the loop thread's stack while the loop
+is late, so the warning names the step that held it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
 import time
+import traceback
+from collections import Counter
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -45,32 +50,78 @@ def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
 
 STALL_CHECK = 0.5  # seconds between two looks at how late the loop is
 STALL_WARN = 1.0  # a look this late (seconds) is logged
+STALL_SAMPLE = 0.1  # seconds between two looks at the loop thread's stack while the loop is late
+STACK_FRAMES = 6  # the innermost frames of a stack a warning shows
 
 
 class StallWatch:
     """Sleeps ``check`` seconds again and again; a sleep that ends ``warn`` seconds or more after it
     should have means nothing ran on the loop meanwhile: logged (a warning), counted in ``stalls``,
-    the time in ``stalled_seconds``. Two wake-ups a second: nothing measurable."""
+    the time in ``stalled_seconds``. Two wake-ups a second: nothing measurable.
+
+    While it runs, a daemon thread wakes every ``check`` seconds; when the loop has not woken the watch
+    for ``check + sample`` seconds it looks at the loop thread's stack every ``sample`` seconds, and the
+    warning names the stack it saw most often: the step that held the loop. (A step in C that keeps the
+    GIL the whole time lets no look in; the warning then says no stack was seen.)"""
 
     def __init__(self, name: str, *, check: float = STALL_CHECK, warn: float = STALL_WARN,
-                 clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.thread_time) -> None:
+                 sample: float = STALL_SAMPLE, clock: Callable[[], float] = time.monotonic,
+                 cpu: Callable[[], float] = time.thread_time) -> None:
         self.name = name
         self.check = check
         self.warn = warn
+        self.sample = sample
         self.clock = clock
         self.cpu = cpu  # this thread's CPU time: how much of a stall was spent computing
         self.stalls = 0
         self.stalled_seconds = 0.0
+        self._woke = clock()  # when the loop last woke the watch (written by the loop, read by the thread)
+        self._seen: Counter[tuple[str, ...]] = Counter()  # the loop thread's stacks seen while it was late
+        self._seen_lock = threading.Lock()  # the thread adds to _seen, the loop reads and clears it
 
     async def run(self) -> None:
-        while True:
-            start, cpu = self.clock(), self.cpu()
-            await asyncio.sleep(self.check)
-            late = self.clock() - start - self.check
-            if late >= self.warn:
-                self.stalls += 1
-                self.stalled_seconds += late
-                busy = self.cpu() - cpu
-                log.warning("%s: the event loop ran nothing for about %.1f s, %.1f s of it on the CPU (%s): every "
-                            "request waited, and a Lease went unrenewed, that long", self.name, late, busy,
-                            "a step held it" if busy >= late / 2 else "the process got no CPU, or a call blocked")
+        stop = threading.Event()
+        looker = threading.Thread(target=self._look, args=(threading.get_ident(), stop), daemon=True,
+                                  name=f"{self.name}-stall-look")
+        self._woke = self.clock()
+        looker.start()
+        try:
+            while True:
+                start, cpu = self.clock(), self.cpu()
+                self._woke = start
+                await asyncio.sleep(self.check)
+                now = self.clock()
+                self._woke = now
+                late = now - start - self.check
+                with self._seen_lock:
+                    if late >= self.warn:
+                        self._report(late, self.cpu() - cpu)
+                    self._seen.clear()
+        finally:
+            stop.set()  # wakes the thread at once: it ends
+            looker.join(timeout=self.check)
+
+    def _report(self, late: float, busy: float) -> None:
+        self.stalls += 1
+        self.stalled_seconds += late
+        seen = self._seen.most_common(1)
+        if seen:
+            stack, count = seen[0]
+            where = (f"the step seen in {count} of {sum(self._seen.values())} looks at its stack "
+                     f"(innermost last):\n" + "".join(stack))
+        else:
+            where = "no look at its stack got in (a call in C that kept the GIL, or no CPU for this process)"
+        log.warning("%s: the event loop ran nothing for about %.1f s, %.1f s of it on the CPU (%s): every "
+                    "request waited, and a Lease went unrenewed, that long; %s", self.name, late, busy,
+                    "a step held it" if busy >= late / 2 else "the process got no CPU, or a call blocked", where)
+
+    def _look(self, loop_thread: int, stop: threading.Event) -> None:
+        """The thread: while the loop is late, counts the loop thread's stacks (its innermost frames)."""
+        while not stop.wait(self.sample if self.clock() - self._woke > self.check + self.sample else self.check):
+            if self.clock() - self._woke <= self.check + self.sample:
+                continue
+            frame = sys._current_frames().get(loop_thread)
+            if frame is not None:
+                stack = tuple(traceback.format_list(traceback.extract_stack(frame)[-STACK_FRAMES:]))
+                with self._seen_lock:
+                    self._seen[stack] += 1
