@@ -448,7 +448,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         print(f"extender event loop stalls of 1 s or more while the pods were scheduled: {out['loop_stalls']}",
               file=sys.stderr)
         if out["binds_refused"] or out["loop_stalls"]:  # its warnings say why (its log goes with the control plane)
-            print(f"extender log, last lines:\n{cp.processes['extender'].tail(30)}", file=sys.stderr)
+            print(f"extender log, last lines:\n{cp.processes['extender'].tail(80)}", file=sys.stderr)
     elif kind != "floor-h2":
         with urllib.request.urlopen(f"http://127.0.0.1:{cp.extender_port}/metrics", timeout=10) as r:
             print(r.read().decode().strip(), file=sys.stderr)

@@ -1,18 +1,18 @@
 """Prometheus helpers shared by the HTTP services: latency buckets sized for in-process answers,
-and the ``GET /metrics`` response of a registry."""
+and the ``GET /metrics`` response of an exposition."""
 
 from __future__ import annotations
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 # seconds: answers take tens of microseconds to tens of milliseconds; binds wait on the API server
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
-def metrics_response(registry: CollectorRegistry) -> web.Response:
-    """The text exposition of ``registry`` as an aiohttp response."""
-    return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+def metrics_response(exposition: bytes) -> web.Response:
+    """A text exposition (``generate_latest``'s) as an aiohttp response."""
+    return web.Response(body=exposition, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def sample(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> float:

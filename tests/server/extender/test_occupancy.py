@@ -7,8 +7,10 @@ import json
 import socket
 from typing import Any
 
+import numpy as np
 import pytest
 
+from devshare.engine.state import DeviceColumns
 from devshare.kube.memory import MemoryBackend
 from devshare.server.extender.occupancy import stranded_core
 from devshare.server.extender.serve import ExtenderOptions
@@ -39,13 +41,13 @@ def backend() -> MemoryBackend:
 
 
 def dev(core_used: float, mem_used: int, containers: int, *, health: bool = True,
-        memory: bool = True) -> dict[str, Any]:
-    total: dict[str, Any] = {"core": 100.0}
-    used: dict[str, Any] = {"core": core_used, "containers": containers}
-    if memory:
-        total["memory"], used["memory"] = 16 * GiB, mem_used
-    return {"type": "gpu" if memory else "rdma", "minor": 0, "health": health, "heldOutside": False,
-            "total": total, "used": used}
+        memory: bool = True) -> DeviceColumns:
+    """One device (a card of 16 GiB, or an RDMA device without memory) in columns."""
+    return DeviceColumns(
+        type="gpu" if memory else "rdma", node=["n0"], minor=np.array([0]), total_core=np.array([1000]),
+        used_core=np.array([round(core_used * 10)]), total_mem=np.array([16 * GiB if memory else 0]),
+        used_mem=np.array([mem_used]), containers=np.array([containers]), healthy=np.array([health]),
+        held_outside=np.array([False]), memory=memory)
 
 
 @pytest.mark.parametrize(("d", "stranded"), [
@@ -58,8 +60,8 @@ def dev(core_used: float, mem_used: int, containers: int, *, health: bool = True
     (dev(30, 0, 16, memory=False), 70.0),           # RDMA at the limit
     (dev(30, 0, 1, memory=False), 0.0),
 ])
-def test_stranded_core(d: dict[str, Any], stranded: float) -> None:
-    assert stranded_core(d, 16) == stranded
+def test_stranded_core(d: DeviceColumns, stranded: float) -> None:
+    assert stranded_core(d, 16).tolist() == [stranded]
 
 
 async def test_occupancy_endpoint_says_who_holds_what() -> None:

@@ -167,7 +167,7 @@ async def _occupancy(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    return metrics_response(request.app[EXTENDER].metrics.registry)
+    return metrics_response(await request.app[EXTENDER].metrics.exposition())
 
 
 async def _healthz(request: web.Request) -> web.Response:

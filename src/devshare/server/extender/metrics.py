@@ -12,19 +12,27 @@
 - ``devshare_node_stranded_gpus{node}`` and ``devshare_stranded_gpus``: GPU compute no further share
   can use, in GPUs (:mod:`devshare.server.extender.occupancy` defines stranded);
 - ``devshare_extender_pods{phase}``, ``devshare_extender_synced``, ``devshare_extender_leader``.
+
+The families over every device are not in the registry: :func:`device_families` writes them from a
+copy of the state's device columns, in a thread (:meth:`ExtenderMetrics.exposition`). At 5,000 nodes
+of 8 GPUs they are 125,000 samples, and prometheus_client's writer held the event loop 1.3 s for them
+at every scrape: every filter and bind waited (BENCHMARKS.md, issue 11's fifteenth stop).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
+from itertools import compress
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from devshare.engine.state import ClusterState
+from devshare.engine.state import ClusterState, DeviceColumns
 from devshare.model.names import GPU
 from devshare.server.extender.occupancy import stranded_core
 from devshare.server.metrics import LATENCY_BUCKETS
@@ -85,6 +93,56 @@ def _classify(reason: str) -> str:
     return "other"
 
 
+RATIO = "devshare_device_allocated_ratio"
+CONTAINERS = "devshare_device_containers"
+NODE_STRANDED = "devshare_node_stranded_gpus"
+STRANDED = "devshare_stranded_gpus"
+_HELP = {
+    RATIO: "Allocated share of each device (0..1), by resource: core (compute) or memory.",
+    CONTAINERS: "Containers holding a share of each device (pods per card).",
+    NODE_STRANDED: "GPU compute no further share can use, per node, in GPUs (occupancy.py defines stranded).",
+    STRANDED: "GPU compute no further share can use, cluster-wide, in GPUs.",
+}
+
+
+def _head(name: str) -> str:
+    return f"# HELP {name} {_HELP[name]}\n# TYPE {name} gauge\n"
+
+
+def _label(value: str) -> str:
+    """A label value escaped as the text format wants (backslash, double quote, newline)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def device_families(columns: list[DeviceColumns], max_containers: int) -> bytes:
+    """The per-device and stranded families in Prometheus's text format, as prometheus_client writes
+    them (labels sorted by name, values as Python floats: every value here is a small finite number),
+    in list comprehensions over the columns: tens of milliseconds for 40,000 devices."""
+    ratio, containers = [_head(RATIO)], [_head(CONTAINERS)]
+    stranded_of: dict[str, float] = {}  # node -> stranded percent of its GPUs
+    for cols in columns:
+        kind = _label(cols.type)
+        escaped = {n: _label(n) for n in set(cols.node)}
+        labels = [f'minor="{m}",node="{escaped[n]}"' for m, n in zip(cols.minor.tolist(), cols.node, strict=True)]
+        for resource, total, used in (("core", cols.total_core, cols.used_core),
+                                      ("memory", cols.total_mem, cols.used_mem)):
+            if resource == "memory" and not cols.memory:
+                continue
+            has = total > 0
+            values = (used[has] / total[has]).tolist()
+            ratio += [f'{RATIO}{{{lab},resource="{resource}",type="{kind}"}} {v!r}\n'
+                      for lab, v in zip(compress(labels, has.tolist()), values, strict=True)]
+        containers += [f'{CONTAINERS}{{{lab},type="{kind}"}} {float(c)!r}\n'
+                       for lab, c in zip(labels, cols.containers.tolist(), strict=True)]
+        if cols.type == GPU:
+            for n, pct in zip(cols.node, stranded_core(cols, max_containers).tolist(), strict=True):
+                stranded_of[n] = stranded_of.get(n, 0.0) + pct
+    nodes = [_head(NODE_STRANDED)] + [f'{NODE_STRANDED}{{node="{_label(n)}"}} {pct / 100!r}\n'
+                                        for n, pct in stranded_of.items()]
+    total = float(np.sum(np.fromiter(stranded_of.values(), np.float64, len(stranded_of)))) / 100
+    return "".join([*ratio, *containers, *nodes, _head(STRANDED), f"{STRANDED} {total!r}\n"]).encode()
+
+
 class _StateCollector(Collector):
     def __init__(self, state: Callable[[], ClusterState], synced: Callable[[], bool],
                  leader: Callable[[], bool]) -> None:
@@ -94,41 +152,6 @@ class _StateCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         state = self._state()
-        ratio = GaugeMetricFamily(
-            "devshare_device_allocated_ratio",
-            "Allocated share of each device (0..1), by resource: core (compute) or memory.",
-            labels=["node", "type", "minor", "resource"],
-        )
-        containers = GaugeMetricFamily(
-            "devshare_device_containers", "Containers holding a share of each device (pods per card).",
-            labels=["node", "type", "minor"],
-        )
-        node_stranded = GaugeMetricFamily(
-            "devshare_node_stranded_gpus",
-            "GPU compute no further share can use, per node, in GPUs (occupancy.py defines stranded).",
-            labels=["node"],
-        )
-        limit = state.max_containers
-        stranded_total = 0.0
-        for node in state.inspect()["nodes"]:
-            name = node["name"]
-            stranded = 0.0
-            for d in node["devices"]:
-                dtype, minor, total, used = d["type"], str(d["minor"]), d["total"], d["used"]
-                if total["core"]:
-                    ratio.add_metric([name, dtype, minor, "core"], float(used["core"]) / float(total["core"]))
-                if total.get("memory"):
-                    ratio.add_metric([name, dtype, minor, "memory"], int(used["memory"]) / int(total["memory"]))
-                containers.add_metric([name, dtype, minor], int(used.get("containers", 0)))
-                if dtype == GPU:
-                    stranded += stranded_core(d, limit) / 100
-            node_stranded.add_metric([name], stranded)
-            stranded_total += stranded
-        yield ratio
-        yield containers
-        yield node_stranded
-        yield GaugeMetricFamily("devshare_stranded_gpus",
-                                "GPU compute no further share can use, cluster-wide, in GPUs.", value=stranded_total)
         pods = GaugeMetricFamily("devshare_extender_pods", "Pods holding devices, by phase (assumed, bound).",
                                  labels=["phase"])
         counts = {"assumed": 0, "bound": 0}
@@ -145,6 +168,7 @@ class _StateCollector(Collector):
 
 class ExtenderMetrics:
     def __init__(self) -> None:
+        self.state: Callable[[], ClusterState] | None = None  # whose devices the exposition adds
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "devshare_extender_requests", "Extender requests answered, by verb and result.",
@@ -164,6 +188,17 @@ class ExtenderMetrics:
                     leader: Callable[[], bool]) -> None:
         """Export the state's gauges (read at scrape time)."""
         self.registry.register(_StateCollector(state, synced, leader))
+        self.state = state
+
+    async def exposition(self) -> bytes:
+        """What ``GET /metrics`` answers: the registry's metrics, then the families over every device
+        (:func:`device_families`), written in a thread from a copy of the state's columns taken here,
+        on the event loop, so the state may change meanwhile."""
+        head = generate_latest(self.registry)
+        if self.state is None:
+            return head
+        state = self.state()
+        return head + await asyncio.to_thread(device_families, state.device_columns(), state.max_containers)
 
     def fail(self, verb: str, reasons: Iterable[str]) -> None:
         counts: dict[str, int] = {}

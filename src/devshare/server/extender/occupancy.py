@@ -1,7 +1,7 @@
 """Who holds what, and what is stranded: the data of the ``/ui`` page and of the stranded-GPU metrics.
 
-Built from the state's public views only (``ClusterState.inspect()``, the pods' allocations and the
-per-card container limit), so the engine can change its arrays without touching this.
+Built from the state's public views only (``ClusterState.inspect()`` and ``device_columns()``, the pods'
+allocations and the per-card container limit), so the engine can change its arrays without touching this.
 
 **Stranded** compute is free compute on a healthy card that no further share can use: the card has
 less than seed 000's ``MinGPUMemory`` (256 MiB) free, or already holds the most containers a card
@@ -17,26 +17,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from devshare.engine.state import ClusterState
+import numpy as np
+import numpy.typing as npt
+
+from devshare.engine.state import ClusterState, DeviceColumns
 from devshare.model import names
 from devshare.model.dialects import mgpu
 
 MIN_MEMORY = mgpu.MIN_GPU_MEMORY
 
 
-def stranded_core(device: dict[str, Any], max_containers: int) -> float:
-    """Percent of compute stranded on one device of the inspect JSON (see the module doc)."""
-    total, used = device["total"], device["used"]
-    if not device["health"] or device.get("heldOutside"):
-        return 0.0
-    free_core = float(total["core"]) - float(used["core"])
-    if free_core <= 0 or not used.get("containers"):
-        return 0.0
-    full = int(used.get("containers", 0)) >= max_containers
-    if "memory" in total:
-        short = int(total["memory"]) - int(used.get("memory", 0)) < MIN_MEMORY
-        return free_core if short or full else 0.0
-    return free_core if full else 0.0
+def stranded_core(cols: DeviceColumns, max_containers: int) -> npt.NDArray[np.float64]:
+    """Percent of compute stranded on each device of ``cols`` (see the module doc): one array
+    expression, so every device of a large cluster costs a few numpy calls, not a Python loop."""
+    free = cols.total_core - cols.used_core
+    held = cols.containers > 0
+    cond = cols.containers >= max_containers
+    if cols.memory:
+        cond = cond | (cols.total_mem - cols.used_mem < MIN_MEMORY)
+    stranded = cols.healthy & ~cols.held_outside & (free > 0) & held & cond
+    return np.where(stranded, free, 0) / 10
 
 
 def occupancy(state: ClusterState) -> dict[str, Any]:
@@ -51,13 +51,16 @@ def occupancy(state: ClusterState) -> dict[str, Any]:
                 "core": g.core_milli / 10, "memory": g.memory,
             })
     limit = state.max_containers
+    stranded_of = {(node, cols.type, minor): pct for cols in state.device_columns()
+                   for node, minor, pct in zip(cols.node, cols.minor.tolist(), stranded_core(cols, limit).tolist(),
+                                               strict=True)}
     totals = {"nodes": 0, "gpus": 0, "gpusUsed": 0.0, "gpusIdle": 0, "strandedGpus": 0.0, "unavailable": 0}
     nodes = []
     for node in state.inspect()["nodes"]:
         node_stranded = 0.0
         devices = []
         for d in node["devices"]:
-            stranded = stranded_core(d, limit)
+            stranded = stranded_of[(node["name"], d["type"], d["minor"])]
             used_core = float(d["used"]["core"])
             available = bool(d["health"]) and not d.get("heldOutside")
             if d["type"] == names.GPU:

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from devshare.config import refuse_unconfigured
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import requests_devices
+from devshare.server.metrics import metrics_response
 from devshare.server.webhook import metrics as m
 from devshare.server.webhook.allocations import (
     DEFAULT_TRADERS,
@@ -213,8 +213,7 @@ async def _mutate(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = request.app[CONFIG].metrics.render()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return metrics_response(request.app[CONFIG].metrics.render())
 
 
 async def _healthz(request: web.Request) -> web.Response:
