@@ -296,6 +296,34 @@ class StateMachine(RuleBasedStateMachine):
             assert (t.open_core == np.where(t.usable_mask, np.maximum(t.free_core, 0), 0)).all()
 
     @invariant()
+    def inspect_from_the_copied_columns_says_what_the_tables_hold(self) -> None:
+        """The inspect JSON, built from a copy of the state (view(): device columns, pods), says what the
+        tables hold, read cell by cell, and who holds what, read from the pods' records."""
+        st_ = self.state
+        want = []
+        for name in sorted(st_.row_of):
+            row, devices = st_.row_of[name], []
+            for t in sorted(st_.tables):
+                tb = st_.tables[t]
+                for col in range(tb.count(row)):
+                    minor = int(tb.minor[row, col])
+                    gpu = t == "gpu"
+                    devices.append({
+                        "type": t, "minor": minor, "id": tb.ids[row][col], "health": bool(tb.healthy[row, col]),
+                        "heldOutside": bool(tb.blocked[row, col]),
+                        "total": {"core": int(tb.total_core[row, col]) / 10,
+                                  **({"memory": int(tb.total_mem[row, col])} if gpu else {})},
+                        "used": {"core": int(tb.used_core[row, col]) / 10,
+                                 **({"memory": int(tb.used_mem[row, col])} if gpu else {}),
+                                 "containers": int(tb.used_slots[row, col])},
+                        "pods": sorted({f"{key}/{rec.allocation.containers[ci].name}"
+                                        for key, rec in st_.pods.items() for ci, g in rec.allocation.grants()
+                                        if (rec.allocation.node, g.type, g.minor) == (name, t, minor)}),
+                    })
+            want.append({"name": name, "devices": devices})
+        assert st_.inspect() == {"nodes": want}
+
+    @invariant()
     def rebuilt_from_serialized_objects_equals_live(self) -> None:
         """As after a restart: Node and Device objects and each pod's request and allocation
         annotations go through JSON text, are parsed into fresh objects, and rebuild a state whose

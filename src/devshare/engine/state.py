@@ -60,6 +60,7 @@ class DeviceColumns(msgspec.Struct, frozen=True):
 
     type: str
     node: list[str]
+    id: list[str]
     minor: np.ndarray[Any, np.dtype[np.int64]]
     total_core: np.ndarray[Any, np.dtype[np.int64]]
     used_core: np.ndarray[Any, np.dtype[np.int64]]
@@ -69,6 +70,47 @@ class DeviceColumns(msgspec.Struct, frozen=True):
     healthy: np.ndarray[Any, np.dtype[np.bool_]]
     held_outside: np.ndarray[Any, np.dtype[np.bool_]]
     memory: bool
+
+
+class StateView(msgspec.Struct, frozen=True):
+    """A copy of what the views over every device read (:func:`inspect_view`, /ui's occupancy, the
+    per-card metrics): taken by :meth:`ClusterState.view` on the event loop in milliseconds, then read
+    anywhere (a thread) while the state goes on changing. At 5,000 nodes of 8 GPUs building the
+    views themselves takes hundreds of milliseconds: done on the event loop, every filter and bind
+    would wait that long."""
+
+    nodes: list[str]  # every node, sorted by name
+    columns: list[DeviceColumns]  # every device, by type (sorted)
+    pods: list[tuple[str, PodAllocation, Phase]]  # every record holding devices: key, allocation, phase
+    max_containers: int
+
+
+def inspect_view(view: StateView) -> dict[str, Any]:
+    """DESIGN.md's inspect JSON: per node (by name), per device (by type, then minor), what is used
+    and by whom."""
+    by_device: dict[tuple[str, str, int], list[str]] = {}
+    for key, alloc, _ in view.pods:
+        for ci, g in alloc.grants():
+            who = f"{key}/{alloc.containers[ci].name}"
+            lst = by_device.setdefault((alloc.node, g.type, g.minor), [])
+            if who not in lst:
+                lst.append(who)
+    devices_of: dict[str, list[dict[str, Any]]] = {name: [] for name in view.nodes}
+    for c in view.columns:
+        t = c.type
+        for node, minor, id_, healthy, held, total_core, used_core, total_mem, used_mem, containers in zip(
+                c.node, c.minor.tolist(), c.id, c.healthy.tolist(), c.held_outside.tolist(), c.total_core.tolist(),
+                c.used_core.tolist(), c.total_mem.tolist(), c.used_mem.tolist(), c.containers.tolist(), strict=True):
+            total: dict[str, Any] = {"core": total_core / 10}
+            used: dict[str, Any] = {"core": used_core / 10}
+            if c.memory:
+                total["memory"], used["memory"] = total_mem, used_mem
+            used["containers"] = containers
+            devices_of[node].append({
+                "type": t, "minor": minor, "id": id_, "health": healthy, "heldOutside": held,
+                "total": total, "used": used, "pods": sorted(by_device.get((node, t, minor), [])),
+            })
+    return {"nodes": [{"name": name, "devices": devices_of[name]} for name in view.nodes]}
 
 
 class ClusterState:
@@ -524,40 +566,21 @@ class ClusterState:
             tb = self.tables[t]
             rows, cols = np.nonzero(tb.present)
             out.append(DeviceColumns(
-                type=t, node=[name_of[r] for r in rows.tolist()], minor=tb.minor[rows, cols],
+                type=t, node=[name_of[r] for r in rows.tolist()],
+                id=[tb.ids[r][c] for r, c in zip(rows.tolist(), cols.tolist(), strict=True)],
+                minor=tb.minor[rows, cols],
                 total_core=tb.total_core[rows, cols], used_core=tb.used_core[rows, cols],
                 total_mem=tb.total_mem[rows, cols], used_mem=tb.used_mem[rows, cols],
                 containers=tb.used_slots[rows, cols], healthy=tb.healthy[rows, cols],
                 held_outside=tb.blocked[rows, cols], memory=t == names.GPU))
         return out
 
+    def view(self) -> StateView:
+        """A copy of what the views over every device read (:class:`StateView`)."""
+        return StateView(nodes=sorted(self.row_of), columns=self.device_columns(),
+                         pods=[(key, rec.allocation, rec.phase) for key, rec in self.pods.items()],
+                         max_containers=self.max_containers)
+
     def inspect(self) -> dict[str, Any]:
-        """DESIGN.md's inspect JSON: per node, per device, what is used and by whom."""
-        by_device: dict[tuple[str, str, int], list[str]] = {}
-        for key, rec in self.pods.items():
-            for ci, g in rec.allocation.grants():
-                who = f"{key}/{rec.allocation.containers[ci].name}"
-                lst = by_device.setdefault((rec.allocation.node, g.type, g.minor), [])
-                if who not in lst:
-                    lst.append(who)
-        nodes = []
-        for name in sorted(self.row_of):
-            row = self.row_of[name]
-            devices = []
-            for t in sorted(self.tables):
-                tb = self.tables[t]
-                for col in range(tb.count(row)):
-                    minor = int(tb.minor[row, col])
-                    total: dict[str, Any] = {"core": int(tb.total_core[row, col]) / 10}
-                    used: dict[str, Any] = {"core": int(tb.used_core[row, col]) / 10}
-                    if t == names.GPU:
-                        total["memory"] = int(tb.total_mem[row, col])
-                        used["memory"] = int(tb.used_mem[row, col])
-                    used["containers"] = int(tb.used_slots[row, col])
-                    devices.append({
-                        "type": t, "minor": minor, "id": tb.ids[row][col],
-                        "health": bool(tb.healthy[row, col]), "heldOutside": bool(tb.blocked[row, col]),
-                        "total": total, "used": used, "pods": sorted(by_device.get((name, t, minor), [])),
-                    })
-            nodes.append({"name": name, "devices": devices})
-        return {"nodes": nodes}
+        """DESIGN.md's inspect JSON (:func:`inspect_view` of :meth:`view`)."""
+        return inspect_view(self.view())

@@ -4,6 +4,7 @@ say what the state's inspect view says, device by device."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from hypothesis import given, settings
@@ -72,10 +73,8 @@ def clusters(draw: st.DrawFn) -> ClusterState:
         node, minor = draw(st.integers(0, nodes - 1)), draw(st.integers(0, 3))
         core = draw(st.sampled_from([0, 50, 300, 700]))
         memory = draw(st.sampled_from([0, 100 * MiB, 900 * MiB, 8 * GiB]))
-        try:
+        with contextlib.suppress(Conflict, ValueError, KeyError):  # a card the node lacks: not placed
             bound(state, f"p{k}", f"node-{node}", minor, core=core, memory=memory)
-        except (Conflict, ValueError, KeyError):
-            pass  # a share the card cannot take (or a card the node lacks): not placed
     return state
 
 

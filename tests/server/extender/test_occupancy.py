@@ -44,7 +44,7 @@ def dev(core_used: float, mem_used: int, containers: int, *, health: bool = True
         memory: bool = True) -> DeviceColumns:
     """One device (a card of 16 GiB, or an RDMA device without memory) in columns."""
     return DeviceColumns(
-        type="gpu" if memory else "rdma", node=["n0"], minor=np.array([0]), total_core=np.array([1000]),
+        type="gpu" if memory else "rdma", node=["n0"], id=["d0"], minor=np.array([0]), total_core=np.array([1000]),
         used_core=np.array([round(core_used * 10)]), total_mem=np.array([16 * GiB if memory else 0]),
         used_mem=np.array([mem_used]), containers=np.array([containers]), healthy=np.array([health]),
         held_outside=np.array([False]), memory=memory)

@@ -1,7 +1,8 @@
 """Who holds what, and what is stranded: the data of the ``/ui`` page and of the stranded-GPU metrics.
 
-Built from the state's public views only (``ClusterState.inspect()`` and ``device_columns()``, the pods'
-allocations and the per-card container limit), so the engine can change its arrays without touching this.
+Built from a copy of the state (``ClusterState.view()``: its inspect JSON, device columns, the pods'
+allocations and the per-card container limit), so the engine can change its arrays without touching
+this, and the extender builds it in a thread while the state goes on changing.
 
 **Stranded** compute is free compute on a healthy card that no further share can use: the card has
 less than seed 000's ``MinGPUMemory`` (256 MiB) free, or already holds the most containers a card
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.state import ClusterState, DeviceColumns
+from devshare.engine.state import DeviceColumns, StateView, inspect_view
 from devshare.model import names
 from devshare.model.dialects import mgpu
 
@@ -39,24 +40,23 @@ def stranded_core(cols: DeviceColumns, max_containers: int) -> npt.NDArray[np.fl
     return np.where(stranded, free, 0) / 10
 
 
-def occupancy(state: ClusterState) -> dict[str, Any]:
+def occupancy(view: StateView) -> dict[str, Any]:
     """``{"nodes": [...], "totals": {...}, "maxContainersPerCard": N}``: per node, per device, its
     capacity, use, free and stranded share, and each holder (``ns/pod/container``) with its share."""
     holders: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    for key, rec in state.pods.items():
-        alloc = rec.allocation
+    for key, alloc, phase in view.pods:
         for ci, g in alloc.grants():
             holders.setdefault((alloc.node, g.type, g.minor), []).append({
-                "pod": key, "container": alloc.containers[ci].name, "phase": rec.phase,
+                "pod": key, "container": alloc.containers[ci].name, "phase": phase,
                 "core": g.core_milli / 10, "memory": g.memory,
             })
-    limit = state.max_containers
-    stranded_of = {(node, cols.type, minor): pct for cols in state.device_columns()
+    limit = view.max_containers
+    stranded_of = {(node, cols.type, minor): pct for cols in view.columns
                    for node, minor, pct in zip(cols.node, cols.minor.tolist(), stranded_core(cols, limit).tolist(),
                                                strict=True)}
     totals = {"nodes": 0, "gpus": 0, "gpusUsed": 0.0, "gpusIdle": 0, "strandedGpus": 0.0, "unavailable": 0}
     nodes = []
-    for node in state.inspect()["nodes"]:
+    for node in inspect_view(view)["nodes"]:
         node_stranded = 0.0
         devices = []
         for d in node["devices"]:
