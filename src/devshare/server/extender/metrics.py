@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from itertools import compress
 
-import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -139,7 +138,7 @@ def device_families(columns: list[DeviceColumns], max_containers: int) -> bytes:
                 stranded_of[n] = stranded_of.get(n, 0.0) + pct
     nodes = [_head(NODE_STRANDED)] + [f'{NODE_STRANDED}{{node="{_label(n)}"}} {pct / 100!r}\n'
                                         for n, pct in stranded_of.items()]
-    total = float(np.sum(np.fromiter(stranded_of.values(), np.float64, len(stranded_of)))) / 100
+    total = sum(stranded_of.values()) / 100
     return "".join([*ratio, *containers, *nodes, _head(STRANDED), f"{STRANDED} {total!r}\n"]).encode()
 
 
