@@ -51,7 +51,7 @@ def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
 STALL_CHECK = 0.5  # seconds between two looks at how late the loop is
 STALL_WARN = 1.0  # a look this late (seconds) is logged
 STALL_SAMPLE = 0.1  # seconds between two looks at the loop thread's stack while the loop is late
-STACK_FRAMES = 6  # the innermost frames of a stack a warning shows
+STACK_FRAMES = 8  # the innermost frames of a stack a warning shows
 
 
 class StallWatch:
@@ -76,7 +76,10 @@ class StallWatch:
         self.stalls = 0
         self.stalled_seconds = 0.0
         self._woke = clock()  # when the loop last woke the watch (written by the loop, read by the thread)
-        self._seen: Counter[tuple[str, ...]] = Counter()  # the loop thread's stacks seen while it was late
+        # the loop thread's stacks seen while it was late, by their frames' files and functions (the lines
+        # within a function differ from one look to the next), and the text of the last one of each
+        self._seen: Counter[tuple[tuple[str, str], ...]] = Counter()
+        self._text: dict[tuple[tuple[str, str], ...], str] = {}
         self._seen_lock = threading.Lock()  # the thread adds to _seen, the loop reads and clears it
 
     async def run(self) -> None:
@@ -97,6 +100,7 @@ class StallWatch:
                     if late >= self.warn:
                         self._report(late, self.cpu() - cpu)
                     self._seen.clear()
+                    self._text.clear()
         finally:
             stop.set()  # wakes the thread at once: it ends
             looker.join(timeout=self.check)
@@ -108,7 +112,7 @@ class StallWatch:
         if seen:
             stack, count = seen[0]
             where = (f"the step seen in {count} of {sum(self._seen.values())} looks at its stack "
-                     f"(innermost last):\n" + "".join(stack))
+                     f"(innermost last):\n" + self._text[stack])
         else:
             where = "no look at its stack got in (a call in C that kept the GIL, or no CPU for this process)"
         log.warning("%s: the event loop ran nothing for about %.1f s, %.1f s of it on the CPU (%s): every "
@@ -122,6 +126,9 @@ class StallWatch:
                 continue
             frame = sys._current_frames().get(loop_thread)
             if frame is not None:
-                stack = tuple(traceback.format_list(traceback.extract_stack(frame)[-STACK_FRAMES:]))
+                frames = traceback.extract_stack(frame)[-STACK_FRAMES:]
+                key = tuple((f.filename, f.name) for f in frames)
+                text = "".join(traceback.format_list(frames))
                 with self._seen_lock:
-                    self._seen[stack] += 1
+                    self._seen[key] += 1
+                    self._text[key] = text
