@@ -237,6 +237,37 @@ async def test_the_follower_leads_only_while_its_own_kube_scheduler_holds_a_fres
     assert reason is not None and f"held by {pod}2_77aa" in reason
 
 
+async def test_checks_that_need_a_fresh_read_at_once_share_one() -> None:
+    """Fifty binds finding the last read too old at the same moment make one read of the Lease, not
+    fifty; a read that fails fails each of them with the reason."""
+    from devshare.kube.errors import BackendError
+    from devshare.kube.leader import LeaseFollower
+
+    backend = MemoryBackend()
+    clock = Clock()
+    clock.now = 1_700_000_000.0
+    pod = "devshare-scheduler-5d8c7b9f4-x7k2p"
+    await backend.create_lease("devshare-system", _scheduler_lease(f"{pod}_3f0c9a", clock.now))
+    read = backend.get_lease
+    fail = False
+
+    async def slow_read(namespace: str, name: str) -> dict[str, object] | None:
+        await asyncio.sleep(0.01)  # an API server round trip: the other checks come meanwhile
+        if fail:
+            raise BackendError("connection refused")
+        return await read(namespace, name)
+
+    backend.get_lease = slow_read  # type: ignore[method-assign]
+    follower = LeaseFollower(backend, pod_name=pod, clock=clock, retry_period=1.0)
+    assert await asyncio.gather(*(follower.check() for _ in range(50))) == [None] * 50
+    assert follower.reads == 1 and follower.is_leader
+    clock.now += 1.5
+    fail = True
+    reasons = await asyncio.gather(*(follower.check() for _ in range(50)))
+    assert follower.reads == 2
+    assert all(r is not None and "could not be read (connection refused)" in r for r in reasons)
+
+
 def test_a_long_pod_name_is_matched_as_the_kubelet_cuts_it_into_a_hostname() -> None:
     from devshare.kube.leader import LeaseFollower, pod_hostname
 

@@ -284,6 +284,7 @@ class LeaseFollower:
         self._duration = 15.0
         self._read_at: float | None = None  # when the Lease was last read (this process's clock)
         self.reads = 0  # Lease reads made (the follow loop's and check's)
+        self._reading: asyncio.Future[dict[str, Any] | None] | None = None  # the read in flight, shared
 
     @property
     def is_leader(self) -> bool:
@@ -292,9 +293,18 @@ class LeaseFollower:
     def _mine(self, holder: str) -> bool:
         return holder.startswith(self.prefix)
 
+    async def _read(self) -> None:
+        """Read the Lease; callers that come while a read is in flight share it (BackendError: the
+        read failed)."""
+        if self._reading is None:
+            self.reads += 1
+            reading = self._reading = asyncio.ensure_future(self.backend.get_lease(self.namespace, self.name))
+            reading.add_done_callback(lambda _: setattr(self, "_reading", None))
+        lease = await asyncio.shield(self._reading)  # one caller cancelled does not cancel the others' read
+        self._observe(lease)
+
     def _observe(self, lease: dict[str, Any] | None) -> None:
         self._read_at = self.clock()
-        self.reads += 1
         spec = (lease or {}).get("spec") or {}
         self.holder = str(spec.get("holderIdentity") or "")
         self._renewed = parse_micro_time(spec.get("renewTime"))
@@ -333,10 +343,9 @@ class LeaseFollower:
             if why is None:
                 return None
         try:
-            lease = await self.backend.get_lease(self.namespace, self.name)
+            await self._read()
         except BackendError as e:
             return f"not the leader: the kube-scheduler Lease could not be read ({e}); nothing was written"
-        self._observe(lease)
         why = self._why_not()
         self._set_leader(why is None)
         return why
@@ -360,7 +369,7 @@ class LeaseFollower:
         try:
             while True:
                 try:
-                    self._observe(await self.backend.get_lease(self.namespace, self.name))
+                    await self._read()
                     self._set_leader(self._why_not() is None)
                 except BackendError as e:
                     log.info("lease %s/%s: read failed: %s", self.namespace, self.name, e)
