@@ -419,13 +419,23 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         sched.stop()
         report(kind, rate, out)
         return out
+    previous = cp.processes.get("extender")
     start_extender(cp, kind)
+    if previous is not None and previous.stopped:  # killed, it left its Lease to expire (own-Lease mode)
+        print(f"the last phase's extender {previous.stopped}", file=sys.stderr)
     make_pods(cp, prefix, {"nvidia.com/gpu": "1"}, args.pods, SCHEDULER_NAME)
     print(f"{kind}: scheduling", file=sys.stderr, flush=True)
     ext = cp.processes["extender"].popen
     assert ext is not None
     time.sleep(2)  # the extender's watch takes in the pods just made (not the scheduling's cost)
-    stalls_before = loop_stalls(cp.extender_port) if kind.startswith("devshare") else 0
+    stalls_before, leads = 0, None
+    if kind.startswith("devshare"):
+        before = extender_metrics(cp.extender_port)
+        stalls_before = int(sum(before.get("devshare_extender_loop_stalls_total", {}).values()))
+        leads = bool(sum(before.get("devshare_extender_leader", {}).values()))
+        # kube-scheduler binds as soon as it holds its Lease: an extender on a Lease of its own that does
+        # not lead yet (its predecessor killed, its Lease not released) refuses those binds
+        print(f"the extender leads as kube-scheduler starts: {leads}", file=sys.stderr)
     phase = Phase(cp, "kube-scheduler")
     phase.start()
     profiler = start_profile(ext.pid, profile) if profile is not None else None
@@ -445,6 +455,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         print(f"extender failures: {failures(cp.extender_port)}", file=sys.stderr)
         print(f"extender lane: {lane_counts(cp.extender_port)}", file=sys.stderr)
         out["loop_stalls"] = loop_stalls(cp.extender_port) - stalls_before
+        out["leads_at_start"] = leads
         print(f"extender event loop stalls of 1 s or more while the pods were scheduled: {out['loop_stalls']}",
               file=sys.stderr)
         if out["binds_refused"] or out["loop_stalls"]:  # its warnings say why (its log goes with the control plane)

@@ -125,6 +125,7 @@ class Process:
     log: Path
     env: dict[str, str] | None = None
     popen: subprocess.Popen[bytes] | None = None
+    stopped: str = ""  # how the last stop went: on SIGTERM in time, or killed
 
     def start(self) -> Process:
         out = self.log.open("ab")
@@ -149,12 +150,15 @@ class Process:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGCONT)
                 os.killpg(self.popen.pid, signal.SIGTERM)
+            t0 = time.monotonic()
             try:
                 self.popen.wait(timeout)
+                self.stopped = f"exited {time.monotonic() - t0:.1f} s after SIGTERM"
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.popen.pid, signal.SIGKILL)
                 self.popen.wait()
+                self.stopped = f"killed: SIGTERM unanswered for {timeout:.0f} s"
 
     def tail(self, n: int = 40) -> str:
         try:
