@@ -435,7 +435,9 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         leads = bool(sum(before.get("devshare_extender_leader", {}).values()))
         # kube-scheduler binds as soon as it holds its Lease: an extender on a Lease of its own that does
         # not lead yet (its predecessor killed, its Lease not released) refuses those binds
-        print(f"the extender leads as kube-scheduler starts: {leads}", file=sys.stderr)
+        print(f"the extender leads as kube-scheduler starts: {leads}"
+              + (" (it follows kube-scheduler's Lease, which kube-scheduler takes once started)"
+                 if follows_lease(kind) else ""), file=sys.stderr)
     phase = Phase(cp, "kube-scheduler")
     phase.start()
     profiler = start_profile(ext.pid, profile) if profile is not None else None
