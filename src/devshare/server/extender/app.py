@@ -146,7 +146,7 @@ async def _inspect(request: web.Request) -> web.Response:
     ext = request.app[EXTENDER]
     if not ext.is_synced():
         return _json(_error_body("not ready: state not synced"), 503)
-    view = ext.state.view()  # a copy, taken here; the JSON is built from it in a thread (seconds at 5,000 nodes)
+    view = ext.state.view()  # a copy, taken here; the JSON is built from it in a thread (0.1-0.4 s at 5,000 nodes)
     return _json(await asyncio.to_thread(lambda: encode(inspect_view(view))))
 
 
