@@ -208,9 +208,10 @@ def extender_metrics(port: int) -> Samples:
         return samples_of(r.read().decode())
 
 
-def loop_stalls(port: int) -> int:
-    """Times the extender's event loop ran nothing for a second or more, since it started."""
-    return int(sum(extender_metrics(port).get("devshare_extender_loop_stalls_total", {}).values()))
+def loop_stalls(samples: Samples) -> int:
+    """Times the extender's event loop ran nothing for a second or more, since it started (from its
+    samples, :func:`extender_metrics`)."""
+    return int(sum(samples.get("devshare_extender_loop_stalls_total", {}).values()))
 
 
 def refused_binds(port: int) -> int:
@@ -421,7 +422,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         return out
     previous = cp.processes.get("extender")
     start_extender(cp, kind)
-    if previous is not None and previous.stopped:  # killed, it left its Lease to expire (own-Lease mode)
+    if previous is not None and previous.stopped:  # on SIGTERM, or killed: then its Lease was left to expire
         print(f"the last phase's extender {previous.stopped}", file=sys.stderr)
     make_pods(cp, prefix, {"nvidia.com/gpu": "1"}, args.pods, SCHEDULER_NAME)
     print(f"{kind}: scheduling", file=sys.stderr, flush=True)
@@ -431,7 +432,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
     stalls_before, leads = 0, None
     if kind.startswith("devshare"):
         before = extender_metrics(cp.extender_port)
-        stalls_before = int(sum(before.get("devshare_extender_loop_stalls_total", {}).values()))
+        stalls_before = loop_stalls(before)
         leads = bool(sum(before.get("devshare_extender_leader", {}).values()))
         # kube-scheduler binds as soon as it holds its Lease: an extender on a Lease of its own that does
         # not lead yet (its predecessor killed, its Lease not released) refuses those binds
@@ -456,7 +457,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         print(f"extender ms per request: {latencies(cp.extender_port)}", file=sys.stderr)
         print(f"extender failures: {failures(cp.extender_port)}", file=sys.stderr)
         print(f"extender lane: {lane_counts(cp.extender_port)}", file=sys.stderr)
-        out["loop_stalls"] = loop_stalls(cp.extender_port) - stalls_before
+        out["loop_stalls"] = loop_stalls(extender_metrics(cp.extender_port)) - stalls_before
         out["leads_at_start"] = leads
         print(f"extender event loop stalls of 1 s or more while the pods were scheduled: {out['loop_stalls']}",
               file=sys.stderr)
