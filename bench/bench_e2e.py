@@ -60,9 +60,8 @@ pod's name, binding exactly while that kube-scheduler holds its Lease (``--follo
 ``devshare-elect`` runs it with a Lease of its own instead (``--leader-elect``, the mode without a
 kube-scheduler in the same pod).
 ``devshare-asyncio`` is devshare on the standard library's event loop instead of uvloop (``--event-loop
-asyncio``), ``devshare-no-lane`` devshare with every request through aiohttp (``--no-lane``),
-``devshare-no-api-lane`` devshare with its requests to the API server through aiohttp's client
-(``--no-api-lane``).
+asyncio``), ``devshare-no-lane`` devshare with every request through aiohttp (``--no-lane``).
+
 ``DEVSHARE_E2E_PROFILING=1`` starts the API server with ``--profiling`` (``kubectl get --raw
 /debug/pprof/profile?seconds=15`` during a phase). ``--ledger-phases on,off,on,off`` is
 ``--phases devshare,devshare-no-ledger,devshare,devshare-no-ledger``.
@@ -393,7 +392,7 @@ def report(name: str, rate: float, phase: dict[str, Any]) -> None:
 
 
 EXTENDERS = ("devshare", "devshare-elect", "devshare-no-ledger", "devshare-asyncio", "devshare-no-lane",
-             "devshare-no-api-lane", "floor", "floor-no-bind", "floor-annotate", "floor-h2")
+             "floor", "floor-no-bind", "floor-annotate", "floor-h2")
 # the scheduler pod's name, as deploy/scheduler runs it: kube-scheduler's hostname (its Lease identity
 # starts with it) and the extender's --pod-name, which then binds exactly while its kube-scheduler leads
 POD = "devshare-scheduler-bench"
@@ -582,8 +581,7 @@ def start_extender(cp: ControlPlane, which: str) -> None:
         cp.start_extender("--log-level", "warning", *lease,
                           *(["--no-claim-ledger"] if which == "devshare-no-ledger" else []),
                           *(["--event-loop", "asyncio"] if which == "devshare-asyncio" else []),
-                          *(["--no-lane"] if which == "devshare-no-lane" else []),
-                          *(["--no-api-lane"] if which == "devshare-no-api-lane" else []))
+                          *(["--no-lane"] if which == "devshare-no-lane" else []))
         return
     from e2e.cluster import _ok, free_port, wait_until
 

@@ -1,15 +1,16 @@
-"""The lightkube AgentClient against the fake API server (tests/fakeapi), called from a thread
-(the client is synchronous; the fake server runs on the test's event loop)."""
+"""The agent's client (the one API client, driven from the agent's threads) against the fake API server
+(tests/fakeapi): its calls are synchronous; the fake server runs on the test's event loop."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
-from lightkube import Client
-from lightkube.config.kubeconfig import KubeConfig
+import pytest
 
-from devshare.agent.kubeclient import LightkubeClient
+from devshare.agent.client import WriteRefused
+from devshare.agent.kubeclient import FIELD_MANAGER, KubeAgentClient
+from devshare.kube.rest import KubeClient
 from devshare.model import names
 from devshare.model.dialects import koordinator, nvidia
 from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
@@ -17,11 +18,11 @@ from fakeapi.server import FakeApiServer
 from support.agent import gpu, pod
 
 
-async def test_lightkube_client_round_trip(fake_api: FakeApiServer, fake_kubeconfig: Path) -> None:  # noqa: F811
+async def test_the_agents_requests_round_trip(fake_api: FakeApiServer, fake_kubeconfig: Path) -> None:  # noqa: F811
     fake_api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "status": {}})
-    fake_api.put(pod("p", "n1", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(0, "GPU-a")])]))
+    created = fake_api.put(pod("p", "n1", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(0, "GPU-a")])]))
     fake_api.put(pod("other", "n2", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(0, "GPU-b")])]))
-    client = LightkubeClient(Client(KubeConfig.from_file(fake_kubeconfig), field_manager="devshare-agent"))
+    client = KubeAgentClient(KubeClient.connect(fake_kubeconfig, field_manager=FIELD_MANAGER))
     obj = {"apiVersion": names.DEVICE_API_VERSION, "kind": "Device", "metadata": {"name": "n1"},
            "spec": {"devices": [{"type": "gpu", "minor": 0, "id": "GPU-a", "health": True}]}}
 
@@ -34,10 +35,34 @@ async def test_lightkube_client_round_trip(fake_api: FakeApiServer, fake_kubecon
         assert got is not None and got["spec"]["devices"][0]["health"] is False
         pods = client.list_node_pods("n1")
         assert [p["metadata"]["name"] for p in pods] == ["p"]
-        client.patch_pod_annotations("default", "p", {"devshare.io/assigned": "true"})
+        client.patch_pod_annotations("default", "p", {"devshare.io/assigned": "true"},
+                                     uid=created["metadata"]["uid"])
+        with pytest.raises(LookupError):  # another pod under the name: not written
+            client.patch_pod_annotations("default", "p", {"devshare.io/assigned": "x"}, uid="an-older-pod")
+        with pytest.raises(LookupError):
+            client.patch_pod_annotations("default", "gone", {"devshare.io/assigned": "x"})
         client.patch_node_status("n1", {koordinator.KOORD_GPU_MEMORY: "1"}, {koordinator.KOORD_GPU_MEMORY: "1"})
+        client.patch_node_labels("n1", {names.NODE_GPU_MODEL: "A100"})
+        client.close()
 
     await asyncio.to_thread(work)
     assert fake_api.get("pods", "default/p")["metadata"]["annotations"]["devshare.io/assigned"] == "true"
     node = fake_api.get("nodes", "n1")
     assert node is not None and node["status"]["capacity"][koordinator.KOORD_GPU_MEMORY] == "1"
+    assert node["metadata"]["labels"][names.NODE_GPU_MODEL] == "A100"
+    assert {q.get("fieldManager") for m, _, q in fake_api.requests if m != "GET"} == {FIELD_MANAGER}
+
+
+async def test_a_refused_write_is_write_refused(fake_api: FakeApiServer, fake_kubeconfig: Path) -> None:  # noqa: F811
+    fake_api.put(pod("p", "n1", [("c", {nvidia.NVIDIA_GPU: 1}, [gpu(0, "GPU-a")])]))
+    fake_api.fail_next("patch", "pods", code=403)
+    client = KubeAgentClient(KubeClient.connect(fake_kubeconfig))
+
+    def work() -> None:
+        try:
+            with pytest.raises(WriteRefused, match="injected failure"):
+                client.patch_pod_annotations("default", "p", {"devshare.io/assigned": "true"})
+        finally:
+            client.close()
+
+    await asyncio.to_thread(work)

@@ -223,16 +223,17 @@ def test_the_extender_follows_a_trade(cluster: Cluster) -> None:
     assert not cluster.get_pod("c")["spec"].get("nodeName")
 
     # the agent's client writes a pod only while it is the pod it means (its uid as a precondition)
-    from lightkube import Client
-    from lightkube.config.kubeconfig import KubeConfig
+    from devshare.agent.kubeclient import FIELD_MANAGER, KubeAgentClient
+    from devshare.kube.rest import KubeClient
 
-    from devshare.agent.kubeclient import LightkubeClient
-
-    client = LightkubeClient(Client(KubeConfig.from_file(str(agent)), field_manager="devshare-agent"))
+    client = KubeAgentClient(KubeClient.connect(agent, field_manager=FIELD_MANAGER))
     mark = {"devshare.io/assigned": "true"}
-    with pytest.raises(LookupError):
-        client.patch_pod_annotations(cluster.ns, "a", mark, uid="a-pod-of-the-same-name-that-is-gone")
-    client.patch_pod_annotations(cluster.ns, "a", mark, uid=uid["a"])
+    try:
+        with pytest.raises(LookupError):
+            client.patch_pod_annotations(cluster.ns, "a", mark, uid="a-pod-of-the-same-name-that-is-gone")
+        client.patch_pod_annotations(cluster.ns, "a", mark, uid=uid["a"])
+    finally:
+        client.close()
     assert cluster.get_pod("a")["metadata"]["annotations"]["devshare.io/assigned"] == "true"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from devshare.kube.live import LiveBackend
+from devshare.kube.rest import KubeClient
 from fakeapi.server import FakeApiServer
 
 
@@ -31,9 +31,9 @@ def fake_kubeconfig(fake_api: FakeApiServer, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def live_backend(fake_kubeconfig: Path) -> AsyncIterator[LiveBackend]:
-    """A LiveBackend connected to ``fake_api`` through the kubeconfig, with short server-side watches."""
-    backend = LiveBackend.connect(fake_kubeconfig, watch_timeout=30)
+async def live_backend(fake_kubeconfig: Path) -> AsyncIterator[KubeClient]:
+    """The API client connected to ``fake_api`` through the kubeconfig, with short server-side watches."""
+    backend = KubeClient.connect(fake_kubeconfig, watch_timeout=30)
     try:
         yield backend
     finally:

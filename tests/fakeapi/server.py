@@ -8,11 +8,13 @@ It speaks the real REST and watch protocol for the resources devshare uses: node
 resourceVersion, history for watches, compaction).
 
 Protocol covered:
-- GET list (``metadata.resourceVersion`` on the list; ``labelSelector`` of ``k=v`` and ``k`` terms),
+- GET list (``metadata.resourceVersion`` on the list; ``labelSelector`` of ``k=v`` and ``k`` terms;
+  ``fieldSelector`` of ``spec.nodeName=<node>``; pages with ``limit`` and ``continue``),
   GET item, POST (201, 409 AlreadyExists), PUT (409 Conflict on a stale ``metadata.resourceVersion``),
   PATCH (merge-patch+json; a strategic-merge-patch+json is applied as a merge patch, exact for maps
   such as annotations),
-  DELETE, POST ``pods/{name}/binding`` (201 Status; 409 when already bound).
+  DELETE (409 when its ``preconditions.uid`` is not the object's; so is a PATCH whose ``metadata.uid``
+  is not), POST ``pods/{name}/binding`` (201 Status; 409 when already bound).
 - GET ``?watch=true``: JSON lines ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": ...}``
   after ``resourceVersion`` (no version or "0": synthetic ADDED for what exists, then changes);
   ``timeoutSeconds`` ends the stream cleanly. A version older than the compacted history gets an
@@ -235,9 +237,17 @@ class FakeApiServer:
         key = f"{ns}/{route.name}" if namespaced and route.name else (route.name or "")
         if verb == "list":
             selector = _selector(query.get("labelSelector") or "")
-            items = [o for o in self.store.list(plural)[0] if _in_ns(o, ns) and _matches(o, selector)]
+            fields = _selector(query.get("fieldSelector") or "")
+            items = [o for o in self.store.list(plural)[0]
+                     if _in_ns(o, ns) and _matches(o, selector) and _fields_match(o, fields)]
+            listed: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+            if query.get("limit"):  # pages: the continue token is the offset of the next one
+                start, limit = int(query.get("continue") or 0), int(query["limit"])
+                if start + limit < len(items):
+                    listed["continue"] = str(start + limit)
+                items = items[start:start + limit]
             return json_response({"kind": f"{KIND_OF[plural]}List", "apiVersion": route.api_version,
-                                  "metadata": {"resourceVersion": str(self.store.rv)}, "items": items})
+                                  "metadata": listed, "items": items})
         if verb == "watch":
             return await self._watch(request, plural, ns, query)
         if verb == "get":
@@ -246,6 +256,12 @@ class FakeApiServer:
                 raise NotFound(f'{plural} "{route.name}" not found')
             return json_response(obj)
         if verb == "delete":
+            options = await request.json() if request.can_read_body else {}
+            want = ((options or {}).get("preconditions") or {}).get("uid")
+            cur = self.store.get(plural, key)
+            if want and cur is not None and cur["metadata"].get("uid") != want:
+                raise Conflict(f"Precondition failed: UID in precondition: {want}, UID in object meta: "
+                               f"{cur['metadata'].get('uid')}")
             return json_response(self.store.delete(plural, key))
         body = await request.json()
         if verb == "bind":
@@ -269,6 +285,11 @@ class FakeApiServer:
             ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
             if ctype not in MERGE_TYPES:
                 return error_response(415, f"the fake API server does not support {ctype} patches")
+            want = (body.get("metadata") or {}).get("uid")
+            cur = self.store.get(plural, key)
+            if want and cur is not None and cur["metadata"].get("uid") != want:
+                raise Conflict(f"Precondition failed: UID in precondition: {want}, UID in object meta: "
+                               f"{cur['metadata'].get('uid')}")
             return json_response(self.store.patch(plural, key, body))
         return error_response(405, f"{request.method} is not supported on {request.path}")
 
@@ -393,6 +414,11 @@ def _selector(text: str) -> dict[str, str | None]:
 def _matches(obj: dict[str, Any], selector: dict[str, str | None]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return all(k in labels and (v is None or labels[k] == v) for k, v in selector.items())
+
+
+def _fields_match(obj: dict[str, Any], fields: dict[str, str | None]) -> bool:
+    """A field selector of ``spec.nodeName=<node>`` terms (the one field devshare selects on)."""
+    return all((obj.get("spec") or {}).get("nodeName") == v for k, v in fields.items() if k == "spec.nodeName")
 
 
 def _key_of(plural: str) -> tuple[str, str, str]:

@@ -12,8 +12,8 @@ import pytest
 
 from devshare.kube.backend import Backend
 from devshare.kube.leader import LeaderElector
-from devshare.kube.live import LiveBackend
 from devshare.kube.memory import MemoryBackend
+from devshare.kube.rest import KubeClient
 from fakeapi.server import FakeApiServer
 
 FAST = {"lease_duration": 0.8, "renew_deadline": 0.5, "retry_period": 0.05}  # real seconds (no timing asserted)
@@ -89,8 +89,8 @@ async def test_failover_in_memory() -> None:
 
 
 async def test_failover_through_the_api(fake_api: FakeApiServer, fake_kubeconfig: object) -> None:
-    a = LiveBackend.connect(fake_kubeconfig)  # type: ignore[arg-type]
-    b = LiveBackend.connect(fake_kubeconfig)  # type: ignore[arg-type]
+    a = KubeClient.connect(fake_kubeconfig)  # type: ignore[arg-type]
+    b = KubeClient.connect(fake_kubeconfig)  # type: ignore[arg-type]
     try:
         await failover(a, b)
     finally:
@@ -112,7 +112,7 @@ async def test_leader_steps_down_when_its_lease_is_taken() -> None:
     assert "x" in a.stepped_down or "conflict" in a.stepped_down, a.stepped_down
 
 
-async def test_leader_steps_down_when_renewals_fail(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
+async def test_leader_steps_down_when_renewals_fail(fake_api: FakeApiServer, live_backend: KubeClient) -> None:
     changes: list[bool] = []
     clock = Clock()
     a = LeaderElector(live_backend, identity="a", on_change=changes.append, clock=clock, **LEASE)

@@ -19,8 +19,8 @@ from devshare.kube.ledger import (
     encode_claims,
     encoded_size,
 )
-from devshare.kube.live import LiveBackend
 from devshare.kube.memory import MemoryBackend
+from devshare.kube.rest import KubeClient
 from devshare.model.allocation import ContainerAllocation, PodAllocation
 from fakeapi.plugin import fake_api, fake_kubeconfig, live_backend  # noqa: F401
 from fakeapi.server import FakeApiServer
@@ -71,7 +71,7 @@ async def test_writes_are_compare_and_swap() -> None:
 
 
 async def test_the_real_protocol_through_the_fake_api_server(fake_api: FakeApiServer,  # noqa: F811
-                                                             live_backend: LiveBackend) -> None:  # noqa: F811
+                                                             live_backend: KubeClient) -> None:  # noqa: F811
     ledger = ClaimLedger(live_backend)
     assert ledger.where == f"ConfigMap devshare-system/{NAME}"
     written = await ledger.write(Ledger(), {"ns/a": claim("ns/a")}, "")

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from devshare.engine.state import ClusterState
 from devshare.kube.backend import Backend, Kind, WatchEvent
-from devshare.kube.live import LiveBackend
 from devshare.kube.memory import MemoryBackend
+from devshare.kube.rest import KubeClient
 from devshare.kube.sync import Backoff, StateSync
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.codecs import encode_canonical
@@ -45,7 +45,7 @@ async def world(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield World(mb, mb.apply, mb.delete)
         return
     server = await FakeApiServer().start()
-    backend = LiveBackend.connect(server.write_kubeconfig(tmp_path / "kc"), watch_timeout=30)
+    backend = KubeClient.connect(server.write_kubeconfig(tmp_path / "kc"), watch_timeout=30)
     try:
         yield World(backend, server.put, server.delete)
     finally:
@@ -167,7 +167,7 @@ async def test_malformed_annotations_are_counted_not_fatal(world: World) -> None
         assert "default/moved" not in sync.state.pods
 
 
-async def test_sync_waits_until_the_api_answers(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
+async def test_sync_waits_until_the_api_answers(fake_api: FakeApiServer, live_backend: KubeClient) -> None:
     fake_api.put(node("n1"))
     fake_api.fail_next("list", "nodes", times=3, code=503)
     fake_api.fail_next("list", "pods", times=1, code=0)
@@ -187,7 +187,7 @@ def pod_watches(fake_api: FakeApiServer) -> list[dict[str, str]]:
 
 
 async def test_watch_resumes_from_the_last_version_after_a_dropped_connection(
-    fake_api: FakeApiServer, live_backend: LiveBackend
+    fake_api: FakeApiServer, live_backend: KubeClient
 ) -> None:
     seed(fake_api)  # type: ignore[arg-type]
     async with syncing(live_backend) as sync:
@@ -213,7 +213,7 @@ async def test_watch_resumes_from_the_last_version_after_a_dropped_connection(
 
 @pytest.mark.parametrize("gone_as_http", [False, True])
 async def test_relist_on_410_reconciles_and_keeps_assumed_pods(
-    fake_api: FakeApiServer, live_backend: LiveBackend, gone_as_http: bool
+    fake_api: FakeApiServer, live_backend: KubeClient, gone_as_http: bool
 ) -> None:
     fake_api.gone_as_http = gone_as_http
     seed(fake_api)  # type: ignore[arg-type]
@@ -251,7 +251,7 @@ async def test_relist_on_410_reconciles_and_keeps_assumed_pods(
         assert fake_api.count("list", "pods") == 2
 
 
-async def test_expired_watch_event_triggers_relist(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
+async def test_expired_watch_event_triggers_relist(fake_api: FakeApiServer, live_backend: KubeClient) -> None:
     seed(fake_api)  # type: ignore[arg-type]
     async with syncing(live_backend) as sync:
         await eventually(lambda: fake_api.watch_count() == 3)
@@ -261,7 +261,7 @@ async def test_expired_watch_event_triggers_relist(fake_api: FakeApiServer, live
         await eventually(lambda: "default/late" in sync.state.pods)
 
 
-async def test_bookmarks_advance_the_version(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:
+async def test_bookmarks_advance_the_version(fake_api: FakeApiServer, live_backend: KubeClient) -> None:
     fake_api.put(node("n1"))
     async with syncing(live_backend) as sync:
         await eventually(lambda: fake_api.watch_count() == 3)

@@ -1,47 +1,57 @@
-"""The :class:`~devshare.agent.client.AgentClient` over a real API server (lightkube).
+"""The :class:`~devshare.agent.client.AgentClient` over the one client of the API server
+(:class:`devshare.kube.rest.KubeClient`).
 
-The only module of the agent that imports lightkube.
+The agent works in threads (the reporter's loop, the device plugins' gRPC handlers, the trade
+ticker); the client is asynchronous. So the client runs on an event loop of its own, in a thread of
+its own, and each call here waits for its request there. What the agent decides about its objects
+(which labels and annotations are its own) is here; how a request is made is the client's.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from lightkube import ApiError, Client
-from lightkube.generic_resource import create_global_resource
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.types import PatchType
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from devshare.agent.client import WriteRefused
+from devshare.kube.errors import BackendError, NotFound
+from devshare.kube.rest import KubeClient
 from devshare.model import names
 
-Device = create_global_resource(group="devshare.io", version="v1alpha1", kind=names.DEVICE_KIND, plural="devices")
 FIELD_MANAGER = "devshare-agent"
+T = TypeVar("T")
 
 
-def _dict(obj: Any) -> dict[str, Any]:
-    data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
-    return dict(data)
+class KubeAgentClient:
+    """The agent's requests, from any thread. ``client``: the API client (default: the in-cluster
+    ServiceAccount, or $KUBECONFIG); ``timeout``: seconds a call waits for its answer."""
 
+    def __init__(self, client: KubeClient | None = None, *, timeout: float = 30.0) -> None:
+        self.client = client or KubeClient.connect(field_manager=FIELD_MANAGER)
+        self.timeout = timeout
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="devshare-agent-api", daemon=True)
+        self._thread.start()
 
-class LightkubeClient:
-    """Talks to the API server with the in-cluster config (or the kubeconfig of ``lightkube.Client()``)."""
+    def _run(self, call: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(call, self._loop).result(self.timeout)
 
-    def __init__(self, client: Client | None = None) -> None:
-        self.client = client or Client(field_manager=FIELD_MANAGER)
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self.client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
 
     def get_device(self, name: str) -> dict[str, Any] | None:
-        try:
-            return _dict(self.client.get(Device, name))
-        except ApiError as e:
-            if e.status.code == 404:
-                return None
-            raise
+        return self._run(self.client.get_device(name))
 
     def put_device(self, obj: dict[str, Any]) -> None:
         current = self.get_device(obj["metadata"]["name"])
         if current is None:
-            self.client.create(Device.from_dict(obj))
+            self._run(self.client.create_device(obj))
             return
         merged = dict(obj)
         meta = dict(obj["metadata"])
@@ -55,30 +65,26 @@ class LightkubeClient:
         labels.update(obj["metadata"].get("labels") or {})
         meta["labels"] = labels
         merged["metadata"] = meta
-        self.client.replace(Device.from_dict(merged))
+        self._run(self.client.replace_device(merged))
 
     def patch_node_status(self, node: str, capacity: dict[str, str], allocatable: dict[str, str]) -> None:
-        self.client.patch(Node.Status, node, {"status": {"capacity": capacity, "allocatable": allocatable}},
-                          patch_type=PatchType.MERGE)
+        self._run(self.client.patch_node_status(node, {"capacity": capacity, "allocatable": allocatable}))
 
     def patch_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
-        self.client.patch(Node, node, {"metadata": {"labels": labels}}, patch_type=PatchType.MERGE)
+        self._run(self.client.patch_node_labels(node, labels))
 
     def list_node_pods(self, node: str) -> list[dict[str, Any]]:
-        pods = (_dict(p) for p in self.client.list(Pod, namespace="*", fields={"spec.nodeName": node}))
-        return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
+        return self._run(self.client.list_node_pods(None, node))
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None], *,
                               uid: str | None = None) -> None:
-        meta: dict[str, Any] = {"annotations": annotations}
-        if uid is not None:
-            meta["uid"] = uid  # a precondition: another pod under this name refuses the patch (422)
         try:
-            self.client.patch(Pod, name, {"metadata": meta}, namespace=namespace, patch_type=PatchType.MERGE)
-        except ApiError as e:
-            code = e.status.code
-            if code == 404 or (code in (409, 422) and uid is not None and "uid" in str(e.status.message).lower()):
-                raise LookupError(f"pod {namespace}/{name} not found") from None
-            if code in (400, 403, 422):
-                raise WriteRefused(str(e.status.message)) from None
+            self._run(self.client.patch_pod_annotations(namespace, name, annotations, uid=uid))
+        except NotFound:
+            raise LookupError(f"pod {namespace}/{name} not found") from None
+        except BackendError as e:
+            if e.code in (409, 422) and uid is not None and "uid" in str(e).lower():
+                raise LookupError(f"pod {namespace}/{name} not found (another pod has its name now)") from None
+            if e.code in (400, 403, 422):
+                raise WriteRefused(str(e)) from None
             raise

@@ -95,10 +95,10 @@ def _journal(path: Path | None) -> Path | None:
 
 
 def _client() -> AgentClient:
-    from devshare.agent.kubeclient import LightkubeClient
+    from devshare.agent.kubeclient import KubeAgentClient
 
     try:
-        return LightkubeClient()
+        return KubeAgentClient()
     except Exception as e:
         raise InvalidInput(f"cannot reach the API server ({e}); run in a cluster, set KUBECONFIG, or use --once")  \
             from None

@@ -103,13 +103,6 @@ def extender(
                      "handing every other request to the full HTTP server (less CPU per pod; docs/extender.md). "
                      "--no-lane: every request through the full HTTP server."),
     ] = True,
-    api_lane: Annotated[
-        bool,
-        typer.Option("--api-lane/--no-api-lane",
-                     help="Send the bind's requests to the API server (the Binding, the claim ledger's writes, a "
-                     "pod read) over kept-alive HTTP/1.1 connections of the extender's own, when no proxy is set "
-                     "(less CPU per pod; docs/extender.md). --no-api-lane: through the full HTTP client."),
-    ] = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
@@ -159,8 +152,6 @@ def extender(
         except ValueError as e:
             raise fail(str(e)) from None
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        for noisy in ("httpx", "httpx2", "httpcore"):  # one INFO line per API request otherwise
-            logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
         if warning:
             logging.getLogger("devshare.extender").warning(warning)
         tls = None
@@ -190,9 +181,9 @@ def extender(
                 options.save = cluster_saver(memory, save)
             options.leader_election = bool(leader_elect)
         else:
-            from devshare.kube.live import LiveBackend
+            from devshare.kube.rest import KubeClient
 
-            backend = LiveBackend.connect(kubeconfig, context=context, namespace=namespace, direct=api_lane)
+            backend = KubeClient.connect(kubeconfig, context=context, namespace=namespace)
             options.leader_election = True if leader_elect is None else leader_elect
             if follow_lease is not None:
                 options.leader_election = False

@@ -72,9 +72,9 @@ def inspect(
         if cluster is not None:
             backend = load_cluster(cluster)
         else:
-            from devshare.kube.live import LiveBackend
+            from devshare.kube.rest import KubeClient
 
-            backend = LiveBackend.connect(kubeconfig, context=context)
+            backend = KubeClient.connect(kubeconfig, context=context)
         from devshare.kube.snapshot import load_state
 
         state = asyncio.run(load_state(backend))

@@ -111,10 +111,10 @@ def webhook(
             source = ClusterFileDeviceTypes(cluster)
             pods = MemoryBackend.load(cluster)
         elif kubeconfig is not None or in_cluster:
-            from devshare.kube.live import LiveBackend
+            from devshare.kube.rest import KubeClient
             from devshare.server.webhook.cluster import WatchedDeviceTypes
 
-            backend = LiveBackend.connect(kubeconfig)
+            backend = KubeClient.connect(kubeconfig)
             source, pods = WatchedDeviceTypes(backend), backend
         config = WebhookConfig(
             disabled_types=settings.device_types.disabled(),

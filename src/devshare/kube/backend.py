@@ -1,6 +1,6 @@
 """The backend interface: what the extender, webhook and CLI need from a cluster.
 
-Two implementations: :class:`devshare.kube.live.LiveBackend` (a real API server) and
+Two implementations: :class:`devshare.kube.rest.KubeClient` (a real API server) and
 :class:`devshare.kube.memory.MemoryBackend` (objects from a ``--cluster`` YAML file). Objects are
 plain dicts in the API's JSON shape; callers must not mutate the dicts they are given.
 

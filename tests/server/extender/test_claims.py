@@ -18,8 +18,8 @@ from devshare.engine.state import ClusterState
 from devshare.kube.backend import WatchEvent
 from devshare.kube.errors import Unavailable
 from devshare.kube.ledger import NAME, Claim, ClaimLedger
-from devshare.kube.live import LiveBackend
 from devshare.kube.memory import MemoryBackend
+from devshare.kube.rest import KubeClient
 from devshare.kube.sync import StateSync
 from devshare.model.allocation import PodAllocation
 from devshare.model.annotations import encode_annotations
@@ -458,7 +458,7 @@ async def test_the_extender_counts_claims_at_start_and_then_the_pod_as_the_watch
         assert runtime.state.pods["default/other"].pod.containers  # the pod as parsed, no longer the claim's
 
 
-async def test_a_re_list_reads_the_claims_again(fake_api: FakeApiServer, live_backend: LiveBackend) -> None:  # noqa: F811
+async def test_a_re_list_reads_the_claims_again(fake_api: FakeApiServer, live_backend: KubeClient) -> None:  # noqa: F811
     """After a 410 the extender lists pods again, and then reads the ledger again: a claim written
     meanwhile by a replica it never hears from is counted."""
     for obj in (node(NODE), device(NODE, 1), pod("other", core=70)):

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from devshare.kube.ledger import ClaimLedger
-from devshare.kube.live import LiveBackend
+from devshare.kube.rest import KubeClient
 from devshare.model.codecs import decode_allocation
 from devshare.server.extender.serve import ExtenderOptions
 from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
@@ -31,7 +31,7 @@ class Interleaved:
     """A backend whose watches never deliver anything after the initial list, and whose every other
     request first waits a random moment (up to ``jitter`` seconds)."""
 
-    def __init__(self, inner: LiveBackend, rng: random.Random, jitter: float = 0.004) -> None:
+    def __init__(self, inner: KubeClient, rng: random.Random, jitter: float = 0.004) -> None:
         self.inner = inner
         self.rng = rng
         self.jitter = jitter
@@ -66,7 +66,7 @@ def card_usage(fake: FakeApiServer) -> dict[tuple[str, int], list[int]]:
     return used
 
 
-async def check_ledgers(fake: FakeApiServer, backend: LiveBackend) -> None:
+async def check_ledgers(fake: FakeApiServer, backend: KubeClient) -> None:
     """Every bound pod's allocation is claimed in the ledger (what a replica whose watch lags counts
     before it writes; blind watches never see a pod bound, so no claim leaves as bound)."""
     ledger = await ClaimLedger(backend).read()
@@ -96,8 +96,8 @@ async def test_two_leading_extenders_never_over_book_a_card(seed: int, fake_api:
         plan.append((f"r{i}", a, b))
 
     opts = ExtenderOptions(leader_election=False)  # both always lead
-    backends = [Interleaved(LiveBackend.connect(fake_kubeconfig), random.Random(seed * 10 + k)) for k in (1, 2)]
-    reader = LiveBackend.connect(fake_kubeconfig)
+    backends = [Interleaved(KubeClient.connect(fake_kubeconfig), random.Random(seed * 10 + k)) for k in (1, 2)]
+    reader = KubeClient.connect(fake_kubeconfig)
     async with running(backends[0], opts) as (a_client, a), running(backends[1], opts) as (b_client, b):
         won = 0
         for node_name, a_pods, b_pods in plan:

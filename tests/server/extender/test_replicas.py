@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from devshare.kube.leader import LeaderElector, LeaseFollower
-from devshare.kube.live import LiveBackend
+from devshare.kube.rest import KubeClient
 from devshare.model.codecs import parse_allocation
 from devshare.server.extender.serve import RUNTIME, ExtenderOptions, build_app
 from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
@@ -39,9 +39,9 @@ class Replica:
     def __init__(self, name: str, kubeconfig: Path) -> None:
         self.name = name
         options = ExtenderOptions(follow_lease=LEASE, pod_name=name, follow_period=0.05)
-        self.app = build_app(LiveBackend.connect(kubeconfig), options)
+        self.app = build_app(KubeClient.connect(kubeconfig), options)
         self.server = ServerThread(self.app)
-        self.sched_backend = LiveBackend.connect(kubeconfig)
+        self.sched_backend = KubeClient.connect(kubeconfig)
         self.elector = LeaderElector(self.sched_backend, identity=f"{name}_{uuid.uuid4()}", name=LEASE,
                                      lease_duration=TIMING[0], renew_deadline=TIMING[1], retry_period=TIMING[2])
         self.task = asyncio.run_coroutine_threadsafe(self._campaign(), self.server.loop)

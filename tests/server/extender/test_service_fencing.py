@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from devshare.kube.leader import LeaderElector
-from devshare.kube.live import LiveBackend
+from devshare.kube.rest import KubeClient
 from devshare.server.extender.serve import RUNTIME, ExtenderOptions, build_app
 from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
 from fakeapi.server import FakeApiServer
@@ -29,7 +29,7 @@ class LaggingWatch:
     """A backend whose watch events arrive ``lag`` seconds late (a slow watch: A does not learn of
     B's bind before it serves its queued one, so only fencing can stop it)."""
 
-    def __init__(self, inner: LiveBackend, lag: float) -> None:
+    def __init__(self, inner: KubeClient, lag: float) -> None:
         self.inner = inner
         self.lag = lag
 
@@ -65,7 +65,7 @@ async def test_a_deposed_leader_does_not_serve_a_queued_bind(fake_api: FakeApiSe
     for obj in (node("node-0"), device("node-0", 1), pod("p1", core=60), pod("p2", core=60)):
         fake_api.put(obj)
     options = {"leader_election": True, "lease_timing": TIMING}
-    lagging = LaggingWatch(LiveBackend.connect(fake_kubeconfig), lag=5.0)
+    lagging = LaggingWatch(KubeClient.connect(fake_kubeconfig), lag=5.0)
     a_app = build_app(lagging, ExtenderOptions(identity="a", **options))  # type: ignore[arg-type]
     a = await asyncio.to_thread(ServerThread, a_app)  # its own event loop, in a thread: the one we freeze
     try:
@@ -73,7 +73,7 @@ async def test_a_deposed_leader_does_not_serve_a_queued_bind(fake_api: FakeApiSe
         elector_a: LeaderElector = a_runtime.elector  # type: ignore[assignment]
         await until(lambda: elector_a.is_leader and a_runtime.sync.is_synced)
         b_options = ExtenderOptions(identity="b", **options)  # type: ignore[arg-type]
-        async with running(LiveBackend.connect(fake_kubeconfig), b_options) as (b_client, b_runtime):
+        async with running(KubeClient.connect(fake_kubeconfig), b_options) as (b_client, b_runtime):
             elector_b: LeaderElector = b_runtime.elector  # type: ignore[assignment]
             await asyncio.sleep(3 * TIMING[2])
             assert elector_a.is_leader and not elector_b.is_leader

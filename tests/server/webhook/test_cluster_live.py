@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from devshare.kube.live import LiveBackend
+from devshare.kube.rest import KubeClient
 from devshare.model.device import DeviceInfo, NodeDevices, device_object
 from devshare.server.webhook.cluster import WatchedDeviceTypes
 from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
@@ -24,7 +24,7 @@ async def eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-un
 
 
 async def test_types_follow_the_device_objects(fake_api: FakeApiServer, fake_kubeconfig) -> None:  # noqa: F811
-    source = WatchedDeviceTypes(LiveBackend.connect(fake_kubeconfig, watch_timeout=30))
+    source = WatchedDeviceTypes(KubeClient.connect(fake_kubeconfig, watch_timeout=30))
     assert source.known_types() is None  # not synced yet: the check is skipped
     await source.start()
     try:

@@ -45,6 +45,7 @@ from devshare.kube.errors import BackendError
 from devshare.model.allocation import PodAllocation
 from devshare.model.annotations import encode_annotations
 from devshare.model.errors import InvalidInput
+from devshare.model.kubenames import check_name, check_namespace
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
 from devshare.server.extender import preempt as _preempt
@@ -257,6 +258,9 @@ class Extender:
     # ------------------------------------------------------------------ helpers
     def parse(self, pod: dict[str, Any]) -> PodRequest:
         """The pod's request, with what the configuration refuses of it (InvalidInput). Not cached."""
+        m = meta(pod)
+        check_namespace(m.get("namespace") or "default", what="metadata.namespace")  # they go into API paths
+        check_name(m.get("name"), what="metadata.name")
         req = parse_pod(pod)
         if self.disabled_types:
             refused = refuse_disabled([d.type for c in req.containers for d in c.devices], self.disabled_types)

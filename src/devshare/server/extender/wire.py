@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from devshare.model.kubenames import label_problem, subdomain_problem
+
 Obj = dict[str, Any]
 
 
@@ -139,6 +141,16 @@ class ExtenderBindingArgs(_Wire, kw_only=True):
     pod_namespace: str
     node: str
     pod_uid: str = ""
+
+    def __post_init__(self) -> None:
+        # the names go into the API requests of the bind (the pod's GET, its Binding): a name that is not
+        # a Kubernetes name is refused here, before anything is read or written (issue 37)
+        for what, value, problem in (("PodNamespace", self.pod_namespace, label_problem(self.pod_namespace)),
+                                     ("PodName", self.pod_name, subdomain_problem(self.pod_name)),
+                                     ("Node", self.node, subdomain_problem(self.node))):
+            if problem is not None:
+                shown = repr(value) if len(value) <= 80 else f"{value[:60]!r}...({len(value)} characters)"
+                raise ValueError(f"{what} {shown} is not a Kubernetes name: {problem}")
 
 
 class MetaPod(_Wire, kw_only=True):

@@ -5,7 +5,7 @@ pod it binds, one GET, to tell a device pod) and a node agent's trade write (its
 pods of the namespace on the pod's node, :mod:`devshare.server.webhook.allocations`). Both are rare
 next to pod creations, so the webhook asks then rather than follow every pod of the cluster. A kube
 backend is such a source: the cluster connection (``--kubeconfig``/``--in-cluster``,
-:class:`~devshare.kube.live.LiveBackend`) or the ``--cluster`` file
+:class:`~devshare.kube.rest.KubeClient`) or the ``--cluster`` file
 (:class:`~devshare.kube.memory.MemoryBackend`).
 """
 
