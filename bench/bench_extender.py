@@ -337,7 +337,7 @@ def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: st
         for hook in app.on_startup:
             await hook(app)
         rt = app[RUNTIME]
-        await rt.sync.synced.wait()
+        await rt.informer.synced.wait()
         gc.collect()
         gc.freeze()  # as the server does once synced
         ext = rt.extender

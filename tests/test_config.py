@@ -24,10 +24,9 @@ from devshare.config import (
     parse_config,
     with_overrides,
 )
-from devshare.engine.policies.binpack import BinpackPolicy
-from devshare.engine.policies.devshare import DevsharePolicy
+from devshare.engine.build import build_engine, quotas_of, settings_of
 from devshare.model.errors import InvalidInput
-from devshare.server.extender.serve import RUNTIME, ExtenderOptions, build_app
+from devshare.server.extender.serve import ExtenderOptions
 from devshare.server.webhook.validate import judge
 from support import REPO
 
@@ -38,38 +37,6 @@ runner = CliRunner()
 
 def doc(**sections: Any) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": KIND, **sections}
-
-
-def test_defaults_are_the_engine_defaults() -> None:
-    cfg = Configuration()
-    s = cfg.settings()
-    assert (s.core_weight, s.card_binpack, s.node_binpack, s.dfs_budget, s.topology) == (0.5, True, True, 2000, True)
-    assert cfg.state().max_containers == 16
-    assert isinstance(cfg.policy(), DevsharePolicy)
-    assert cfg.scheduling.assume_ttl_seconds == 60
-    assert cfg.device_types.disabled() == frozenset()
-    assert parse_config(yaml.safe_load(cfg.to_yaml())) == cfg  # the printed defaults read back
-
-
-def test_every_knob_reaches_the_engine() -> None:
-    cfg = parse_config(doc(
-        deviceTypes={"rdma": False},
-        scheduling={"nodePolicy": "spread", "cardPolicy": "binpack", "coreWeight": 20, "maxContainersPerCard": 4,
-                    "topology": False, "dfsBudget": 50, "assumeTTLSeconds": 12.5},
-        policies={"binpack": {"cardWeight": 0.25}},
-    ))
-    s = cfg.settings()
-    assert s.core_weight == pytest.approx(0.2)  # seed 000: MGPUWeightOfCore 20 means 0.2
-    assert (s.card_binpack, s.node_binpack, s.topology, s.dfs_budget) == (True, False, False, 50)
-    policy = cfg.policy()
-    assert isinstance(policy, BinpackPolicy)
-    assert (policy.card_binpack, policy.node_binpack, policy.card_weight) == (True, False, 0.25)
-    assert policy.core_weight == pytest.approx(0.2)
-    assert cfg.state().max_containers == 4
-    assert cfg.device_types.disabled() == {"rdma"}
-    devshare = parse_config(doc(policies={"devshare": {"kappa": 0.1, "cpuPack": 0.7}})).policy()
-    assert isinstance(devshare, DevsharePolicy)
-    assert (devshare.kappa, devshare.cpu_pack) == (0.1, 0.7)
 
 
 @pytest.mark.parametrize(("data", "message"), [
@@ -174,19 +141,6 @@ def test_schedule_honours_the_file(tmp_path: Path) -> None:
     assert json.loads(r.output)["placements"][0]["node"] == "gpu-node-1"
 
 
-async def test_extender_builds_its_engine_from_the_file() -> None:
-    from devshare.kube.memory import MemoryBackend
-
-    cfg = parse_config(doc(deviceTypes={"fpga": False}, scheduling={"nodePolicy": "binpack", "coreWeight": 20,
-                                                                     "maxContainersPerCard": 3}))
-    app_ = build_app(MemoryBackend(), ExtenderOptions(config=cfg, assume_ttl=cfg.scheduling.assume_ttl_seconds))
-    rt = app_[RUNTIME]
-    assert rt.state.max_containers == 3
-    assert rt.extender.scheduler.settings.core_weight == pytest.approx(0.2)
-    assert isinstance(rt.extender.scheduler.policy, BinpackPolicy)
-    assert rt.extender.disabled_types == {"fpga"}
-
-
 def test_webhook_refuses_disabled_types() -> None:
     pod = yaml.safe_load(RDMA_POD.split("---")[0])
     assert judge(pod) == []
@@ -289,8 +243,8 @@ def test_seed_000_switches_reach_the_scheduler(tmp_path: Path) -> None:
     assert placed["annotations"]["vke.volcengine.com/gpu-index-container-main"] == str(device["minor"])
     cfg = parse_config(doc(dialects={"mgpu": False},
                            scheduling={"maxContainersPerCard": 4, "coreWeight": 20, "cardPolicy": "spread"}))
-    assert cfg.disabled_dialects() == {"mgpu"} and cfg.state().max_containers == 4
-    assert cfg.settings().core_weight == pytest.approx(0.2) and not cfg.settings().card_binpack
+    assert cfg.disabled_dialects() == {"mgpu"} and build_engine(cfg).state.max_containers == 4
+    assert settings_of(cfg).core_weight == pytest.approx(0.2) and not settings_of(cfg).card_binpack
     (problem,) = judge(yaml.safe_load(MGPU_POD), None, frozenset(), cfg.disabled_dialects())
     assert "dialects.mgpu: false" in problem.message and problem.reason == "dialect"
 
@@ -333,6 +287,6 @@ def test_bad_quotas_are_named() -> None:
         parse_config(doc(quotas={"team-a": {"gpuCore": -5}}), "x.yaml")
     with pytest.raises(InvalidInput, match=r"x.yaml: quotas.Team_A: a namespace name is a DNS label"):
         parse_config(doc(quotas={"Team_A": {"gpuCore": 5}}), "x.yaml")
-    q = parse_config(doc(quotas={"team-a": {"gpuCore": 250, "gpuMemory": "64Gi"}})).namespace_quotas()
-    assert q.limits["team-a"].core_milli == 2500 and q.limits["team-a"].memory == 64 * 2**30
-    assert Configuration().namespace_quotas() is None
+    q = quotas_of(parse_config(doc(quotas={"team-a": {"gpuCore": 250, "gpuMemory": "64Gi"}})))
+    assert q is not None and q.limits["team-a"].core_milli == 2500 and q.limits["team-a"].memory == 64 * 2**30
+    assert quotas_of(Configuration()) is None

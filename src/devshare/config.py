@@ -28,8 +28,9 @@ quotas:                       # per-namespace GPU quotas, summed over every dial
 ```
 
 Decoded with msgspec into typed structs, strictly: an unknown field, a wrong type or a value out of
-range is one :class:`InvalidInput` naming the file and the field. The file is read at the edge (the
-command line) and handed to the engine as constructor arguments: nothing below reads it.
+range is one :class:`InvalidInput` naming the file and the field. This module is the schema and its
+loading only: the file is read at the edge (the command line), and :mod:`devshare.engine.build` is
+the one way an engine is made from it; the refusal rules are :mod:`devshare.engine.refusals`.
 """
 
 from __future__ import annotations
@@ -164,51 +165,6 @@ class Configuration(_Strict):
         s = self.scheduling
         return s.card_policy == "binpack" or (s.card_policy == "auto" and s.node_policy != "spread")
 
-    def register(self) -> None:
-        """Make what the file adds to the model known to this process: the resource names of the
-        configured device types (each a dialect, :mod:`devshare.model.dialects.configured`) and how
-        dialect annotations name devices (``scheduleMode``, seed 000's MGPUScheduleMode). Called
-        at start by every command that reads the file (extender, schedule, webhook)."""
-        from devshare.model import dialects
-
-        dialects.configure_types(self.device_types.configured())
-        dialects.configure_schedule_mode(self.scheduling.schedule_mode)
-
-    # --------------------------------------------------------------- what the engine is built from
-    def settings(self) -> Any:
-        """The engine's :class:`Settings` for this configuration."""
-        from devshare.engine.handlers.base import Settings
-
-        s = self.scheduling
-        return Settings(core_weight=s.core_weight / 100, card_binpack=self.card_binpack(),
-                        node_binpack=s.node_policy != "spread", dfs_budget=s.dfs_budget, topology=s.topology)
-
-    def policy(self) -> Any:
-        """The node policy (a fresh object: a learning policy holds state), built by the one factory
-        of policies (:func:`devshare.engine.policies.make_policy`)."""
-        from devshare.engine.policies import make_policy
-
-        s = self.scheduling
-        own = self.policies.devshare if s.node_policy == "devshare" else self.policies.binpack
-        # auto: the node policy's own cards; binpack or spread: seed 000's card level under any node policy
-        card = None if s.card_policy == "auto" else s.card_policy == "binpack"
-        return make_policy(s.node_policy, settings=self.settings(), card_binpack=card, options=_given(own))
-
-    def namespace_quotas(self) -> Any:
-        """The engine's :class:`~devshare.engine.quotas.Quotas` (None when the file sets none)."""
-        from devshare.engine.quotas import Quota, Quotas
-
-        if not self.quotas:
-            return None
-        return Quotas({ns: Quota(core_milli=q.gpu_core * 10 if q.gpu_core is not None else None,
-                                 memory=q.memory_bytes()) for ns, q in self.quotas.items()})
-
-    def state(self) -> Any:
-        """An empty :class:`ClusterState` with this configuration's limits."""
-        from devshare.engine.state import ClusterState
-
-        return ClusterState(max_containers_per_device=self.scheduling.max_containers_per_card)
-
     def not_honoured(self) -> list[str]:
         """Settings accepted and passed on, that this version does not act on yet (logged at start)."""
         return []
@@ -216,11 +172,6 @@ class Configuration(_Strict):
     def to_yaml(self) -> str:
         """The whole configuration, defaults included (msgspec's encoders leave defaults out), as YAML."""
         return yaml.safe_dump(_full(self), sort_keys=False)
-
-
-def _given(settings: msgspec.Struct) -> dict[str, Any]:
-    """The fields set in the file, as the engine's keyword arguments (snake_case)."""
-    return {f: getattr(settings, f) for f in settings.__struct_fields__ if getattr(settings, f) is not None}
 
 
 def _full(obj: msgspec.Struct) -> dict[str, Any]:
@@ -425,55 +376,3 @@ def with_overrides(cfg: Configuration, *, policy: str | None = None, core_weight
             raise InvalidInput(f"must be > 0, got {assume_ttl}", field="--assume-ttl")
         s = msgspec.structs.replace(s, assume_ttl_seconds=assume_ttl)
     return msgspec.structs.replace(cfg, scheduling=s)
-
-
-def refuse_dialects(pod: Any, disabled: frozenset[str]) -> str | None:
-    """Why ``pod`` (a v1 Pod dict) is refused for asking in a dialect the configuration disables
-    (``dialects.<name>: false``; ``mgpu`` is seed 000's ``MGPUEnable``); None when it does not."""
-    if not disabled:
-        return None
-    from devshare.model import dialects
-    from devshare.model.pod import asked_resource_names
-
-    off = [(n, d.name) for n in asked_resource_names(pod) if (d := dialects.owner_of(n)) is not None
-           and d.name in disabled]
-    if not off:
-        return None
-    what = ", ".join(n for n, _ in off)
-    which = sorted({d for _, d in off})
-    seed = " (seed 000's MGPUEnable: false)" if "mgpu" in which else ""
-    return (f"asks for {what} in the {', '.join(which)} dialect, which devshare's configuration disables "
-            f"(dialects.{which[0]}: false{seed}): ask in an enabled dialect, or enable it")
-
-
-def refuse_disabled(device_types: list[str], disabled: frozenset[str]) -> str | None:
-    """Why a pod asking for these device types is refused, or None."""
-    off = sorted(set(device_types) & disabled)
-    if not off:
-        return None
-    return (f"asks for {', '.join(off)}, which devshare's configuration disables "
-            f"(deviceTypes.{off[0]}: false): remove the request or enable the type")
-
-
-def refuse_unconfigured(pod: Any, device_types: frozenset[str] | None) -> str | None:
-    """Why ``pod`` (a v1 Pod dict) is refused for asking a device type some Device object lists but
-    no dialect reads (None when it asks for none): placed, it would reserve nothing."""
-    from devshare.model.pod import unread_device_asks
-
-    asks = unread_device_asks(pod, device_types or frozenset())
-    if not asks:
-        return None
-    name, dtype = asks[0]
-    listed = ", ".join(n for n, _ in asks)
-    return (f"asks for {listed}, which no dialect of devshare reads: nodes list {dtype} devices, but devshare's "
-            f"configuration gives {dtype} no resource names, so the pod would be placed without reserving any. "
-            f"Configure the type (deviceTypes: {{{dtype}: {{resources: [{name}]}}}}, docs/configuration.md) or "
-            "remove the request")
-
-
-def refuse_pod(pod: Any, *, disabled_dialects: frozenset[str], device_types: frozenset[str] | None) -> str | None:
-    """What the configuration refuses of a pod before any node is looked at, besides disabled device
-    types (:func:`refuse_disabled`, on the parsed request): a disabled dialect, a device type with
-    Device objects (``device_types``) that no dialect reads. The extender's filter, ``devshare
-    schedule`` and the webhook ask it."""
-    return refuse_dialects(pod, disabled_dialects) or refuse_unconfigured(pod, device_types)

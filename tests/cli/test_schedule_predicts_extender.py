@@ -96,7 +96,7 @@ def test_schedule_places_every_pod_where_the_extender_does(tmp_path: Path, w: di
     try:
         runtime = srv.app[RUNTIME]
         for _ in range(500):
-            if runtime.sync.is_synced:
+            if runtime.informer.is_synced:
                 break
             time.sleep(0.01)
         for obj, want in zip(pods, predicted, strict=True):

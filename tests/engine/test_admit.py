@@ -17,7 +17,7 @@ from devshare.model.allocation import ContainerAllocation, PodAllocation
 from devshare.model.device import DeviceInfo, NodeDevices
 from devshare.model.node import node_info_from_labels
 from devshare.model.request import DeviceRequest, GpuSelection
-from support.cluster import GiB, pod
+from support.cluster import GiB, occupy, pod
 
 asks = st.one_of(
     st.builds(lambda c, m: DeviceRequest(type="gpu", core_milli=c, memory=m),
@@ -58,7 +58,7 @@ def test_reserve_accepts_exactly_what_filter_passes_reason_for_reason(
     t = state.tables["gpu"]
     for k, (col, ask) in enumerate(used):  # any usage, even over-use: bound pods' annotations are the truth
         if col < t.count(0):
-            state.add_bound(pod(f"u{k}", ask), one_share(state, f"u{k}", col, ask))
+            occupy(state, pod(f"u{k}", ask), one_share(state, f"u{k}", col, ask))
     n = t.count(0)
     rows = np.array([0], np.int64)
     sel = GpuSelection(avoid_ids=tuple(f"G{i}" for i in avoided)) if avoided else None

@@ -15,7 +15,7 @@ from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation
 from devshare.model.node import NodeInfo
 from devshare.model.request import PodRequest
-from support.cluster import GiB, add_node, bound, gpu, pod, whole
+from support.cluster import GiB, add_node, bound, free, gpu, occupy, pod, whole
 
 
 class ReadsEverything(BinpackPolicy):
@@ -76,10 +76,10 @@ def change(state: ClusterState, held: list[str], k: int, step: tuple[object, ...
         bound(state, f"b{k}", f"n{node}", int(card), core=int(core), memory=GiB)  # type: ignore[call-overload]
     elif step[0] == "release":
         if held:
-            state.release(f"default/{held.pop(0)}")
+            free(state, f"default/{held.pop(0)}")
     elif step[0] == "cpu":
         held.append(f"c{k}")
-        state.add_bound(PodRequest(namespace="default", name=f"c{k}", cpu_milli=1000),
+        occupy(state, PodRequest(namespace="default", name=f"c{k}", cpu_milli=1000),
                         PodAllocation(node=f"n{step[1]}", containers=()))
     elif step[0] == "cordon":
         _, node, on = step

@@ -18,7 +18,7 @@ from devshare.model import names
 from devshare.model.annotations import encode_annotations
 from devshare.model.request import GroupRef, PodRequest
 from support import REPO
-from support.cluster import GiB, add_node, bound, gpu, pod, whole
+from support.cluster import GiB, add_node, bound, gpu, hold, occupy, pod, whole
 
 TOPOLOGIES = REPO / "examples" / "topologies"
 SEED = json.loads((TOPOLOGIES / "seed-8gpu-bandwidth.json").read_text())
@@ -196,7 +196,7 @@ def test_plan_holds_devices_and_scores_the_planned_node() -> None:
     assert out.passed == ["a"] and "planned on node a" in out.failed["b"]
     keys = sorted(k for k in s.pods if "#plan#" in k)
     assert keys == ["default/job#plan#0", "default/job#plan#1"]
-    assert [s.pods[k].hold for k in keys] == ["default/job", "default/job"]  # holds, not pods
+    assert [s.pods[k].group for k in keys] == ["default/job", "default/job"]  # holds, not pods
 
 
 def test_members_take_their_planned_devices_and_placeholders_turn_into_them() -> None:
@@ -292,7 +292,7 @@ def test_expired_plan_releases_placeholders_and_later_members_are_placed_alone()
     d = planner.schedule(member(1, 4, replicas=3), now=40)
     assert isinstance(d, Bind) and len(planner.plans["default/job"].slots) == 1
     for k in ("default/job-0", "default/job-1"):
-        s.release(k)
+        planner.lifecycle.release(k)
     assert s.usage_key() == before
 
 
@@ -302,7 +302,7 @@ def test_restart_reads_bound_members_from_the_state() -> None:
     d = planner.schedule(member(0, 4, replicas=2), now=0)
     assert isinstance(d, Bind)
     rebuilt = cluster("a", "b")
-    rebuilt.add_bound(member(0, 4, replicas=2), d.members[0].allocation)
+    occupy(rebuilt, member(0, 4, replicas=2), d.members[0].allocation)
     fresh = GroupPlanner(Scheduler(rebuilt))
     p = as_placement(fresh.assign(member(1, 4, replicas=2), now=5))
     assert len(fresh.plans["default/job"].slots) == 1  # only the member is planned
@@ -401,4 +401,4 @@ def test_laying_out_shares_never_touches_the_live_state(used: list[tuple[int, in
     assert (s.version, s.usage_key(), dict(s.pods)) == (before[0], before[2], before[3])
     assert (s.row_version == before[1]).all()
     for i, alloc in enumerate(layout.allocations):  # and what was laid out fits, member after member
-        s.assume(pod(f"m{i}", share), alloc, now=0.0)  # type: ignore[arg-type]
+        hold(s, pod(f"m{i}", share), alloc, ttl=60)  # type: ignore[arg-type]

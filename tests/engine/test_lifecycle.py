@@ -121,3 +121,25 @@ def test_expiry_drops_exactly_the_assumed_past_their_time_and_not_in_flight(
             kept = set(lc.state.pods) - due
             assert set(lc.expire(now)) == due
             assert set(lc.state.pods) == kept
+
+
+MUTATORS = {"_assume", "_bind", "_release", "_release_finished", "_add_bound", "_add_bound_checked"}
+
+
+def test_only_the_lifecycle_changes_the_records() -> None:
+    """The one cache (issue 35): ClusterState's record mutators are private to engine/lifecycle.py; no other
+    module of src/devshare calls them (state.py defines them and calls its own)."""
+    import ast
+
+    from support import REPO
+
+    src = REPO / "src" / "devshare"
+    callers = []
+    for path in sorted(src.rglob("*.py")):
+        if path.relative_to(src).as_posix() in ("engine/lifecycle.py", "engine/state.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            own = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+            if isinstance(node, ast.Attribute) and node.attr in MUTATORS and not own:  # (a class's own method)
+                callers.append(f"{path.relative_to(src)}:{node.lineno} {node.attr}")
+    assert callers == []

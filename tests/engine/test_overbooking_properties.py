@@ -1,4 +1,4 @@
-"""Invariant (issue 12): allocations found on pods, recorded through ``add_bound_checked`` in any order,
+"""Invariant (issue 12): allocations found on pods, recorded through ``Lifecycle.add_watched`` in any order,
 of any size, with the same pod recorded again or released at any time, never book a card beyond its
 compute or memory; each one refused leaves the state exactly as it was; and one is refused exactly
 when adding it would over-book a card (the reference sum below, kept apart from the state's tables)."""
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
-from support.cluster import GiB, add_node, pod
+from support.cluster import GiB, add_node, pod, records
 
 NODES = {"a": 2, "b": 1}  # GPUs per node, 16 GiB each
 CORE, MEMORY = 1000, 16 * GiB
@@ -40,6 +40,7 @@ def test_recorded_allocations_never_over_book_a_card(steps: list[tuple[object, .
     for name, count in NODES.items():
         add_node(state, name, count)
     held: dict[str, PodAllocation] = {}  # the reference: what must be counted
+    cache = records(state)
 
     def usage(allocs: dict[str, PodAllocation]) -> dict[tuple[str, int], list[int]]:
         out: dict[tuple[str, int], list[int]] = {}
@@ -53,13 +54,13 @@ def test_recorded_allocations_never_over_book_a_card(steps: list[tuple[object, .
     for s in steps:
         key = f"p{s[1]}"
         if s[0] == "release":
-            state.release(f"default/{key}")
+            cache.release(f"default/{key}")
             held.pop(key, None)
         else:
             node, minor, core, memory = s[2]  # type: ignore[misc]
             alloc = allocation(node, minor, core, memory, bool(s[3]))
             before = state.usage_key()
-            reason = state.add_bound_checked(pod(key), alloc)
+            reason = cache.add_watched(pod(key), alloc)
             candidate = {k: v for k, v in held.items() if k != key} | {key: alloc}
             fits = all(c <= CORE and m <= MEMORY for c, m in usage(candidate).values())
             assert (reason is None) == fits, (reason, candidate)

@@ -23,6 +23,7 @@ from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.sim.replay import build_state, pod_request
 from devshare.sim.trace import Trace, TraceNode, TracePod
+from support.cluster import hold
 
 
 def cluster(nodes: list[tuple[int, int, str]], used: dict[tuple[int, int], int] | None = None) -> ClusterState:
@@ -32,7 +33,7 @@ def cluster(nodes: list[tuple[int, int, str]], used: dict[tuple[int, int], int] 
     for k, ((n, c), v) in enumerate((used or {}).items()):
         grant = DeviceGrant(type="gpu", minor=c, id=f"n{n}-gpu{c}", core_milli=v)
         alloc = PodAllocation(node=f"n{n}", containers=(ContainerAllocation(name="main", devices=(grant,)),))
-        state.assume(pod_request(TracePod(f"used{k}", 0, 0, 1, v)), alloc, now=0.0, ttl=None)
+        hold(state, pod_request(TracePod(f"used{k}", 0, 0, 1, v)), alloc)
     return state
 
 
@@ -165,7 +166,7 @@ def test_devshare_never_places_where_it_does_not_fit(nodes: list, pods: list) ->
         where = sched.place(req)
         if where is None:
             continue
-        state.assume(req, where.allocation, now=0.0, ttl=None)  # raises if it does not fit
+        hold(state, req, where.allocation)  # raises if it does not fit
         row = state.row_of[where.node]
         assert state.cpu_used[row] <= state.cpu_total[row]
         assert (t.used_core[row] <= t.total_core[row]).all()

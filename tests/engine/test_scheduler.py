@@ -12,7 +12,7 @@ from devshare.engine.state import ClusterState
 from devshare.model import names
 from devshare.model.request import DeviceRequest
 from devshare.server.extender.scores import normalize
-from support.cluster import GiB, MiB, add_node, bound, gpu, outcome, pod, priorities, whole
+from support.cluster import GiB, MiB, add_node, bound, gpu, hold, outcome, pod, priorities, whole
 
 
 def test_seed002_bind_picks_the_fitting_card_with_least_free_memory() -> None:
@@ -104,7 +104,7 @@ def test_unhealthy_devices_are_never_used() -> None:
             break
         g = placed.allocation.containers[0].devices[0]
         assert (placed.node, g.minor) == ("n2", 0)
-        st.assume(pod(f"p{i}", gpu(40, GiB)), placed.allocation, now=0)
+        hold(st, pod(f"p{i}", gpu(40, GiB)), placed.allocation, ttl=60)
     out = outcome(sch, pod("z", gpu(40, GiB)))
     assert "gpu 0: unhealthy" in out.failed.get("n1", out.unresolvable.get("n1", ""))
 

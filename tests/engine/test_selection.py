@@ -10,7 +10,7 @@ from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState, Conflict
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.request import GpuSelection
-from support.cluster import GiB, add_node, gpu, outcome, pod, whole
+from support.cluster import GiB, add_node, gpu, hold, occupy, outcome, pod, whole
 
 A100 = "NVIDIA A100-SXM4-80GB"
 T4 = "Tesla T4"
@@ -58,7 +58,7 @@ def test_a_card_left_out_is_named_when_the_others_are_full() -> None:
     s = cluster()
     state = s.state
     for minor in (1, 2, 3):  # a's other cards are full
-        state.add_bound(pod(f"busy{minor}", whole()), PodAllocation(node="a", containers=(
+        occupy(state, pod(f"busy{minor}", whole()), PodAllocation(node="a", containers=(
             ContainerAllocation(name="c0", devices=(DeviceGrant(type="gpu", minor=minor, core_milli=1000,
                                                                 memory=16 * GiB, memory_ratio_milli=1000),)),)))
     out = outcome(s, pod("p", gpu(30, GiB), gpu_selection=sel(avoid_ids=("GPU-a-0",))), ["a"])
@@ -83,7 +83,7 @@ def test_reserve_refuses_a_card_the_selection_leaves_out() -> None:
     alloc = PodAllocation(node="b", containers=(ContainerAllocation(name="c0", devices=(
         DeviceGrant(type="gpu", minor=0, id="GPU-b-0", core_milli=300, memory=GiB),)),))
     with pytest.raises(Conflict, match="gpu 0: left out by the pod's GPU selection"):
-        s.state.assume(p, alloc, now=0.0)
+        hold(s.state, p, alloc, ttl=60)
     assert s.allocate_on(p, "b").startswith("the pod's GPU selection")  # type: ignore[union-attr]
 
 

@@ -37,7 +37,7 @@ from devshare.model.codecs import decode_allocation
 from devshare.model.device import device_object, parse_device
 from devshare.model.node import parse_node
 from devshare.model.request import DeviceRequest, PodRequest
-from support.cluster import GiB, add_node, pod
+from support.cluster import GiB, add_node, occupy, pod
 
 Device = tuple[str, str, int]  # (node, type, minor)
 
@@ -121,7 +121,7 @@ class StateMachine(RuleBasedStateMachine):
     def _must_refuse(self, p: PodRequest, alloc: PodAllocation, what: str) -> None:
         before = self._snapshot()
         try:
-            self.state.assume(p, alloc, now=self.now)
+            self.lifecycle.assume(p, alloc, now=self.now)
         except Conflict:
             assert self._snapshot() == before
             return
@@ -154,7 +154,7 @@ class StateMachine(RuleBasedStateMachine):
         clone = pod(f"clone{self.n}", *[list(c.devices) for c in rec.pod.containers])
         before = self._snapshot()
         try:
-            self.state.assume(clone, rec.allocation, now=self.now)
+            self.lifecycle.assume(clone, rec.allocation, now=self.now)
             self.expected.add(clone.key)
         except Conflict:
             assert self._snapshot() == before
@@ -171,7 +171,7 @@ class StateMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.state.pods)))
-        self.state.release(key)
+        self.lifecycle.release(key)
         self.expected.discard(key)
 
     @rule(dt=st.floats(0.5, 3.0))
@@ -207,7 +207,7 @@ class StateMachine(RuleBasedStateMachine):
         if free_slots > 0 and free_core >= 0 and free_mem >= 0 and not whole:
             p, alloc = self._probe(dev, [(free_core, free_mem)])
             before = self._snapshot()
-            self.state.assume(p, alloc, now=self.now)  # exactly what is free: must fit
+            self.lifecycle.assume(p, alloc, now=self.now)  # exactly what is free: must fit
             assert int(t.used_core[row, col]) == int(t.total_core[row, col])
             assert int(t.used_mem[row, col]) == int(t.total_mem[row, col])
             assert self.lifecycle.forget(p.key) and self._snapshot() == before
@@ -340,7 +340,7 @@ class StateMachine(RuleBasedStateMachine):
             annotations = json.loads(json.dumps(encode_annotations(rec.pod, rec.allocation, now_ns=0)))
             alloc = decode_allocation(annotations)
             request = msgspec.json.decode(msgspec.json.encode(rec.pod), type=PodRequest)
-            reason = rebuilt.add_bound(request, alloc)
+            reason = occupy(rebuilt, request, alloc)
             # recorded whatever it says; the conflicts allowed: a device that went unhealthy under its
             # pods, or one over-committed by a Device update
             if reason is not None:
@@ -430,7 +430,7 @@ def test_release_of_unknown_pod_is_a_no_op() -> None:
     s = ClusterState()
     add_node(s, "a", 2)
     before = s.usage_key()
-    assert s.release("ns/none") is None
+    assert Lifecycle(Scheduler(s)).release("ns/none") is None
     assert not Lifecycle(Scheduler(s)).forget("ns/none")
     assert s.usage_key() == before
     assert np.all(s.tables["gpu"].used_core == 0)

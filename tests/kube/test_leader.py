@@ -15,6 +15,7 @@ from devshare.kube.leader import LeaderElector
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.rest import KubeClient
 from fakeapi.server import FakeApiServer
+from support.waiting import settled
 
 FAST = {"lease_duration": 0.8, "renew_deadline": 0.5, "retry_period": 0.05}  # real seconds (no timing asserted)
 # durations in the seconds of a clock the test moves by hand; retries happen every 10 real ms
@@ -104,7 +105,7 @@ async def test_leader_steps_down_when_its_lease_is_taken() -> None:
     backend = MemoryBackend()
     a = LeaderElector(backend, identity="a", **FAST)
     async with running(a):
-        await asyncio.wait_for(a.leading.wait(), 2)
+        await settled(a.leading.wait())
         lease = await backend.get_lease(a.namespace, a.name)
         assert lease is not None
         await backend.replace_lease(a.namespace, {**lease, "spec": {**lease["spec"], "holderIdentity": "x"}})
@@ -158,13 +159,13 @@ async def test_release_hands_over_without_waiting() -> None:
     a = LeaderElector(backend, identity="a", **{**FAST, "lease_duration": 30, "renew_deadline": 20})
     b = LeaderElector(backend, identity="b", **{**FAST, "lease_duration": 30, "renew_deadline": 20})
     async with running(a) as ta:
-        await asyncio.wait_for(a.leading.wait(), 2)
+        await settled(a.leading.wait())
         ta.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await ta
         await a.release()
         async with running(b):
-            await asyncio.wait_for(b.leading.wait(), 2)
+            await settled(b.leading.wait())
 
 
 def test_durations_must_be_ordered() -> None:
@@ -178,14 +179,15 @@ async def test_fence_closes_before_the_lease_can_expire() -> None:
     it leads (its loop has not run again: the SIGSTOP of issue 12)."""
     from devshare.model.allocation import PodAllocation
     from devshare.model.request import PodRequest
-    from devshare.server.extender.writes import PodWrites
+    from devshare.server.extender.extender import Extender
+    from support.kube import Following
 
     now = [100.0]
     backend = MemoryBackend()
     timing = {"lease_duration": 15.0, "renew_deadline": 10.0, "retry_period": 5.0}  # no renewal during the test
     a = LeaderElector(backend, identity="a", clock=lambda: now[0], **timing)
     async with running(a):
-        await asyncio.wait_for(a.leading.wait(), 2)
+        await settled(a.leading.wait())
         assert a.may_write() and a.fence() is None
         now[0] += 9.9
         assert a.may_write()
@@ -194,10 +196,10 @@ async def test_fence_closes_before_the_lease_can_expire() -> None:
         reason = a.fence()
         assert reason is not None and reason.startswith("not the leader") and "renew deadline" in reason
 
-        writes = PodWrites(backend)
-        writes.fence = a.check
-        error = await writes.bind("default", "p", "node-0", "uid", pod=PodRequest(namespace="default", name="p"),
-                                  allocation=PodAllocation(node="node-0"), annotations={"a": "b"})
+        cache = Following(backend)
+        binder = Extender(cache.lifecycle, backend, cache.cluster, leadership=a).binder
+        error, _ = await binder.write(PodRequest(namespace="default", name="p", uid="uid"), "node-0",
+                                      PodAllocation(node="node-0"), {"a": "b"}, None)
         assert error.startswith("not the leader") and "nothing was written" in error
         assert backend.store.get("pods", "default/p") is None  # no Binding attempted (it would 404)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from devshare.kube.errors import Conflict, NotFound
 from devshare.kube.memory import MemoryBackend
 from devshare.model.errors import InvalidInput
 from support.kube import device, node, pod
+from support.waiting import settled
 
 
 def write(path: Path, docs: list[object]) -> Path:
@@ -68,7 +68,7 @@ async def test_watch_sees_binds(cluster_file: Path) -> None:
     listed = await b.list("pods")
     events = b.watch("pods", listed.resource_version)
     await b.bind_pod("team", "waiting", "n1")
-    ev = await asyncio.wait_for(anext(events), 1)
+    ev = await settled(anext(events))
     assert ev.type == "MODIFIED" and ev.object["spec"]["nodeName"] == "n1"
     await events.aclose()
 

@@ -25,6 +25,7 @@ from fakeapi.plugin import fake_api, fake_kubeconfig, live_backend  # noqa: F401
 from fakeapi.server import FakeApiServer
 from support.certs import signed_pair
 from support.kube import node, pod
+from support.waiting import settled
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +258,7 @@ async def test_watch_streams_events_after_a_version_and_ends_with_the_server(tls
     tls_api.put(pod("a"))
     tls_api.put({**pod("big"), "metadata": {**pod("big")["metadata"], "annotations": {"x": "y" * 300_000}}})
     tls_api.delete("pods", "default/a")
-    await asyncio.wait_for(task, 10)  # the server ends the watch after its timeout: so does the iterator
+    await settled(task)  # the server ends the watch after its timeout: so does the iterator
     assert seen == [("ADDED", "a"), ("ADDED", "big"), ("DELETED", "a")]
     (_, path, query) = next(r for r in tls_api.requests if r[2].get("watch") == "true")
     assert path == "/api/v1/pods" and query["resourceVersion"] == start and query["timeoutSeconds"] == "1"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import UNKNOWN_NODE, FilterOutcome, Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
@@ -65,11 +67,32 @@ def pod(
     return PodRequest(namespace=ns, name=name, containers=tuple(cs), **kw)  # type: ignore[arg-type]
 
 
+def records(state: ClusterState) -> Lifecycle:
+    """The one cache over ``state`` (every record changes through it), for tests that set usage up."""
+    return Lifecycle(Scheduler(state))
+
+
+def occupy(state: ClusterState, p: PodRequest, alloc: PodAllocation) -> str | None:
+    """Record ``p`` bound with ``alloc``, as the watch would, whatever it books (the reason, if any)."""
+    return records(state).add_watched(p, alloc, checked=False)
+
+
+def hold(state: ClusterState, p: PodRequest, alloc: PodAllocation, *, now: float = 0.0,
+         ttl: float = math.inf) -> None:
+    """Assume ``alloc`` for ``p`` (all or nothing: Conflict), until ``now + ttl``."""
+    records(state).assume(p, alloc, now=now, ttl=ttl)
+
+
+def free(state: ClusterState, key: str) -> None:
+    """Release whatever ``key`` holds."""
+    records(state).release(key)
+
+
 def bound(state: ClusterState, name: str, node: str, minor: int, *, core: int = 0, memory: int = 0) -> None:
     """Record a bound pod holding ``core`` thousandths and ``memory`` bytes of one GPU."""
     p = pod(name, DeviceRequest(type="gpu", core_milli=core, memory=memory))
     grant = DeviceGrant(type="gpu", minor=minor, core_milli=core, memory=memory)
-    state.add_bound(p, PodAllocation(node=node, containers=(ContainerAllocation(name="c0", devices=(grant,)),)))
+    occupy(state, p, PodAllocation(node=node, containers=(ContainerAllocation(name="c0", devices=(grant,)),)))
 
 
 def outcome(sched: Scheduler, p: PodRequest, nodes: Sequence[str] | None = None) -> FilterOutcome:

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import json
 import random
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -16,6 +17,7 @@ from devshare.kube.errors import Unavailable
 from devshare.kube.memory import MemoryBackend
 from devshare.model.device import DeviceInfo, NodeDevices, device_object
 from devshare.server.extender.serve import RUNTIME, ExtenderOptions, Runtime, build_app
+from support.waiting import eventually, settled
 
 GiB = 2**30
 
@@ -133,17 +135,32 @@ class FlakyBackend:
         pass  # the inner backend outlives restarts
 
 
+class Switch:
+    """A leadership a test turns on and off (:class:`~devshare.server.extender.view.Leadership`)."""
+
+    def __init__(self, leading: bool = True) -> None:
+        self.leading = leading
+
+    def may_write(self) -> bool:
+        return self.leading
+
+    async def check(self) -> str | None:
+        return None if self.leading else "not the leader"
+
+
 @contextlib.asynccontextmanager
-async def running(backend: Any, options: ExtenderOptions | None = None, *,
-                  wait_synced: bool = True) -> AsyncIterator[tuple[TestClient[Any, Any], Runtime]]:
-    """The extender app on a real local port, with a client; the state synced unless told not to."""
-    app = build_app(backend, options)
+async def running(backend: Any, options: ExtenderOptions | None = None, *, wait_synced: bool = True,
+                  leadership: Switch | None = None, clock: Callable[[], float] = time.monotonic,
+                  ) -> AsyncIterator[tuple[TestClient[Any, Any], Runtime]]:
+    """The extender app on a real local port, with a client; the state synced unless told not to.
+    ``leadership``, ``clock``: given to the extender at construction (default: it always leads, real time)."""
+    app = build_app(backend, options, leadership=leadership, clock=clock)
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:
         runtime = app[RUNTIME]
         if wait_synced:
-            await asyncio.wait_for(runtime.sync.synced.wait(), 10)
+            await settled(runtime.informer.synced.wait())
         yield client, runtime
     finally:
         await client.close()
@@ -151,22 +168,21 @@ async def running(backend: Any, options: ExtenderOptions | None = None, *,
 
 async def settle(runtime: Runtime, backend: MemoryBackend) -> None:
     """Wait until the state's watch has caught up with every write to the backend."""
-    for _ in range(500):
-        if int(runtime.sync.resource_versions.get("pods") or 0) >= _pods_rv(backend):
-            return
-        await asyncio.sleep(0.002)
+    want = _pods_rv(backend)
+    await eventually(lambda: int(runtime.informer.resource_versions.get("pods") or 0) >= want,
+                     what=f"the watch of pods to reach resourceVersion {want}")
 
 
 async def resolve_claims(runtime: Runtime, rounds: int = 50) -> None:
     """Release every claim of a pod that is not bound (as the leader's sweep does once claims are
     older than their TTL): claims of binds whose outcome was unknown, e.g. of an extender restarted
     since. Retried while the backend fails (a flaky one)."""
-    claims = runtime.claims
-    assert claims is not None
+    claims, sweep = runtime.claims, runtime.extender.sweep
+    assert claims is not None and sweep is not None
     ttl, claims.ttl = claims.ttl, 0.0
     try:
         for _ in range(rounds):
-            await claims.sweep(leading=True)
+            await sweep.sweep(leading=True)
             held = claims.current.claims.values() if claims.current is not None else ()
             if not claims.stubs and all(c.pod in runtime.state.pods for c in held):
                 return

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
+
+from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.scheduler import Scheduler
+from devshare.engine.state import ClusterState
+from devshare.engine.watched import WatchedCluster
+from devshare.kube.backend import KINDS, Backend, WatchEvent
+from devshare.kube.informer import Backoff, Informer
+from devshare.kube.memory import MemoryBackend
+from support.waiting import settled
 
 GiB = 2**30
 
@@ -66,3 +77,43 @@ def pod(
     if phase is not None:
         obj["status"] = {"phase": phase}
     return obj
+
+
+class Following:
+    """The informer feeding the engine's watched cluster, as the extender runs them (without the extender)."""
+
+    def __init__(self, backend: Backend, state: ClusterState | None = None, *, scheduler_name: str | None = None,
+                 backoff: Callable[[], Backoff] | None = None) -> None:
+        self.state = state if state is not None else ClusterState()
+        self.lifecycle = Lifecycle(Scheduler(self.state))
+        self.cluster = WatchedCluster(self.lifecycle, clock=time.monotonic, scheduler_name=scheduler_name)
+        self.informer = Informer(backend, [self.cluster], backoff=backoff or fast_backoff)
+
+    def listed(self, backend: MemoryBackend) -> Following:
+        """Every kind of ``backend`` listed into the cluster at once (no informer running)."""
+        for kind in KINDS:
+            self.cluster.listed(kind, backend.store.list(kind)[0], initial=True)
+        return self
+
+    def replay(self, backend: MemoryBackend, since: int) -> int:
+        """Every change of ``backend`` after version ``since`` applied as watch events; the version now."""
+        for kind in KINDS:
+            for ev in backend.store.events_since(kind, since):
+                self.informer.apply_event(kind, WatchEvent(ev.type, ev.object))
+        return backend.store.rv
+
+
+def fast_backoff() -> Backoff:
+    return Backoff(initial=0.01, maximum=0.05)
+
+
+@contextlib.asynccontextmanager
+async def following(backend: Backend, state: ClusterState | None = None, **kw: Any) -> AsyncIterator[Following]:
+    """:class:`Following` running, synced."""
+    f = Following(backend, state, **kw)
+    f.informer.start()
+    try:
+        await settled(f.informer.synced.wait())
+        yield f
+    finally:
+        await f.informer.stop()

@@ -164,7 +164,7 @@ def extender(
         from devshare.server.extender.serve import ExtenderOptions, cluster_saver, serve
 
         backend: Backend
-        options = ExtenderOptions(assume_ttl=cfg.scheduling.assume_ttl_seconds, config=cfg,
+        options = ExtenderOptions(config=cfg,
                                   metrics_port=metrics_port, scheduler_name=scheduler_name,
                                   claim_ledger=claim_ledger, event_loop=event_loop, lane=lane)
         if not claim_ledger:

@@ -75,7 +75,7 @@ def inspect(
             from devshare.kube.rest import KubeClient
 
             backend = KubeClient.connect(kubeconfig, context=context)
-        from devshare.kube.snapshot import load_state
+        from devshare.cli.snapshot import load_state
 
         state = asyncio.run(load_state(backend))
         emit(state.inspect(), output, _table)

@@ -11,12 +11,10 @@ from typing import Annotated, Any
 import typer
 
 from devshare.cli.common import ConfigOption, emit, fail, load_cluster, load_yaml_documents, user_errors
-from devshare.config import load_config, refuse_disabled, refuse_pod, with_overrides
+from devshare.config import load_config, with_overrides
+from devshare.engine.build import Engine, build_engine
 from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
-from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.policies import LIVE_NAMES
-from devshare.engine.scheduler import Scheduler
-from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation
 from devshare.model.annotations import encode_annotations
 from devshare.model.errors import InvalidInput
@@ -46,14 +44,12 @@ class Placer:
     """Places pods one by one on a state, the way the extender would (through the same
     :class:`Lifecycle`, so the policy learns of each pod as it does there), recording each result."""
 
-    def __init__(self, state: ClusterState, scheduler: Scheduler, disabled: frozenset[str] = frozenset(),
-                 disabled_dialects: frozenset[str] = frozenset()) -> None:
-        self.state = state
-        self.disabled = disabled  # device types the configuration switches off
-        self.disabled_dialects = disabled_dialects  # and dialects (dialects.mgpu: false is MGPUEnable: false)
-        self.scheduler = scheduler
-        self.lifecycle = Lifecycle(scheduler)
-        self.planner = GroupPlanner(scheduler, lifecycle=self.lifecycle)
+    def __init__(self, engine: Engine) -> None:
+        self.state = engine.state
+        self.refusals = engine.refusals  # what the configuration refuses of a pod before any node
+        self.scheduler = engine.scheduler
+        self.lifecycle = engine.lifecycle
+        self.planner = GroupPlanner(engine.scheduler, lifecycle=self.lifecycle)
         self.results: dict[str, dict[str, Any]] = {}
         self.order: list[str] = []
         self.clock = 0.0
@@ -82,9 +78,7 @@ class Placer:
         except InvalidInput as e:
             self._record(key, None, str(e))
             return
-        refused = (refuse_disabled([d.type for c in pod.containers for d in c.devices], self.disabled)
-                   or refuse_pod(obj, disabled_dialects=self.disabled_dialects,
-                                 device_types=frozenset(self.state.tables)))
+        refused = self.refusals.of_request(pod) or self.refusals.of_pod(obj, frozenset(self.state.tables))
         if refused:
             self._record(key, None, refused)
             return
@@ -166,17 +160,14 @@ def schedule(
     with user_errors():
         if output not in ("json", "yaml", "table"):
             raise fail(f"unknown output format {output!r}: use json, yaml or table")
-        from devshare.kube.snapshot import load_state
+        from devshare.cli.snapshot import load_state
 
         if policy is not None and policy not in LIVE_NAMES:
             raise fail(f"unknown policy {policy!r}: use one of {', '.join(LIVE_NAMES)}")
-        cfg = with_overrides(load_config(config), policy=policy)
-        cfg.register()
+        engine = build_engine(with_overrides(load_config(config), policy=policy))
         pod_objs = pods_of(pods)
-        state = asyncio.run(load_state(load_cluster(cluster), state=cfg.state()))
-        placer = Placer(state, Scheduler(state, policy=cfg.policy(), settings=cfg.settings(),
-                                         quotas=cfg.namespace_quotas()),
-                        disabled=cfg.device_types.disabled(), disabled_dialects=cfg.disabled_dialects())
+        asyncio.run(load_state(load_cluster(cluster), engine.lifecycle))
+        placer = Placer(engine)
         for obj in pod_objs:
             placer.place(obj)
         emit({"placements": placer.finish()}, output, _table)

@@ -72,9 +72,10 @@ def webhook(
         return
     with user_errors():
         from devshare.config import load_config
+        from devshare.engine.build import configure_model
 
         settings = load_config(config_file)  # bad input files are reported before anything else
-        settings.register()  # the configured device types' resource names
+        configure_model(settings)  # the configured device types' resource names
         if cluster is not None and not load_yaml_documents(cluster):
             raise fail(f"{cluster}: no Node, Device or Pod object in the file: give a multi-document YAML "
                        "with the cluster's Device objects (examples/cluster.yaml is one)")

@@ -3,11 +3,13 @@
 Usage is kept in the cluster-wide arrays of :mod:`devshare.engine.table`. A pod's allocation is
 either *assumed* (reserved by the scheduler, waiting for its bind, expiring if the bind never
 completes) or *bound*. After a restart the state is rebuilt from bound pods' annotations alone
-(:meth:`ClusterState.add_bound`). When an assumed allocation is confirmed, forgotten or expired is
-decided by :class:`devshare.engine.lifecycle.Lifecycle`; this module only counts.
+(``_add_bound``). The records are changed by :mod:`devshare.engine.lifecycle` alone (the one cache:
+assume, confirm, forget, expire, and the pods the watch reports): the methods that change them are
+private to it (``tests/engine/test_lifecycle.py`` checks that no other module calls them); this
+module only counts. Nodes and devices are the inventory, set by whoever reads them.
 
-Every change that could oversubscribe a device goes through :meth:`ClusterState.assume`, which
-checks the allocation against the arrays first and refuses it whole (nothing half-applied).
+Every change that could oversubscribe a device goes through ``_assume``, which checks the allocation
+against the arrays first and refuses it whole (nothing half-applied).
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ DEFAULT_MAX_CONTAINERS = 16  # seed 000: MGPUMaxContainersPerCard
 DEFAULT_ASSUME_TTL = 60.0  # seconds an assumed allocation waits for its bind
 
 Phase = Literal["assumed", "bound"]
+# what an assumed record holds devices for: a bind (in flight, or about to be sent), a filter's answer
+# waiting for its bind (a shortlist of one), a group plan (a member's planned devices, or a placeholder
+# for a member to come)
+Hold = Literal["bind", "filter", "group"]
 T = TypeVar("T")
 
 
@@ -47,7 +53,8 @@ class PodRecord(msgspec.Struct, kw_only=True):
     allocation: PodAllocation
     phase: Phase
     expires_at: float | None = None
-    hold: str | None = None  # a group plan's hold (the group key): devices kept for a member to come, no pod
+    hold: Hold = "bind"  # what an assumed record is held for
+    group: str | None = None  # a group plan's placeholder (the group key): devices kept for a member to come
 
 
 FINISHED_KEPT = 4096  # pods remembered as gone or finished (a late bind confirmation is checked against them)
@@ -141,6 +148,7 @@ class ClusterState:
         self.layout_version = 0  # bumped when nodes or devices change (not on usage changes)
         self.names_version = 0  # bumped when a node comes or goes (row_of changes)
         self.caches = EngineCaches(self)  # every cache of the engine, one invalidation rule
+        self.is_scratch = False  # a what-if copy (:meth:`scratch`): changed freely, never the live state
         self._all_rows: np.ndarray[Any, np.dtype[np.int64]] | None = None
         self._all_rows_key = -1
 
@@ -372,25 +380,24 @@ class ClusterState:
         return None
 
     # ------------------------------------------------------------------ accounting
-    # (the assume/bind lifecycle over these is :class:`devshare.engine.lifecycle.Lifecycle`)
-    def assume(self, pod: PodRequest, alloc: PodAllocation, *, now: float,
-                ttl: float | None = DEFAULT_ASSUME_TTL, hold: str | None = None) -> None:
-        """Assume ``alloc`` for ``pod`` until it is bound or ``now + ttl`` passes. All or nothing.
-        ``hold``: the record is a group plan's hold (``pod`` is the plan's placeholder), not a pod."""
+    # (private to :mod:`devshare.engine.lifecycle`, the one cache: every change of a record goes there)
+    def _assume(self, pod: PodRequest, alloc: PodAllocation, *, expires_at: float | None, hold: Hold,
+                group: str | None = None) -> None:
+        """Assume ``alloc`` for ``pod`` (held for ``hold``) until it is bound or ``expires_at``. All or
+        nothing. ``group``: the record is a group plan's placeholder (``pod`` stands for a member to come)."""
         key = pod.key
         if key in self.pods:
             raise Conflict(f"pod {key} already holds an allocation on {self.pods[key].allocation.node}")
         reason = self.why_not(pod, alloc)
         if reason is not None:
             raise Conflict(reason)
-        rec = PodRecord(pod=pod, allocation=alloc, phase="assumed",
-                        expires_at=None if ttl is None else now + ttl, hold=hold)
+        rec = PodRecord(pod=pod, allocation=alloc, phase="assumed", expires_at=expires_at, hold=hold, group=group)
         self.pods[key] = rec
         self._apply(rec, +1)
         self._count(rec, +1)
         self.version += 1
 
-    def bind(self, key: str) -> None:
+    def _bind(self, key: str) -> None:
         rec = self.pods.get(key)
         if rec is None:
             raise KeyError(f"pod {key} has no reserved allocation")
@@ -398,19 +405,19 @@ class ClusterState:
         rec.expires_at = None
         self.version += 1
 
-    def release_finished(self, key: str, uid: str) -> PodRecord | None:
+    def _release_finished(self, key: str, uid: str) -> PodRecord | None:
         """Release a pod the cluster says is gone or finished, and remember it (by key and uid), so that
         a bind confirmation arriving after the watch's events never records it again."""
         if uid:
             self.finished[(key, uid)] = None
             while len(self.finished) > FINISHED_KEPT:
                 self.finished.popitem(last=False)
-        return self.release(key)
+        return self._release(key)
 
     def is_finished(self, key: str, uid: str) -> bool:
         return bool(uid) and (key, uid) in self.finished
 
-    def release(self, key: str) -> PodRecord | None:
+    def _release(self, key: str) -> PodRecord | None:
         """Give back everything the pod holds (deleted, completed, or unreserved)."""
         rec = self.pods.pop(key, None)
         if rec is not None:
@@ -419,7 +426,7 @@ class ClusterState:
             self.version += 1
         return rec
 
-    def add_bound(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
+    def _add_bound(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
         """Record a bound pod's allocation (from its annotation). Returns a conflict message if the
         devices were already over-used, but records it anyway: the annotation is the truth."""
         old = self.pods.get(pod.key)
@@ -428,7 +435,7 @@ class ClusterState:
                 old.phase = "bound"
                 old.expires_at = None
                 return None
-            self.release(pod.key)
+            self._release(pod.key)
         reason = self.why_not(pod, alloc) if alloc.node in self.row_of else None
         rec = PodRecord(pod=pod, allocation=alloc, phase="bound")
         self.pods[pod.key] = rec
@@ -470,26 +477,27 @@ class ClusterState:
                         f"({used_core / 10:g}% and {used_mem / 2**30:.1f} GiB already held)")
         return None
 
-    def add_bound_checked(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
+    def _add_bound_checked(self, pod: PodRequest, alloc: PodAllocation) -> str | None:
         """Record a bound pod's allocation unless it would over-book a card (:meth:`overbooking`):
         then nothing changes (a record the pod had stays) and the reason is returned. An allocation
         devshare did not decide (written by hand, or by a deposed replica) is never counted beyond
         a card's capacity."""
         old = self.pods.get(pod.key)
         if old is not None and old.allocation == alloc:
-            return self.add_bound(pod, alloc)
+            return self._add_bound(pod, alloc)
         reason = self.overbooking(alloc, ignore=pod.key if old is not None else None)
         if reason is not None:
             return reason
-        self.add_bound(pod, alloc)
+        self._add_bound(pod, alloc)
         return None
 
     # ------------------------------------------------------------------ what-if
     def scratch(self, nodes: Iterable[str]) -> ClusterState:
         """A separate state holding copies of ``nodes``, their devices and the allocations placed on
         them (all counted, as bound): what-if questions (which victims make room) are asked there,
-        never by releasing and restoring live records."""
+        never by releasing and restoring live records (:class:`devshare.engine.lifecycle.WhatIf`)."""
         out = ClusterState(max_containers_per_device=self.max_containers)
+        out.is_scratch = True
         keep = [n for n in nodes if n in self.nodes]
         for name in keep:
             out.upsert_node(self.nodes[name])
@@ -498,7 +506,7 @@ class ClusterState:
         wanted = set(keep)
         for rec in self.pods.values():
             if rec.allocation.node in wanted:
-                out.add_bound(rec.pod, rec.allocation)
+                out._add_bound(rec.pod, rec.allocation)
         return out
 
     # ------------------------------------------------------------------ node indexes

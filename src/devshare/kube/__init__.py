@@ -6,6 +6,7 @@
   and validates every segment). lightkube loads the kubeconfig (:mod:`.credentials`), nothing more.
 - :mod:`.memory`: :class:`~.memory.MemoryBackend`, objects loaded from a ``--cluster`` YAML file.
 - :mod:`.store`: the versioned object store with watch history behind the memory backend.
-- :mod:`.sync`: :class:`~.sync.StateSync`, list + watch feeding the engine's ClusterState.
+- :mod:`.informer`: :class:`~.informer.Informer`, list + watch (410 re-list, backoff) handing objects to
+  handlers (the engine's :class:`~devshare.engine.watched.WatchedCluster`); kube imports nothing of the engine.
 - :mod:`.leader`: :class:`~.leader.LeaderElector`, Lease-based leader election.
 """

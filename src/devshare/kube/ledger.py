@@ -24,12 +24,13 @@ at or before it, so a replica whose own watch has reached the watermark has seen
 
 Every write is a compare-and-swap: a create (409 when another replica created it first) or a PUT
 carrying the ``metadata.resourceVersion`` it was read at (409 when anyone wrote in between). This
-module only reads, encodes and writes; what goes in a write is decided by
-:mod:`devshare.server.extender.claims`.
+module only reads, encodes and writes (and expires a stale claim's pod, :meth:`ClaimLedger.expire`);
+what goes in a write is decided by :mod:`devshare.server.extender.claims`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -38,15 +39,19 @@ from typing import Any
 import msgspec
 
 from devshare.kube.backend import Backend, meta
-from devshare.kube.errors import Conflict, NotFound
+from devshare.kube.errors import BackendError, Conflict, NotFound
 from devshare.kube.leader import micro_time, parse_micro_time
 from devshare.model.allocation import PodAllocation
-from devshare.model.codecs import encode_allocation, parse_allocation
+from devshare.model.codecs import decode_allocation, encode_allocation, parse_allocation
 from devshare.model.errors import InvalidInput
+from devshare.model.kubeobjects import TERMINAL_PHASES
+
+log = logging.getLogger(__name__)
 
 LABEL = "devshare.io/claim-ledger"
 LABEL_VALUE = "v2"
 NAME = "devshare-claims"
+EXPIRED_ANNOTATION = "devshare.io/claim-expired"  # written on a pod whose stale claim is released
 # what a write may hold (a ConfigMap holds at most 1 MiB): claims beyond it wait for room
 SIZE_LIMIT = 768 * 1024
 
@@ -155,6 +160,35 @@ class ClaimLedger:
     async def read(self) -> Ledger:
         obj = await self.backend.get_config_map(self.namespace, NAME)
         return Ledger() if obj is None else decode(obj)
+
+    async def expire(self, c: Claim, *, now: float) -> bool:
+        """Whether a claim older than its TTL may be removed: its pod is written to first (the
+        :data:`EXPIRED_ANNOTATION`, which changes its resourceVersion: a Binding of the claim's writer
+        still on its way then fails); a pod that is bound with the claim's allocation keeps its claim
+        (one bound otherwise, by another replica say, does not: the claim names devices it does not hold)."""
+        ns, _, name = c.pod.partition("/")
+        try:
+            mark = {EXPIRED_ANNOTATION: f"{c.node} {micro_time(now)}"}
+            obj = await self.backend.patch_pod_annotations(ns, name, mark)
+        except NotFound:
+            return True
+        except BackendError as e:
+            log.info("the stale claim of pod %s on node %s is kept for now: %s", c.pod, c.node, e)
+            return False
+        m = meta(obj)
+        status = obj.get("status") or {}
+        if c.uid and m.get("uid") and m.get("uid") != c.uid:
+            return True
+        if isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES:
+            return True
+        if (obj.get("spec") or {}).get("nodeName") != c.node:
+            return True
+        annotations = m.get("annotations")
+        try:
+            held = decode_allocation(annotations) if isinstance(annotations, dict) else None
+        except InvalidInput:
+            held = None
+        return held != c.allocation
 
     async def write(self, ledger: Ledger, claims: Mapping[str, Claim], watermark: str) -> Ledger:
         """Replace ``ledger`` (as read) by ``claims`` and ``watermark``: Conflict when it changed since

@@ -4,7 +4,7 @@ The file holds Node, Device and Pod objects (a ``kind: List`` document is flatte
 ``spec.nodeName`` are pending; :meth:`MemoryBackend.bind_pod` binds them in memory and
 :meth:`MemoryBackend.save` writes every object back. Objects live in an
 :class:`~devshare.kube.store.ObjectStore`, so lists and watches behave as with an API server and
-the same :class:`~devshare.kube.sync.StateSync` feeds the engine from either backend.
+the same informer (:mod:`devshare.kube.informer`) follows either backend.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ deletions for preemption, and the node agent's writes (its Device, its Node's st
 pods' annotations, through :mod:`devshare.agent.kubeclient`).
 
 **Paths** are built by one function, :func:`api_path`: every segment is quoted, and a namespace or a
-name that is not a valid Kubernetes name (:mod:`devshare.model.kubenames`) is refused with
+name that is not a valid Kubernetes name (:mod:`devshare.model.kubeobjects`) is refused with
 :class:`InvalidName` before any request is made. A pod name from a request body can therefore never
 name another object or split the request.
 
@@ -39,7 +39,7 @@ from devshare.kube.backend import Kind, ListResult, WatchEvent, meta
 from devshare.kube.credentials import Credentials
 from devshare.kube.errors import BackendError, Conflict, Gone, NotFound, Unavailable
 from devshare.model.errors import InvalidInput
-from devshare.model.kubenames import label_problem, subdomain_problem
+from devshare.model.kubeobjects import label_problem, subdomain_problem
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -6,7 +6,7 @@ and learns afterwards, from kubelet's checkpoint, which pod the container really
 that is another pod, the two pods *trade*: each pod's allocation annotations are rewritten to
 what the other one held, so that every annotation records the devices its containers really got.
 A trade is two writes (one per pod), each tagged ``devshare.io/trade: <partner uid>``; the
-scheduler applies the two together (:mod:`devshare.kube.trades`), the webhook lets only the node
+scheduler applies the two together (:mod:`devshare.engine.trades`), the webhook lets only the node
 agent make them, and only as exact exchanges (:mod:`devshare.server.webhook.allocations`).
 
 This module is the one definition of what a trade exchanges and of which pods may trade.

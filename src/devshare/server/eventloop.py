@@ -25,6 +25,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
+from types import FrameType
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +67,15 @@ class StallWatch:
 
     def __init__(self, name: str, *, check: float = STALL_CHECK, warn: float = STALL_WARN,
                  sample: float = STALL_SAMPLE, clock: Callable[[], float] = time.monotonic,
-                 cpu: Callable[[], float] = time.thread_time) -> None:
+                 cpu: Callable[[], float] = time.thread_time,
+                 stacks: Callable[[], dict[int, FrameType]] = sys._current_frames) -> None:
         self.name = name
         self.check = check
         self.warn = warn
         self.sample = sample
         self.clock = clock
         self.cpu = cpu  # this thread's CPU time: how much of a stall was spent computing
+        self.stacks = stacks  # every thread's innermost frame, by thread id
         self.stalls = 0
         self.stalled_seconds = 0.0
         self._woke = clock()  # when the loop last woke the watch (written by the loop, read by the thread)
@@ -124,7 +127,7 @@ class StallWatch:
         while not stop.wait(self.sample if self.clock() - self._woke > self.check + self.sample else self.check):
             if self.clock() - self._woke <= self.check + self.sample:
                 continue
-            frame = sys._current_frames().get(loop_thread)
+            frame = self.stacks().get(loop_thread)
             if frame is not None:
                 frames = traceback.extract_stack(frame)[-STACK_FRAMES:]
                 key = tuple((f.filename, f.name) for f in frames)

@@ -13,7 +13,7 @@ from devshare.engine.groups import PLAN, Bind, GroupPlanner, Refuse, Wait
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.request import GroupRef, PodRequest
-from support.cluster import add_node, pod, whole
+from support.cluster import add_node, hold, occupy, pod, whole
 
 NODES = ("n0", "n1", "n2")
 GPUS = 4
@@ -29,7 +29,7 @@ def rebuilt(state: ClusterState, *, bound_only: bool) -> tuple[object, ...]:
         fresh.set_devices(state.devices[name])
     for rec in state.pods.values():
         if rec.phase == "bound" or not bound_only:
-            fresh.add_bound(rec.pod, rec.allocation)
+            occupy(fresh, rec.pod, rec.allocation)
     return fresh.usage_key()
 
 
@@ -102,7 +102,7 @@ class GangMachine(RuleBasedStateMachine):
 
     @rule(k=st.integers(0, 20))
     def other_pod_leaves(self, k: int) -> None:
-        self.state.release(f"default/other-{k}")
+        self.planner.lifecycle.release(f"default/other-{k}")
 
     @rule(dt=st.sampled_from((1.0, 10.0, 30.0, 60.0)))
     def time_passes(self, dt: float) -> None:
@@ -143,13 +143,13 @@ class GangMachine(RuleBasedStateMachine):
                     rec = self.state.pods.get(s.held)
                     # the slot's phase is the record's: a planned slot is held by the plan's hold record
                     if self.planner.phase(s) == "planned":
-                        assert rec is not None and rec.hold == plan.key, s
+                        assert rec is not None and rec.group == plan.key, s
                     if self.planner.phase(s) == "bound":
-                        assert rec is not None and rec.phase == "bound" and rec.hold is None, s
+                        assert rec is not None and rec.phase == "bound" and rec.group is None, s
         for key, rec in self.state.pods.items():
             # a hold is a record that says so, and only a plan's placeholder is one
-            assert (rec.hold is not None) == (PLAN in key), key
-            if rec.hold is not None or rec.phase == "assumed":
+            assert (rec.group is not None) == (PLAN in key), key
+            if rec.group is not None or rec.phase == "assumed":
                 assert held.get(key) == rec.allocation, key
 
     @invariant()
@@ -179,6 +179,6 @@ def test_rebuilt_helper_detects_a_leak() -> None:
     p = pod("x", whole(1))
     placed = Scheduler(s).place(p)
     assert placed is not None
-    s.assume(p, placed.allocation, now=0)
+    hold(s, p, placed.allocation)
     assert s.usage_key() != rebuilt(s, bound_only=True)
     assert s.usage_key() == rebuilt(s, bound_only=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from devshare.config import API_VERSION, KIND, parse_config
+from devshare.engine.build import policy_of, settings_of
 from devshare.engine.policies import make_policy
 from devshare.engine.policies.cards import CardPolicy
 from devshare.engine.policies.devshare import DevsharePolicy
@@ -31,23 +32,23 @@ def card_taken(policy: object, ask=gpu(30, 2 * GiB)) -> int:  # type: ignore[no-
 @pytest.mark.parametrize(("card", "minor"), [("binpack", 1), ("spread", 0)])
 def test_the_card_policy_picks_the_card_under_the_devshare_node_policy(card: str, minor: int) -> None:
     cfg = parse_config({"apiVersion": API_VERSION, "kind": KIND, "scheduling": {"cardPolicy": card}})
-    policy = cfg.policy()
+    policy = policy_of(cfg)
     assert isinstance(policy, CardPolicy) and isinstance(policy.inner, DevsharePolicy)
     assert card_taken(policy) == minor
-    assert cfg.settings().card_binpack is (card == "binpack")  # several containers: the DFS's cards alike
+    assert settings_of(cfg).card_binpack is (card == "binpack")  # several containers: the DFS's cards alike
 
 
 def test_auto_keeps_each_node_policys_own_cards() -> None:
     auto = parse_config({"apiVersion": API_VERSION, "kind": KIND})
-    assert isinstance(auto.policy(), DevsharePolicy) and auto.settings().card_binpack
+    assert isinstance(policy_of(auto), DevsharePolicy) and settings_of(auto).card_binpack
     spread = parse_config({"apiVersion": API_VERSION, "kind": KIND, "scheduling": {"nodePolicy": "spread"}})
-    assert not spread.settings().card_binpack and card_taken(spread.policy()) == 0
+    assert not settings_of(spread).card_binpack and card_taken(policy_of(spread)) == 0
     binpack = parse_config({"apiVersion": API_VERSION, "kind": KIND, "scheduling": {"nodePolicy": "binpack"}})
-    assert binpack.settings().card_binpack and card_taken(binpack.policy()) == 1
+    assert settings_of(binpack).card_binpack and card_taken(policy_of(binpack)) == 1
     # and node spread with binpack cards, as before the switch existed
     mixed = parse_config({"apiVersion": API_VERSION, "kind": KIND,
                           "scheduling": {"nodePolicy": "spread", "cardPolicy": "binpack"}})
-    assert card_taken(mixed.policy()) == 1
+    assert card_taken(policy_of(mixed)) == 1
 
 
 def test_node_scores_stay_the_node_policys_and_whole_cards_its_own() -> None:

@@ -17,6 +17,7 @@ from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAlloc
 from devshare.model.request import WHOLE
 from devshare.sim.replay import build_state, pod_request
 from devshare.sim.trace import Trace, TraceNode, TracePod
+from support.cluster import hold
 
 CLASSES = st.dictionaries(
     st.tuples(st.sampled_from([0, 2000, 4000, 8000]), st.sampled_from([0, 110, 320, 470, 650, 810, 1000]),
@@ -63,7 +64,7 @@ def _state(cpus: tuple[int, int]) -> ClusterState:
     for k, left in enumerate(cpus):
         grant = DeviceGrant(type="gpu", minor=0, id=f"n{k}-gpu0", core_milli=470)
         alloc = PodAllocation(node=f"n{k}", containers=(ContainerAllocation(name="main", devices=(grant,)),))
-        state.assume(pod_request(TracePod(f"u{k}", 16000 - left, 0, 1, 470)), alloc, now=0.0, ttl=None)
+        hold(state, pod_request(TracePod(f"u{k}", 16000 - left, 0, 1, 470)), alloc)
     return state
 
 

@@ -18,6 +18,7 @@ from devshare.model.node import NodeInfo
 from devshare.model.request import WHOLE, ContainerRequest, DeviceRequest, PodRequest
 from devshare.sim.replay import build_state, pod_request
 from devshare.sim.trace import Trace, TraceNode, TracePod
+from support.cluster import hold
 
 GIB = 1 << 30
 
@@ -107,7 +108,7 @@ def test_share_avoids_leaving_a_remainder_nothing_will_fill() -> None:
         for k, (card, milli) in enumerate(((0, 470), (1, 320))):
             grant = DeviceGrant(type="gpu", minor=card, id=f"n0-gpu{card}", core_milli=milli)
             alloc = PodAllocation(node="n0", containers=(ContainerAllocation(name="main", devices=(grant,)),))
-            st_.assume(pod_request(TracePod(f"u{k}", 0, 0, 1, milli)), alloc, now=0.0, ttl=None)
+            hold(st_, pod_request(TracePod(f"u{k}", 0, 0, 1, milli)), alloc)
         return st_
 
     mix = [650, 470, 320, 320, 1000, 1000]
@@ -157,7 +158,7 @@ def test_memory_asks_and_several_containers_place_validly(pods: list) -> None:
         where = sched.place(req)
         if where is None:
             continue
-        state.assume(req, where.allocation, now=0.0, ttl=None)  # raises if it does not fit
+        hold(state, req, where.allocation)  # raises if it does not fit
         row = state.row_of[where.node]
         assert (t.used_core[row] <= t.total_core[row]).all()
         for c, (k, _core, _mem) in zip(where.allocation.containers, containers, strict=True):

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from devshare.config import Configuration, with_overrides
 from devshare.kube.errors import Unavailable
 from devshare.kube.leader import LeaseFollower, micro_time
 from devshare.kube.memory import MemoryBackend
@@ -17,6 +18,7 @@ from devshare.model.codecs import decode_allocation
 from devshare.server.extender.serve import ExtenderOptions, cluster_saver
 from support.extender import (
     GiB,
+    Switch,
     bind,
     cluster,
     device,
@@ -28,6 +30,7 @@ from support.extender import (
     running,
     settle,
 )
+from support.waiting import settled
 
 
 async def test_filter_node_names_splits_failed_and_unresolvable() -> None:
@@ -189,8 +192,7 @@ async def test_bind_failure_undoes_the_reservation_and_annotations() -> None:
 
 async def test_follower_filters_but_does_not_bind() -> None:
     backend = cluster(1, gpus=1, pods=[pod("p", core=50)])
-    async with running(backend) as (client, runtime):
-        runtime.extender.is_leader = lambda: False
+    async with running(backend, leadership=Switch(leading=False)) as (client, _):
         out = await post(client, "/filter", names_body(pod("p", core=50), ["node-0"]))
         assert out["NodeNames"] == ["node-0"]
         assert await bind(client, "p", "node-0") == "not the leader"
@@ -206,7 +208,7 @@ async def test_a_follower_binds_as_soon_as_its_kube_scheduler_holds_the_lease() 
         assert isinstance(follower, LeaseFollower)
         while follower.reads < 1:  # its one read: no Lease yet
             await asyncio.sleep(0.01)
-        assert not runtime.extender.is_leader()
+        assert not runtime.extender.leadership.may_write()
         await backend.create_lease("devshare-system", {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": "devshare-scheduler", "namespace": "devshare-system"},
@@ -219,7 +221,7 @@ async def test_leader_election_lets_the_leader_bind() -> None:
     backend = cluster(1, gpus=1, pods=[pod("p", core=50)])
     async with running(backend, ExtenderOptions(leader_election=True, identity="me")) as (client, runtime):
         assert runtime.elector is not None
-        await asyncio.wait_for(runtime.elector.leading.wait(), 5)
+        await settled(runtime.elector.leading.wait())
         assert await bind(client, "p", "node-0") == ""
 
 
@@ -240,7 +242,7 @@ async def test_not_ready_until_synced() -> None:
         assert (await post(client, "/prioritize", names_body(pod("p", core=50), ["node-0"]), 503))["error"]
         assert await bind(client, "p", "node-0") == "not ready: state not synced"
         release.set()
-        await asyncio.wait_for(runtime.sync.synced.wait(), 5)
+        await settled(runtime.informer.synced.wait())
         assert (await client.get("/readyz")).status == 200
         out = await post(client, "/filter", names_body(pod("p", core=50), ["node-0"]))
         assert out["NodeNames"] == ["node-0"] and out["Error"] == ""
@@ -370,9 +372,9 @@ async def test_metrics_and_inspect() -> None:
 async def test_expiry_drops_a_reservation_whose_bind_never_completed() -> None:
     backend = cluster(1, gpus=1, pods=[pod("p", core=100)])
     now = [0.0]
-    async with running(backend, ExtenderOptions(assume_ttl=30)) as (client, runtime):
+    config = with_overrides(Configuration(), assume_ttl=30)
+    async with running(backend, ExtenderOptions(config=config), clock=lambda: now[0]) as (client, runtime):
         ext = runtime.extender
-        ext.clock = lambda: now[0]
         gate = asyncio.Event()
         real_bind = backend.bind_pod
 
@@ -395,8 +397,8 @@ async def test_expiry_drops_a_reservation_whose_bind_never_completed() -> None:
         assert runtime.state.pods["default/p"].phase == "bound"
         # a reservation left behind without a bind in flight expires after the TTL
         q = runtime.state.pods["default/p"].pod
-        runtime.state.release("default/p")
-        alloc = ext.scheduler.allocate_on(q, "node-0")
+        ext.lifecycle.release("default/p")
+        alloc = ext.lifecycle.scheduler.allocate_on(q, "node-0")
         assert not isinstance(alloc, str)
         ext.lifecycle.assume(q, alloc, now=now[0], ttl=30)
         now[0] = 129.0
@@ -438,10 +440,11 @@ async def test_prioritize_after_filter_reuses_equal_scores() -> None:
     ask = pod("p", core=25, mem="2Gi", resource_version="7")
     async with running(backend) as (client, runtime):
         out = await post(client, "/filter", names_body(ask, ["node-0", "node-1", "node-2"]))
-        assert "default/p" in runtime.extender._filtered  # kept for the prioritize that follows
+        assert "default/p" in runtime.extender.filtering.filtered  # kept for the prioritize that follows
         reused = await post(client, "/prioritize", names_body(ask, out["NodeNames"]))
         ext = runtime.extender
-        fresh = score_nodes(ext.scheduler, ext.parse(ask), resolve(runtime.state, out["NodeNames"])).tolist()
+        fresh = score_nodes(ext.lifecycle.scheduler, ext.requests.parse(ask),
+                            resolve(runtime.state, out["NodeNames"])).tolist()
     assert [h["Score"] for h in reused] == fresh
     assert max(fresh) == 10 and min(fresh) == 0
 
@@ -463,14 +466,14 @@ async def test_prioritize_over_some_of_the_filtered_nodes_reuses_and_rescales() 
         assert len(out["NodeNames"]) == 4
         ext = runtime.extender
         calls = []
-        real = ext.scheduler.evaluate
-        ext.scheduler.evaluate = lambda *a, **k: calls.append(1) or real(*a, **k)  # type: ignore[method-assign]
+        real = ext.lifecycle.scheduler.evaluate
+        ext.lifecycle.scheduler.evaluate = lambda *a, **k: calls.append(1) or real(*a, **k)  # type: ignore[method-assign]
         some = ["node-3", "node-1", "node-0"]
         reused = await post(client, "/prioritize", names_body(ask, some))
         assert calls == []  # answered from the filter
         assert [h["Host"] for h in reused] == some
-        ext.scheduler.evaluate = real  # type: ignore[method-assign]
-        fresh = score_nodes(ext.scheduler, ext.parse(ask), resolve(runtime.state, some)).tolist()
+        ext.lifecycle.scheduler.evaluate = real  # type: ignore[method-assign]
+        fresh = score_nodes(ext.lifecycle.scheduler, ext.requests.parse(ask), resolve(runtime.state, some)).tolist()
         assert [h["Score"] for h in reused] == fresh
         assert max(fresh) == 10 and min(fresh) == 0
         # a node the filter did not pass (or did not see) means a fresh evaluation
@@ -484,15 +487,16 @@ async def test_policy_option_binpack_spread_and_devshare_by_default() -> None:
     ask = pod("p", core=50, mem="8Gi")
     best = {}
     for policy in ("binpack", "spread"):
-        async with running(cluster(2, gpus=2, pods=[half]), ExtenderOptions(policy=policy)) as (client, _):
+        async with running(cluster(2, gpus=2, pods=[half]), ExtenderOptions(
+                config=with_overrides(Configuration(), policy=policy))) as (client, _):
             out = await post(client, "/prioritize", names_body(ask, ["node-0", "node-1"]))
         scores = {h["Host"]: h["Score"] for h in out}
         best[policy] = max(scores, key=lambda n: scores[n])
         assert sorted(scores.values()) == [0, 10]
     assert best == {"binpack": "node-1", "spread": "node-0"}
     async with running(cluster(2, gpus=2, pods=[half])) as (client, runtime):
-        assert runtime.extender.scheduler.policy.name == "devshare"
-        seen = runtime.extender.scheduler.policy.seen
+        assert runtime.extender.lifecycle.scheduler.policy.name == "devshare"
+        seen = runtime.extender.lifecycle.scheduler.policy.seen
         await post(client, "/filter", names_body(ask, ["node-0", "node-1"]))
         await post(client, "/filter", names_body(ask, ["node-0", "node-1"]))
-        assert runtime.extender.scheduler.policy.seen == seen + 1  # each pod is observed once
+        assert runtime.extender.lifecycle.scheduler.policy.seen == seen + 1  # each pod is observed once

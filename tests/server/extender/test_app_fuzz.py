@@ -59,7 +59,7 @@ def served() -> Iterator[tuple[ServerThread, Runtime]]:
     srv = ServerThread(build_app(cluster(3, gpus=2, pods=[pod(f"p{i}", core=50, mem="4Gi") for i in range(6)])))
     runtime = srv.app[RUNTIME]
     for _ in range(500):
-        if runtime.sync.is_synced:
+        if runtime.informer.is_synced:
             break
         time.sleep(0.01)
     yield srv, runtime

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,20 +16,21 @@ from hypothesis import strategies as st
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
-from devshare.kube.backend import WatchEvent
+from devshare.engine.watched import WatchedCluster
+from devshare.kube.backend import KINDS
 from devshare.kube.errors import Unavailable
-from devshare.kube.ledger import NAME, Claim, ClaimLedger
+from devshare.kube.ledger import EXPIRED_ANNOTATION, NAME, Claim, ClaimLedger
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.rest import KubeClient
-from devshare.kube.sync import StateSync
 from devshare.model.allocation import PodAllocation
 from devshare.model.annotations import encode_annotations
 from devshare.model.codecs import decode_allocation
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
-from devshare.server.extender.claims import EXPIRED_ANNOTATION, Claims
+from devshare.server.extender.claims import Claims
+from devshare.server.extender.claimsweep import ClaimSweep
+from devshare.server.extender.extender import Extender
 from devshare.server.extender.serve import ExtenderOptions
-from devshare.server.extender.writes import PodWrites
 from fakeapi.plugin import fake_api, fake_kubeconfig, live_backend  # noqa: F401
 from fakeapi.server import FakeApiServer
 from support.extender import GiB, cluster, device, node, pod, running
@@ -38,40 +40,38 @@ NODE = "node-0"
 
 class Replica:
     """One extender's state, lifecycle and claims over a shared backend: its watch of pods delivers
-    only what :meth:`watch` is asked to (blind until then)."""
+    only what :meth:`watch` is asked to (blind until then). ``ledger``: its binds write claims."""
 
     def __init__(self, backend: Any, name: str, *, clock: Callable[[], float] | None = None,
-                 linger: float = 0.0, catch_up: float = 0.1) -> None:
+                 linger: float = 0.0, catch_up: float = 0.1, ledger: bool = True) -> None:
         self.backend = backend
         self.state = ClusterState()
-        self.sync = StateSync(backend, self.state)
-        self.inner = inner = backend.inner if isinstance(backend, Jittery) else backend
-        for kind in ("nodes", "devices", "pods"):
-            items, rv = inner.store.list(kind)
-            self.sync.reconcile(kind, items, initial=True)
-            self.sync.resource_versions[kind] = rv
         self.scheduler = Scheduler(self.state)
         self.lifecycle = Lifecycle(self.scheduler)
-        self.claims = Claims(ClaimLedger(backend), self.state, identity=name, note_pod=self.sync.note_pod,
-                             watch_version=lambda: self.sync.resource_versions.get("pods"),
-                             uncounted=self.sync.uncounted, linger=linger,
-                             catch_up=catch_up,
-                             **({"clock": clock} if clock else {}))
-        self.sync.on_change = lambda kind, type_, obj: self.claims.pod_changed(type_, obj) if kind == "pods" else None
-        self.writes = PodWrites(backend)
-        self.writes.claims = self.claims
+        self.sync = WatchedCluster(self.lifecycle, clock=time.monotonic)
+        self.inner = inner = getattr(backend, "inner", backend)
+        for kind in KINDS:
+            items, rv = inner.store.list(kind)
+            self.sync.listed(kind, items, initial=True)
+            self.sync.progressed(kind, rv, synced=True)
+        self.claims = Claims(ClaimLedger(backend), self.lifecycle, self.sync, identity=name, linger=linger,
+                             catch_up=catch_up, **({"clock": clock} if clock else {}))
+        self.sweep = ClaimSweep(self.claims)
+        self.binder = Extender(self.lifecycle, backend, self.sync, claims=self.claims if ledger else None).binder
 
     def watch(self, events: int | None = None) -> int:
         """Deliver the next ``events`` pod events of the API server (None: all of them) to this
         replica's state, as its watch would; how many were delivered."""
-        pending = self.inner.store.events_since("pods", int(self.sync.resource_versions["pods"]))
+        pending = self.inner.store.events_since("pods", int(self.sync.versions["pods"]))
         for e in pending[:events]:
-            self.sync.apply_event("pods", WatchEvent(e.type, e.object))
+            self.sync.changed("pods", e.type, e.object)
+            self.claims.pod_changed(e.type, e.object)
+            self.sync.progressed("pods", str(e.object["metadata"]["resourceVersion"]), synced=True)
         return len(pending[:events])
 
     async def bind(self, obj: dict[str, Any], node: str = NODE) -> str:
-        """What the extender's bind does: choose and assume, then the writes (claim, Binding) of
-        :class:`PodWrites`; the reservation undone when they fail."""
+        """What the extender's bind does: choose and assume, then the writes (fence, claim, Binding) of
+        :meth:`Binder.write`; the reservation undone when they fail."""
         req = parse_pod(obj)
         if req.key in self.state.pods:
             return f"pod {req.key}: a bind is already in progress"  # as the extender's Lifecycle.binding
@@ -80,8 +80,7 @@ class Replica:
             return alloc
         self.lifecycle.assume(req, alloc, now=0.0)
         ann = encode_annotations(req, alloc, now_ns=0, device_memory=self.state.gpu_memory(node))
-        error = await self.writes.bind("default", req.name, node, req.uid, pod=req, allocation=alloc,
-                                       annotations=ann, resource_version=obj["metadata"]["resourceVersion"])
+        error, _ = await self.binder.write(req, node, alloc, ann, obj["metadata"]["resourceVersion"])
         if error:
             self.lifecycle.forget(req.key, alloc)
             return error
@@ -179,7 +178,7 @@ async def _replicas_scenario(seed: int, batches: list[list[tuple[int, int, bool]
                 key = rng.choice(bound)
                 uid = inner.store.get("pods", key)["metadata"]["uid"]
                 inner.delete("pods", key)
-                replicas[deletes[b]].state.release_finished(key, uid)  # that replica's watch saw it go
+                replicas[deletes[b]].lifecycle.remove_watched(key, uid)  # that replica's watch saw it go
 
 
 @settings(max_examples=100, deadline=None)
@@ -294,7 +293,7 @@ async def test_claims_of_pods_gone_are_pruned_in_the_next_write_and_withdrawn_cl
     async def bind_after_delete(gone: str, name: str) -> None:
         uid = inner.store.get("pods", f"default/{gone}")["metadata"]["uid"]
         inner.delete("pods", f"default/{gone}")
-        a.state.release_finished(f"default/{gone}", uid)  # a's watch saw it go; b's did not
+        a.lifecycle.remove_watched(f"default/{gone}", uid)  # a's watch saw it go; b's did not
         assert await a.bind(inner.store.get("pods", f"default/{name}")) == ""
 
     assert await a.bind(inner.store.get("pods", "default/a")) == ""
@@ -304,10 +303,10 @@ async def test_claims_of_pods_gone_are_pruned_in_the_next_write_and_withdrawn_cl
     await b.claims.load()  # b reads the ledger: it counts b's claim before its watch would tell it
     assert set(b.claims.stubs) == {"default/b"} and "default/b" in b.state.pods
     await bind_after_delete("b", "c")
-    await b.claims.sweep(leading=False)
+    await b.sweep.sweep(leading=False)
     assert "default/b" in b.state.pods  # not read again yet: the claim was confirmed moments ago
     b.claims.stubs["default/b"] = (b.claims.stubs["default/b"][0], 0.0)  # unconfirmed for long: read again
-    await b.claims.sweep(leading=False)
+    await b.sweep.sweep(leading=False)
     assert "default/b" not in b.state.pods and set(b.claims.stubs) == {"default/c"}
 
 
@@ -345,8 +344,7 @@ async def test_a_pod_the_watch_has_shown_bound_is_not_claimed_again() -> None:
     assert await b.bind(inner.store.get("pods", "default/r")) == ""  # this write drops p's claim
     assert "default/p" not in await ledger_claims(inner)
     a.watch()  # a's watch shows p bound (to gpu 1)
-    error = await a.writes.bind("default", "p", NODE, req.uid, pod=req, allocation=mine,
-                                resource_version=obj["metadata"]["resourceVersion"])
+    error, _ = await a.binder.write(req, NODE, mine, {}, obj["metadata"]["resourceVersion"])
     assert "is bound already (to node node-0" in error, error
     assert "default/p" not in await ledger_claims(inner)
 
@@ -356,7 +354,19 @@ async def test_a_binding_of_unknown_outcome_keeps_its_claim_only_if_the_pod_hold
     other than the claim's (another replica bound it first): the claim names devices the pod does not
     hold, and is withdrawn."""
     inner = cluster(1, gpus=2, pods=[pod("x", core=100), pod("p", core=50)])
-    a, b = Replica(inner, "a"), Replica(inner, "b")
+
+    class AnswerLost:  # its Bindings are made, but their answers are lost
+        def __init__(self) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+        async def bind_pod(self, *args: Any, **kw: Any) -> None:
+            raise Unavailable("injected: the connection broke before the answer")
+
+    # b's writes skip the ledger (an extender of an older version, say)
+    a, b = Replica(AnswerLost(), "a"), Replica(inner, "b", ledger=False)
     x = parse_pod(inner.store.get("pods", "default/x"))
     blocker = b.scheduler.allocate_on(x, NODE)
     assert isinstance(blocker, PodAllocation)
@@ -366,18 +376,9 @@ async def test_a_binding_of_unknown_outcome_keeps_its_claim_only_if_the_pod_hold
     mine = a.scheduler.allocate_on(req, NODE)
     assert isinstance(mine, PodAllocation)
     assert await a.claims.claim(req, mine) is None  # a's claim (gpu 0) is in
-    # b's bind of p: b's writes skip the ledger (an extender of an older version, say): gpu 1
-    b.writes.claims = None
-    assert await b.bind(obj) == ""
+    assert await b.bind(obj) == ""  # b's bind of p, beside the ledger: gpu 1
     assert decode_allocation(inner.store.get("pods", "default/p")["metadata"]["annotations"]) != mine
-
-    class AnswerLost:
-        async def bind_pod(self, *args: Any, **kw: Any) -> None:
-            raise Unavailable("injected: the connection broke before the answer")
-
-    a.writes.backend = AnswerLost()  # type: ignore[assignment]
-    error = await a.writes.bind("default", "p", NODE, req.uid, pod=req, allocation=mine,
-                                resource_version=obj["metadata"]["resourceVersion"])
+    error, _ = await a.binder.write(req, NODE, mine, {}, obj["metadata"]["resourceVersion"])
     assert "the connection broke" in error
     assert "default/p" not in await ledger_claims(inner)
     assert a.claims.counters.withdrawn == 1
@@ -407,12 +408,12 @@ async def test_the_sweep_releases_claims_that_never_bound_after_writing_to_their
     assert await a.bind(inner.store.get("pods", "default/bound")) == ""
     inner.delete("pods", "default/gone")
     rv_stuck = inner.store.get("pods", "default/stuck")["metadata"]["resourceVersion"]
-    await a.claims.sweep(leading=True)
+    await a.sweep.sweep(leading=True)
     assert len(await ledger_claims(inner)) == 3  # younger than the TTL: kept
     now[0] += 61
-    await a.claims.sweep(leading=False)
+    await a.sweep.sweep(leading=False)
     assert len(await ledger_claims(inner)) == 3  # only the leader prunes
-    await a.claims.sweep(leading=True)
+    await a.sweep.sweep(leading=True)
     assert set(await ledger_claims(inner)) == {"default/bound"}
     stuck = inner.store.get("pods", "default/stuck")
     # the pod was written to first: a Binding sent with the version read before the claim now fails
@@ -466,8 +467,8 @@ async def test_a_re_list_reads_the_claims_again(fake_api: FakeApiServer, live_ba
     async with running(live_backend, ExtenderOptions()) as (_, runtime):
         writer = Replica(MemoryBackend(), "writer")  # only its ledger writes go to the fake API server
         writer.claims.ledger = ClaimLedger(live_backend)
-        writer.sync.reconcile("nodes", [fake_api.get("nodes", NODE)], initial=True)
-        writer.sync.reconcile("devices", [fake_api.get("devices", NODE)], initial=True)
+        writer.sync.listed("nodes", [fake_api.get("nodes", NODE)], initial=True)
+        writer.sync.listed("devices", [fake_api.get("devices", NODE)], initial=True)
         req = parse_pod(fake_api.get("pods", "default/other"))
         alloc = writer.scheduler.allocate_on(req, NODE)
         assert isinstance(alloc, PodAllocation)
@@ -478,7 +479,7 @@ async def test_a_re_list_reads_the_claims_again(fake_api: FakeApiServer, live_ba
             if "default/other" in runtime.state.pods:
                 break
             await asyncio.sleep(0.02)
-        assert runtime.sync.relists >= 1
+        assert runtime.informer.relists >= 1
         assert runtime.state.pods["default/other"].allocation == alloc
 
 
@@ -494,7 +495,7 @@ async def test_a_claim_leaves_with_the_next_write_once_the_watch_shows_its_pod_b
     bound_at = max(int(inner.store.get("pods", f"default/{n}")["metadata"]["resourceVersion"]) for n in "ab")
     assert await a.bind(inner.store.get("pods", "default/c")) != ""  # two 60% pods fill two cards: refused
     a.watch()
-    await a.claims.sweep(leading=True)  # nothing else to write: the leader's sweep prunes
+    await a.sweep.sweep(leading=True)  # nothing else to write: the leader's sweep prunes
     ledger = await ClaimLedger(inner).read()
     assert ledger.claims == {} and int(ledger.watermark) == bound_at
     assert a.claims.counters.pruned == 2
@@ -597,7 +598,7 @@ async def test_a_claim_read_while_the_state_holds_its_bound_pod_back_is_not_reco
     b.lifecycle.assume(x, held, now=0.0)  # b's bind of x is on its way
     assert await a.bind(inner.store.get("pods", "default/y")) == ""
     b.watch()  # y bound beside b's reservation would over-book gpu 0: b's state holds y back
-    await b.claims._read()  # b reads the ledger while it holds y back: y's claim is there
+    await b.claims.read()  # b reads the ledger while it holds y back: y's claim is there
     assert "default/y" not in b.claims.stubs  # the watch's object is y's truth, not its claim
     b.lifecycle.forget(x.key, held)  # b's bind of x gave up
     a.watch()

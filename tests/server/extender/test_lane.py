@@ -42,7 +42,7 @@ async def server(*, lane: bool = True, pods: list[dict[str, Any]] | None = None
     app = build_app(cluster(3, gpus=2, pods=pods))
     async with serving(app, "127.0.0.1", 0, lane=lane) as s:
         runtime = app[RUNTIME]
-        await asyncio.wait_for(runtime.sync.synced.wait(), 10)
+        await asyncio.wait_for(runtime.informer.synced.wait(), 10)
         yield s, runtime
 
 

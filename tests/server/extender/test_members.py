@@ -17,6 +17,7 @@ from devshare.model.codecs import decode_allocation
 from devshare.model.device import DeviceInfo, NodeDevices, device_object
 from support import REPO
 from support.extender import FlakyBackend, GiB, bind, names_body, node, pod, post, running, settle
+from support.waiting import eventually as until
 
 TOPOLOGIES = REPO / "examples" / "topologies"
 SEED = json.loads((TOPOLOGIES / "seed-8gpu-bandwidth.json").read_text())
@@ -118,9 +119,8 @@ async def test_gang_that_cannot_complete_binds_nobody_and_releases_after_expiry(
     pods = [member(i, replicas=3, gang=3) for i in range(3)]
     backend = backend_of(["host04"], pods)
     now = [0.0]
-    async with running(backend) as (client, runtime):
+    async with running(backend, clock=lambda: now[0]) as (client, runtime):
         ext = runtime.extender
-        ext.clock = lambda: now[0]
         for i in (0, 1):  # the third member never comes
             assert "members have their devices" in await schedule(client, pods[i], ["host04"])
         assert len(runtime.state.pods) == 3  # two claimed members and the third's placeholder hold their GPUs
@@ -172,7 +172,7 @@ async def test_gang_member_whose_binding_fails_is_bound_on_the_next_bind() -> No
         assert await bind(client, "job-0", "host04") == ""  # kube-scheduler's retry binds it
         await settle(runtime, backend)
         assert (await stored(backend, "job-0"))["spec"]["nodeName"] == "host04"
-        assert runtime.extender.members.unbound == {}
+        assert runtime.extender.groups.unbound == {}
 
 
 async def test_deleted_member_gives_back_its_place() -> None:
@@ -187,7 +187,7 @@ async def test_deleted_member_gives_back_its_place() -> None:
                 break
             await asyncio.sleep(0.005)
         assert "default/job-0" not in runtime.state.pods
-        plan = runtime.extender.planner.plans["default/job"]
+        plan = runtime.extender.groups.planner.plans["default/job"]
         assert plan.slot_of("default/job-0") is None
 
 
@@ -208,12 +208,12 @@ async def test_failed_member_binding_is_retried_by_any_later_bind() -> None:
 
         backend.bind_pod = flaky  # type: ignore[method-assign]
         assert await schedule(client, pods[1], ["host04", "host05"]) == ""
-        assert set(runtime.extender.members.unbound) == {"default/job-0"}
+        assert set(runtime.extender.groups.unbound) == {"default/job-0"}
         failing.clear()
         assert await schedule(client, other, ["host04", "host05"]) == ""  # another pod's bind retries it
         planned = runtime.state.pods["default/job-0"].allocation.node
         assert (await stored(backend, "job-0"))["spec"]["nodeName"] == planned
-        assert runtime.extender.members.unbound == {}
+        assert runtime.extender.groups.unbound == {}
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -282,7 +282,7 @@ async def test_a_filter_for_a_pod_that_does_not_exist_holds_nothing() -> None:
             out["FailedNodes"]["host04"]
         scores = await post(client, "/prioritize", names_body(ghost, ["host04", "host05"]))
         assert {h["Score"] for h in scores} == {0}
-        assert runtime.state.pods == {} and runtime.extender.planner.plans == {}
+        assert runtime.state.pods == {} and runtime.extender.groups.planner.plans == {}
         # every GPU is still free: a pod asking for 8 whole GPUs fits on either node
         big = pod("big", gpus=8)
         backend.store.put("pods", "default/big", big)
@@ -316,7 +316,7 @@ async def test_a_member_the_watch_has_not_seen_yet_is_read_from_the_api_server()
         backend.store.put("pods", "default/job-0", first)  # created; the extender's watch is late
         out = await post(client, "/filter", names_body(first, ["host04"]))
         assert out["NodeNames"] == ["host04"], out
-        assert "default/job" in runtime.extender.planner.plans
+        assert "default/job" in runtime.extender.groups.planner.plans
 
 
 async def test_the_plan_of_a_group_whose_pods_are_all_gone_is_dropped_with_its_holds() -> None:
@@ -328,19 +328,11 @@ async def test_the_plan_of_a_group_whose_pods_are_all_gone_is_dropped_with_its_h
         held = [k for k in runtime.state.pods if "#plan#" in k]
         assert len(held) == 4  # every member's devices are held, under the plan's placeholders
         backend.delete("pods", "default/big-0")
-        await until(lambda: "default/big-0" not in runtime.sync.pods_present)
-        assert "default/big" in runtime.extender.planner.plans  # big-1 still exists: it may come
+        await until(lambda: "default/big-0" not in runtime.cluster.pods_present)
+        assert "default/big" in runtime.extender.groups.planner.plans  # big-1 still exists: it may come
         backend.delete("pods", "default/big-1")
-        await until(lambda: "default/big-1" not in runtime.sync.pods_present)
-        assert runtime.extender.planner.plans == {} and runtime.state.pods == {}
-
-
-async def until(cond: Any) -> None:
-    for _ in range(1000):
-        if cond():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("condition not reached")
+        await until(lambda: "default/big-1" not in runtime.cluster.pods_present)
+        assert runtime.extender.groups.planner.plans == {} and runtime.state.pods == {}
 
 
 async def test_holds_for_members_that_vanished_unseen_are_dropped_by_the_periodic_check() -> None:
@@ -349,6 +341,6 @@ async def test_holds_for_members_that_vanished_unseen_are_dropped_by_the_periodi
     async with running(backend) as (client, runtime):
         assert (await post(client, "/filter", names_body(pods[0], ["host04", "host05"])))["NodeNames"]
         assert runtime.state.pods
-        runtime.sync._absent("default/big-0")  # as if its deletion was never seen (a re-list lost it)
+        runtime.cluster._absent("default/big-0")  # as if its deletion was never seen (a re-list lost it)
         runtime.extender.expire()
-        assert runtime.extender.planner.plans == {} and runtime.state.pods == {}
+        assert runtime.extender.groups.planner.plans == {} and runtime.state.pods == {}

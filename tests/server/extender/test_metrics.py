@@ -15,6 +15,11 @@ from devshare.engine.state import ClusterState, Conflict
 from devshare.server.extender.metrics import ExtenderMetrics, device_families, reason_class
 from devshare.server.extender.occupancy import MIN_MEMORY
 from support.cluster import GiB, MiB, add_node, bound
+from support.extender import Switch
+
+
+class Synced:
+    synced = True
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -99,7 +104,7 @@ def test_the_exposition_adds_the_device_families_to_the_registry() -> None:
     metrics = ExtenderMetrics()
     metrics.fail("filter", ["no card has 60% compute free"])
     assert reason_class("no card has 60% compute free") == "compute"
-    metrics.watch_state(lambda: state, lambda: True, lambda: False)
+    metrics.watch_state(state, Synced(), Switch(leading=False))  # type: ignore[arg-type]
     got: dict[Any, float] = samples(asyncio.run(metrics.exposition()).decode())
     assert got[("devshare_extender_failures_total", (("reason", "compute"), ("verb", "filter")))] == 1.0
     assert got[("devshare_extender_pods", (("phase", "bound"),))] == 1.0

@@ -162,9 +162,9 @@ async def test_prioritize_reuses_the_filter_without_decoding_the_names_again() -
         ext = runtime.extender
         names = ["node-0", "node-1", "node-2", "node-3"]
         out = await post(client, "/filter", names_body(ask, names))
-        misses = ext.nodesets.misses
+        misses = ext.requests.nodesets.misses
         scores = await post(client, "/prioritize", names_body(ask, out["NodeNames"]))
-        assert ext.nodesets.misses == misses  # matched the filter's answer by its bytes
+        assert ext.requests.nodesets.misses == misses  # matched the filter's answer by its bytes
         assert [h["Host"] for h in scores] == out["NodeNames"]
         # the same list with an unknown node, spelled in camelCase: the plain path
         body = {"Pod": ask, "nodeNames": [*names, "ghost"]}

@@ -77,4 +77,4 @@ async def test_a_restart_keeps_the_card_for_the_allocation_made_first() -> None:
     ])
     async with running(backend, ExtenderOptions()) as (_client, runtime):
         assert set(runtime.state.pods) == {"default/z-real"}
-        assert runtime.sync.overbooked == 1
+        assert runtime.cluster.overbooked == 1

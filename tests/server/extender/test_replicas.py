@@ -13,7 +13,6 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
 from fakeapi.server import FakeApiServer
 from support.extender import device, node, pod
 from support.server import ServerThread
+from support.waiting import eventually_in_thread as wait
 
 TIMING = (1.0, 0.6, 0.1)  # the kube-schedulers' lease duration, renew deadline, retry period (seconds)
 LEASE = "devshare-scheduler"
@@ -62,7 +62,7 @@ class Replica:
 
     @property
     def synced(self) -> bool:
-        return self.app[RUNTIME].sync.is_synced
+        return self.app[RUNTIME].informer.is_synced
 
     def freeze(self, seconds: float) -> None:
         """SIGSTOP for ``seconds``: nothing of this pod runs."""
@@ -99,22 +99,14 @@ def bind(replica: Replica, name: str, node_name: str) -> str:
                                "Node": node_name})
 
 
-def wait(cond: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what or cond}")
-
-
 def active(replicas: list[Replica]) -> Replica:
-    """The replica whose kube-scheduler leads, once its extender knows it (and only it)."""
+    """The replica whose kube-scheduler leads, once its extender knows it (and only it), every live
+    extender synced (one still listing answers "not ready" whoever leads: on a loaded machine that
+    takes a while)."""
     def one() -> Replica | None:
         live = [r for r in replicas if not r.closed]
         leaders = [r for r in live if r.elector.is_leader]
-        if len(leaders) == 1 and leaders[0].follower.may_write() and leaders[0].synced:
+        if len(leaders) == 1 and leaders[0].follower.may_write() and all(r.synced for r in live):
             others = [r for r in live if r is not leaders[0]]
             if not any(r.follower.may_write() for r in others):
                 return leaders[0]

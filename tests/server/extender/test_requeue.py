@@ -11,7 +11,8 @@ from typing import Any
 
 from devshare.kube.memory import MemoryBackend
 from devshare.server.extender.requeue import FREED_AT, Requeue
-from support.extender import cluster, full_node_pods, names_body, pod, post, running, settle
+from support.extender import Switch, cluster, full_node_pods, names_body, pod, post, running, settle
+from support.waiting import settled
 
 
 class Patches(MemoryBackend):
@@ -40,9 +41,20 @@ def held(node: str = "n1") -> dict[str, Any]:
     return p
 
 
-def requeue(pending: dict[str, dict[str, Any]], **kw: Any) -> tuple[Requeue, Patches, Clock]:
+class Pending:
+    """The pending pods the watch keeps (the one part of :class:`ClusterView` the requeue reads)."""
+
+    def __init__(self, pods: dict[str, dict[str, Any]]) -> None:
+        self.pods = pods
+
+    def pending_pod(self, key: str) -> dict[str, Any] | None:
+        return self.pods.get(key)
+
+
+def requeue(pending: dict[str, dict[str, Any]], leadership: Switch | None = None,
+            **kw: Any) -> tuple[Requeue, Patches, Clock]:
     backend, clock = Patches(), Clock()
-    return Requeue(backend, pending_pod=pending.get, clock=clock, **kw), backend, clock
+    return Requeue(backend, Pending(pending), leadership or Switch(), clock=clock, **kw), backend, clock  # type: ignore[arg-type]
 
 
 async def test_freed_devices_nudge_the_refused_pods_still_pending() -> None:
@@ -107,15 +119,14 @@ async def test_a_round_nudges_at_most_per_round_pods_and_the_rest_next() -> None
 
 
 async def test_a_follower_and_pods_that_passed_are_not_nudged() -> None:
-    leader = [False]
-    rq, backend, _ = requeue({"default/a": pod("a", uid="u-a"), "default/b": pod("b", uid="u-b")},
-                             is_leader=lambda: leader[0])
+    leader = Switch(leading=False)
+    rq, backend, _ = requeue({"default/a": pod("a", uid="u-a"), "default/b": pod("b", uid="u-b")}, leader)
     rq.refused_pod("default/a", "u-a")
     rq.refused_pod("default/b", "u-b")
     rq.forget("default/b")  # a later filter passed it
     rq.devices_freed()
     assert await rq.round() == 0
-    leader[0] = True
+    leader.leading = True
     rq.devices_freed()
     assert await rq.round() == 1 and backend.patched[0][0] == "default/a"
 
@@ -145,7 +156,7 @@ async def test_the_extender_nudges_a_refused_pod_once_its_devices_are_freed() ->
                     return obj
                 await asyncio.sleep(0.02)
 
-        await asyncio.wait_for(nudged(), 5)
+        await settled(nudged())
         assert FREED_AT not in (backend.store.get("pods", "default/never")["metadata"].get("annotations") or {})
         metrics = await (await client.get("/metrics")).text()
         assert "devshare_extender_requeue_nudges_total 1.0" in metrics

@@ -54,7 +54,7 @@ async def test_bind_after_filter_reads_no_pod() -> None:
         assert await bind(client, "p", out["NodeNames"][0], uid=filtered["metadata"]["uid"]) == ""
         assert backend.gets == 0
         assert stored(backend, "p")["spec"]["nodeName"] == out["NodeNames"][0]
-        assert runtime.extender.rereads == 0
+        assert runtime.extender.binder.rereads == 0
 
 
 async def test_a_forged_filter_body_never_decides_the_bind() -> None:
@@ -81,9 +81,9 @@ async def test_a_pod_changed_since_the_watch_saw_it_is_read_once_and_bound_as_it
         await post(client, "/filter", names_body(old, ["node-0"]))
         backend.store.patch("pods", "default/p", {"metadata": {"annotations": {"note": "changed"}}})
         await settle(runtime, backend)
-        runtime.sync.pending["default/p"] = old  # as if the watch had not delivered the change yet
+        runtime.cluster.pending["default/p"] = old  # as if the watch had not delivered the change yet
         assert await bind(client, "p", "node-0", uid=old["metadata"]["uid"]) == ""
-        assert backend.gets == 1 and runtime.extender.rereads == 1
+        assert backend.gets == 1 and runtime.extender.binder.rereads == 1
         now = stored(backend, "p")
         assert now["spec"]["nodeName"] == "node-0" and now["metadata"]["annotations"]["note"] == "changed"
         assert runtime.state.pods["default/p"].phase == "bound"
@@ -112,16 +112,16 @@ async def test_a_pod_of_another_scheduler_is_read() -> None:
 
 
 async def test_filter_and_bind_of_a_watched_pod_read_its_request_once(monkeypatch: Any) -> None:
-    import devshare.server.extender.service as service
+    import devshare.server.extender.requests as requests_module
 
     reads: list[str] = []
-    real_parse = service.parse_pod
+    real_parse = requests_module.parse_pod
 
     def counting(obj: dict[str, Any]) -> Any:
         reads.append(obj["metadata"]["name"])
         return real_parse(obj)
 
-    monkeypatch.setattr(service, "parse_pod", counting)
+    monkeypatch.setattr(requests_module, "parse_pod", counting)
     backend = backend_with(ours(pod("p", core=60, mem="10Gi")))
     async with running(backend) as (client, runtime):
         await settle(runtime, backend)
@@ -149,42 +149,41 @@ async def test_a_forged_filter_body_of_a_watched_pod_is_judged_as_the_watched_po
         assert "does not fit" in await bind(client, "p", "node-0", uid=real["metadata"]["uid"])
 
 
-async def test_a_filter_reads_its_pod_once() -> None:
+async def test_a_filter_reads_its_pod_once(monkeypatch: Any) -> None:
     """look_up_member and the filter ask for the same body's request: the second asks nothing of the
     watch's object or the body again, and an invalid pod is refused both times with its reason."""
     backend = backend_with(ours(pod("p", core=60, mem="10Gi")))
     async with running(backend) as (_, runtime):
         await settle(runtime, backend)
-        ext = runtime.extender
+        requests = runtime.extender.requests
         raw = msgspec.json.encode(stored(backend, "p"))
-        first = ext.request_of(raw)
-        pending = ext.pending_pod
-        ext.pending_pod = lambda key: pytest.fail("read the watch again")  # type: ignore[method-assign]
-        assert ext.request_of(bytes(raw)) == first
-        ext.pending_pod = pending  # type: ignore[method-assign]
+        first = requests.request_of(raw)
+        with monkeypatch.context() as m:
+            m.setattr(requests, "watched_version", lambda pod_id: pytest.fail("read the watch again"))
+            assert requests.request_of(bytes(raw)) == first
         bad = copy.deepcopy(stored(backend, "p"))
         bad["metadata"]["uid"] = "other"
         bad["spec"]["containers"][0]["resources"]["limits"]["koordinator.sh/gpu-core"] = "-5"
         raw_bad = msgspec.json.encode(bad)
         for _ in range(2):
             with pytest.raises(InvalidInput):
-                ext.request_of(raw_bad)
+                requests.request_of(raw_bad)
 
 
-async def test_a_pending_pod_is_read_when_the_watch_delivers_it_not_in_its_filter() -> None:
+async def test_a_pending_pod_is_read_when_the_watch_delivers_it_not_in_its_filter(monkeypatch: Any) -> None:
     backend = backend_with()
     async with running(backend) as (client, runtime):
         backend.apply(ours(pod("p", core=60, mem="10Gi")))  # created after the state synced
         await settle(runtime, backend)
-        ext = runtime.extender
+        requests = runtime.extender.requests
         parsed: list[str] = []
-        real = ext.parse
+        real = requests.parse
 
         def counting(obj: dict[str, Any]) -> Any:
             parsed.append(obj["metadata"]["name"])
             return real(obj)
 
-        ext.parse = counting  # type: ignore[method-assign]
+        monkeypatch.setattr(requests, "parse", counting)
         out = await post(client, "/filter", names_body(stored(backend, "p"), ["node-0", "node-1"]))
         assert out["NodeNames"] and parsed == []
         assert await bind(client, "p", out["NodeNames"][0]) == "" and parsed == []

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from devshare.engine.state import ClusterState
 from devshare.kube.memory import MemoryBackend
-from devshare.kube.sync import StateSync
 from devshare.model.codecs import decode_allocation
 from support.extender import FlakyBackend, GiB, cluster, pod, resolve_claims, running, settle
+from support.kube import following
 
 NODES, GPUS, MEMORY = 4, 4, 16 * GiB
 
@@ -78,12 +78,8 @@ def check_objects(backend: MemoryBackend) -> dict[str, Any]:
 
 
 async def rebuilt(backend: MemoryBackend) -> ClusterState:
-    state = ClusterState()
-    sync = StateSync(backend, state)
-    sync.start()
-    await asyncio.wait_for(sync.synced.wait(), 5)
-    await sync.stop()
-    return state
+    async with following(backend) as f:
+        return f.state
 
 
 async def scenario(seed: int, *, pods: int = 40, rounds: int = 4, fail_rate: float = 0.3) -> None:

@@ -21,6 +21,8 @@ from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
 from fakeapi.server import FakeApiServer
 from support.extender import device, node, pod, running
 from support.server import ServerThread
+from support.waiting import eventually as until
+from support.waiting import settled
 
 TIMING = (1.0, 0.6, 0.1)  # lease duration, renew deadline, retry period (seconds)
 
@@ -53,13 +55,6 @@ def bind_body(name: str) -> dict[str, str]:
     return {"PodName": name, "PodNamespace": "default", "PodUID": f"uid-default-{name}", "Node": "node-0"}
 
 
-async def until(cond: Any, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "condition not reached"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_deposed_leader_does_not_serve_a_queued_bind(fake_api: FakeApiServer,  # noqa: F811
                                                               fake_kubeconfig: Path) -> None:  # noqa: F811
     for obj in (node("node-0"), device("node-0", 1), pod("p1", core=60), pod("p2", core=60)):
@@ -71,7 +66,7 @@ async def test_a_deposed_leader_does_not_serve_a_queued_bind(fake_api: FakeApiSe
     try:
         a_runtime = a_app[RUNTIME]
         elector_a: LeaderElector = a_runtime.elector  # type: ignore[assignment]
-        await until(lambda: elector_a.is_leader and a_runtime.sync.is_synced)
+        await until(lambda: elector_a.is_leader and a_runtime.informer.is_synced)
         b_options = ExtenderOptions(identity="b", **options)  # type: ignore[arg-type]
         async with running(KubeClient.connect(fake_kubeconfig), b_options) as (b_client, b_runtime):
             elector_b: LeaderElector = b_runtime.elector  # type: ignore[assignment]
@@ -88,11 +83,11 @@ async def test_a_deposed_leader_does_not_serve_a_queued_bind(fake_api: FakeApiSe
             assert await asyncio.to_thread(frozen.wait, 5)
             queued = asyncio.ensure_future(asyncio.to_thread(post, a.port, "/bind", bind_body("p2")))
 
-            await until(lambda: elector_b.is_leader, 5)  # B takes the expired lease and binds p1
+            await until(lambda: elector_b.is_leader)  # B takes the expired lease and binds p1
             r = await b_client.post("/bind", json=bind_body("p1"))
             assert (await r.json()) == {"Error": ""}
 
-            answer = await asyncio.wait_for(queued, 20)  # A resumes and serves the queued bind
+            answer = await settled(queued)  # A resumes and serves the queued bind
             assert answer["Error"].startswith("not the leader"), answer
     finally:
         await asyncio.to_thread(a.close)

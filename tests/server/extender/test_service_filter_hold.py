@@ -12,7 +12,7 @@ import msgspec
 from devshare.config import Configuration, Scheduling
 from devshare.kube.errors import Unavailable
 from devshare.kube.memory import MemoryBackend
-from devshare.server.extender import service
+from devshare.server.extender import filtering
 from devshare.server.extender.serve import ExtenderOptions
 from support.extender import bind, cluster, names_body, pod, post, running, settle
 
@@ -129,14 +129,13 @@ async def test_a_failed_bind_releases_the_hold() -> None:
 
 async def test_a_hold_whose_bind_never_comes_expires() -> None:
     backend = one_gpu_nodes("a", "b")
-    async with running(backend, options()) as (client, runtime):
+    now = [1000.0]
+    async with running(backend, options(), clock=lambda: now[0]) as (client, runtime):
         await settle(runtime, backend)
         ext = runtime.extender
-        now = [1000.0]
-        ext.clock = lambda: now[0]
         (held,) = await filtered(client, backend, "a")
         ext.expire()
         assert runtime.state.pods["default/a"].phase == "assumed"
-        now[0] += service.FILTER_HOLD_TTL + 1
+        now[0] += filtering.FILTER_HOLD_TTL + 1
         assert ext.expire() == ["default/a"]
         assert await filtered(client, backend, "b") == [held]

@@ -8,24 +8,19 @@ import tracemalloc
 
 import msgspec
 
-from devshare.engine.state import ClusterState
-from devshare.kube.sync import StateSync
+from devshare.server.extender.extender import Extender
 from devshare.server.extender.nodeset import NodeSets
-from devshare.server.extender.service import Extender
 from devshare.server.extender.wire import ExtenderArgs
 from support.extender import cluster, pod
+from support.kube import following
 
 MiB = 2**20
 
 
 async def synced_extender(nodes: int = 4) -> Extender:
     backend = cluster(nodes, gpus=2)
-    state = ClusterState()
-    sync = StateSync(backend, state)
-    sync.start()
-    await sync.synced.wait()
-    await sync.stop()
-    return Extender(state, backend)
+    async with following(backend) as f:
+        return Extender(f.lifecycle, backend, f.cluster)
 
 
 def retained_after(fn: object, count: int) -> int:
@@ -76,7 +71,7 @@ async def test_many_distinct_invalid_pods_with_huge_values_keep_memory_bounded()
 async def test_many_distinct_long_node_name_lists_keep_memory_bounded() -> None:
     """16 lists of 20,000 names (the cache's entry limit) against a budget of 8 MiB (64 in production)."""
     ext = await synced_extender()
-    ext.nodesets = NodeSets(ext.state, budget=8 * MiB)
+    ext.requests.nodesets = NodeSets(ext.state, budget=8 * MiB)
     body = msgspec.json.encode(pod("p", core=50, resource_version="1"))
     lists = [msgspec.json.encode(["node-0", "node-1", *(f"gone-{i}-{j:06d}" for j in range(20_000))])
              for i in range(16)]
@@ -88,7 +83,7 @@ async def test_many_distinct_long_node_name_lists_keep_memory_bounded() -> None:
 
     kept = retained_after(filter_one, 16)
     assert kept < 12 * MiB, f"{kept / MiB:.0f} MiB retained"
-    assert ext.nodesets.bytes <= 8 * MiB
+    assert ext.requests.nodesets.bytes <= 8 * MiB
 
 
 async def test_many_distinct_pods_with_huge_names_keep_memory_bounded() -> None:

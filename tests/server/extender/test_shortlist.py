@@ -75,7 +75,7 @@ BUSY = [pod(f"busy-{n}-{g}", gpus=1, node_name=f"node-{n}",
 async def test_the_filter_passes_only_the_best_nodes_of_a_pod_without_soft_wishes() -> None:
     backend = cluster(nodes=6, gpus=4, pods=[*BUSY, pod("a", gpus=1)])
     async with running(backend, options(1)) as (client, runtime):
-        best = runtime.extender.scheduler.place(runtime.extender.parse(pod("a", gpus=1)))
+        best = runtime.extender.lifecycle.scheduler.place(runtime.extender.requests.parse(pod("a", gpus=1)))
         assert best is not None and best.node == "node-3"
         out = await post(client, "/filter", names_body(pod("a", gpus=1), NODES))
         assert out["NodeNames"] == ["node-3"]
@@ -112,7 +112,7 @@ async def test_shortlist_zero_passes_every_node_that_fits() -> None:
 async def test_a_shortlisted_filter_where_no_node_passes_evaluates_the_pod_once() -> None:
     """The failing nodes' reasons then come from the evaluation the shortlist was cut from."""
     async with running(cluster(nodes=6, gpus=4, pods=list(BUSY)), options(1)) as (client, runtime):
-        scheduler = runtime.extender.scheduler
+        scheduler = runtime.extender.lifecycle.scheduler
         calls: list[int] = []
         real = scheduler.evaluate
 

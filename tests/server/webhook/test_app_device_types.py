@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from devshare.config import API_VERSION, KIND, parse_config
+from devshare.engine.build import configure_model
 from devshare.server.tls import CertReloader, ServingCert
 from devshare.server.webhook.app import WebhookConfig, make_app
 from devshare.server.webhook.cluster import StaticDeviceTypes
@@ -50,7 +51,8 @@ def test_an_unconfigured_type_is_refused_at_creation(client: Client) -> None:
 
 
 def test_a_configured_type_is_judged_like_any_device_pod(client: Client) -> None:
-    parse_config({"apiVersion": API_VERSION, "kind": KIND, "deviceTypes": {"npu": {"resources": [NPU]}}}).register()
+    configure_model(parse_config({"apiVersion": API_VERSION, "kind": KIND,
+                                  "deviceTypes": {"npu": {"resources": [NPU]}}}))
     assert client.review("/validate", pod({NPU: "50"}))["allowed"] is True
     bad = client.review("/validate", pod({NPU: "150"}))
     assert bad["allowed"] is False and "must be a multiple of 100" in bad["status"]["message"]
@@ -58,6 +60,6 @@ def test_a_configured_type_is_judged_like_any_device_pod(client: Client) -> None
     assert mutated["allowed"] is True and "patch" in mutated  # schedulerName set: it is a device pod now
     disabled = parse_config({"apiVersion": API_VERSION, "kind": KIND,
                              "deviceTypes": {"npu": {"enabled": False, "resources": [NPU]}}})
-    disabled.register()
+    configure_model(disabled)
     (problem,) = judge(pod({NPU: "50"}), None, disabled.device_types.disabled())
     assert "deviceTypes.npu: false" in problem.message

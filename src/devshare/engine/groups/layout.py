@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.handlers.base import SUCCESS, grant_for
+from devshare.engine.lifecycle import WhatIf
 from devshare.engine.rowwise import sum_per_row
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState, Conflict
@@ -125,7 +126,7 @@ def sequential_fit(scheduler: Scheduler, template: PodRequest, node: str, n: int
     """Up to ``n`` members placed one after another on ``node`` with the scheduler's own per-node
     fit (each sees the ones before it). ``scheduler`` is a :func:`what_if` one: the probes it
     reserves are released again, so it can be asked about the next node."""
-    state = scheduler.state
+    tried = WhatIf(scheduler.state)
     placed: list[PodAllocation] = []
     keys: list[str] = []
     try:
@@ -135,14 +136,14 @@ def sequential_fit(scheduler: Scheduler, template: PodRequest, node: str, n: int
             if isinstance(alloc, str):
                 break
             try:
-                state.assume(probe, alloc, now=0.0, ttl=None)
+                tried.take(probe, alloc)
             except Conflict:
                 break
             keys.append(probe.key)
             placed.append(alloc)
     finally:
         for k in keys:
-            state.release(k)
+            tried.release(k)
     return placed
 
 

@@ -6,7 +6,7 @@ Lifecycle of a group ``<ns>/<name>`` (pods with the same ``GroupRef``; members m
 - The first member that asks (:meth:`GroupPlanner.assign`, from the extender's filter/prioritize)
   makes the plan: :func:`devshare.engine.groups.layout.plan_layout` over the nodes it may use. Each planned
   member's devices are held in the state at once by a hold: a record that says it is one
-  (``PodRecord.hold`` is the group key; displayed as ``<ns>/<name>#plan#<i>``), assumed until the
+  (``PodRecord.group`` is the group key; displayed as ``<ns>/<name>#plan#<i>``), assumed until the
   plan expires, so no other pod can take them. A slot points at the record holding its devices
   (``Slot.held``: the hold, or the member's own record once it claims) and its phase is read from
   that record (:meth:`GroupPlanner.phase`), never kept beside it. The member is given a slot; the
@@ -138,10 +138,6 @@ class Refuse:
 Decision = Bind | Wait | Refuse
 
 
-def group_key(pod: PodRequest) -> str | None:
-    return f"{pod.namespace}/{pod.group.name}" if pod.group is not None else None
-
-
 def quorum_of(pod: PodRequest) -> int:
     g = pod.group
     if g is None or g.gang_name is None:
@@ -188,7 +184,7 @@ class GroupPlanner:
         """Records of the group's pods in the state (placeholders excluded)."""
         return {k: r for k, r in self.state.pods.items()
                 if r.pod.group is not None and r.pod.group.name == name and r.pod.namespace == namespace
-                and r.hold is None}
+                and r.group is None}
 
     def bound_members(self, namespace: str, name: str) -> list[str]:
         return sorted(k for k, r in self.members_in_state(namespace, name).items() if r.phase == "bound")
@@ -230,8 +226,8 @@ class GroupPlanner:
         expires; the reason when it fails."""
         assert s.allocation is not None
         try:
-            self.lifecycle.assume(pod, s.allocation, now=now, expires_at=max(plan.expires_at, now),
-                                  hold=plan.key if pod.key != s.member else None)
+            self.lifecycle.assume(pod, s.allocation, now=now, expires_at=max(plan.expires_at, now), hold="group",
+                                  group=plan.key if pod.key != s.member else None)
         except Conflict as e:
             return str(e)
         s.held = pod.key

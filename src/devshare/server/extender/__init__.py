@@ -1,12 +1,14 @@
 """The scheduler extender: kube-scheduler's ``k8s.io/kube-scheduler/extender/v1`` protocol over HTTP.
 
 - :mod:`.wire`: the protocol's types (msgspec; PascalCase on the wire, any case accepted);
-- :mod:`.service`: the verbs over the engine (filter, prioritize, bind with reserve/undo, groups and
-  gangs through the engine's GroupPlanner, expiry);
-- :mod:`.nodeset`: candidate node lists cached by their bytes, prioritize answers encoded per row;
-- :mod:`.verdicts`: filter and prioritize answers from one engine evaluation;
-- :mod:`.preempt`: the fewest victims a pod needs on each node;
-- :mod:`.metrics`: Prometheus metrics;
-- :mod:`.app`: the aiohttp application (the verbs, /inspect, /metrics, /healthz, /readyz);
-- :mod:`.serve`: wiring to a backend (state sync, leader election, expiry) and running it.
+- :mod:`.app`: the aiohttp application (the verbs, /inspect, /ui, /metrics, /healthz, /readyz);
+- :mod:`.extender`: :class:`~.extender.Extender`, the verbs wired to the parts that own them:
+  :mod:`.requests` (a verb's pod and candidates, and their caches), :mod:`.filtering` (filter and
+  prioritize, with holds), :mod:`.binding` (the bind path: reserve, claim, Binding), :mod:`.preemption`,
+  :mod:`.groups` (members that exist, gang members to bind again), :mod:`.requeue`;
+- :mod:`.view`: what those parts read of the world (:class:`~.view.ClusterView`, :class:`~.view.Leadership`);
+- :mod:`.claims` and :mod:`.claimsweep`: the claim ledger's writes and upkeep (several replicas);
+- :mod:`.nodeset`, :mod:`.verdicts`, :mod:`.shortlist`, :mod:`.scores`: answers over thousands of nodes;
+- :mod:`.metrics`, :mod:`.collectors`, :mod:`.occupancy`, :mod:`.events`: what it tells people;
+- :mod:`.serve`: wiring to a backend (engine, informer, leader election, upkeep) and running it.
 """

@@ -26,14 +26,10 @@ ledger's resourceVersion. The write is decided here:
 
 Only then the Binding goes out. A Binding that failed withdraws its claim (best effort); when its
 outcome is unknown (the connection broke), the pod is written to first, as below, and a pod found
-bound with the claim's allocation keeps its claim. Claims of pods that never bind are
-released by the leader's :meth:`Claims.sweep` once older than ``ttl``: it first writes an
-annotation on the pod (``devshare.io/claim-expired``), which changes the pod's resourceVersion, so
-that a Binding still on its way from the claim's writer (sent with the resourceVersion read before
-the claim) fails, then removes the claim. A pod bound meanwhile with the claim's allocation keeps it.
-
-Every Binding carries the resourceVersion of a read of the pod made *before* its claim was written
-(:class:`~devshare.server.extender.writes.PodWrites`): that is what makes the expiry above safe.
+bound with the claim's allocation keeps its claim. Claims of pods that never bind are released by the
+leader's sweep (:mod:`devshare.server.extender.claimsweep`) once older than ``ttl``, after the pod is
+written to: every Binding carries the resourceVersion of a read of the pod made *before* its claim
+was written (:class:`~devshare.server.extender.binding.Binder`), so a late one then fails.
 """
 
 from __future__ import annotations
@@ -43,23 +39,22 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from devshare.engine.state import ClusterState
+from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.watched import is_bound
 from devshare.kube.backend import meta
-from devshare.kube.errors import BackendError, Conflict, NotFound
-from devshare.kube.leader import micro_time
+from devshare.kube.errors import BackendError, Conflict
+from devshare.kube.informer import Backoff
 from devshare.kube.ledger import SIZE_LIMIT, Claim, ClaimLedger, Ledger, encode_claim, encoded_size
-from devshare.kube.sync import TERMINAL_PHASES, Backoff
 from devshare.model.allocation import PodAllocation
-from devshare.model.codecs import decode_allocation
-from devshare.model.errors import InvalidInput
 from devshare.model.request import PodRequest
+from devshare.server.extender.view import ClusterView
 
 log = logging.getLogger(__name__)
 
-EXPIRED_ANNOTATION = "devshare.io/claim-expired"  # written on a pod whose stale claim is released
 ATTEMPTS = 16  # compare-and-swap rounds before a bind gives up (each lost round: another replica wrote)
 STUB_RECHECK = 30.0  # seconds after which a claim not yet seen bound by the watch is read again
 CATCH_UP = 5.0  # seconds a write waits for this replica's watch of pods to reach the ledger's watermark
@@ -67,7 +62,6 @@ BOUND_KEPT = 16384  # pods seen bound that are remembered (their claims leave th
 # seconds a write waits for more claims to join it: each write costs the API server and etcd a few ms of
 # CPU, so at 70 binds a second waiting 50 ms makes one write per 5-6 binds (BENCHMARKS.md)
 LINGER = 0.05
-
 
 NO_FIT = "does not fit on node"
 Queued = tuple[PodRequest, PodAllocation, "asyncio.Future[str | None]"]  # a claim waiting for the next write
@@ -104,34 +98,29 @@ def replica_identity(name: str) -> str:
 
 
 class Claims:
-    """The ledger writes of one extender, over its state.
-
-    ``note_pod(obj)``: apply a pod read from the API server to the state (the sync's).
-    ``watch_version()``: the resourceVersion this replica's watch of pods has reached (the sync's).
-    ``uncounted(node)``: the bound pods of a node the watch delivered but the state does not count
-    (:meth:`StateSync.uncounted`): a claim's check counts them, since their own claims may be gone."""
+    """The ledger writes of one extender, over its lifecycle's state. ``cluster``: how far this replica's
+    watch of pods has come, the bound pods of a node it delivered but the state does not count (a
+    claim's check counts them, since their own claims may be gone), and where a pod read from the API
+    server is applied."""
 
     def __init__(
         self,
         ledger: ClaimLedger,
-        state: ClusterState,
+        lifecycle: Lifecycle,
+        cluster: ClusterView,
         *,
         identity: str,
         ttl: float = 60.0,
-        note_pod: Callable[[dict[str, object]], None] | None = None,
-        watch_version: Callable[[], str | None] = lambda: None,
-        uncounted: Callable[[str], list[tuple[PodRequest, PodAllocation]]] = lambda node: [],
         linger: float = LINGER,
         catch_up: float = CATCH_UP,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ledger = ledger
-        self.state = state
+        self.lifecycle = lifecycle
+        self.state = lifecycle.state
+        self.cluster = cluster
         self.identity = identity
         self.ttl = ttl
-        self.note_pod = note_pod
-        self.watch_version = watch_version
-        self.uncounted = uncounted
         self.linger = linger  # seconds a write waits for more claims to join it
         self.catch_up = catch_up  # seconds a write waits for the watch to reach the ledger's watermark
         self.clock = clock
@@ -142,7 +131,7 @@ class Claims:
         # pods the watch has shown bound lately: key -> (uid, node, resourceVersion of that event)
         self.bound_at: OrderedDict[str, tuple[str, str, int]] = OrderedDict()
         self.counters = ClaimCounters()
-        self._lock = asyncio.Lock()
+        self.lock = asyncio.Lock()
         self._queued: list[Queued] = []  # claims waiting for the next write
         self._writer: asyncio.Task[None] | None = None  # the task writing the claims now
 
@@ -177,17 +166,17 @@ class Claims:
     async def _write_batch(self, batch: list[Queued]) -> list[str | None]:
         """One compare-and-swap write of ``batch``'s claims (retried on 409): per claim, None when
         written, otherwise why not."""
-        async with self._lock:
+        async with self.lock:
             decided: list[tuple[list[str | None], int]] = []
 
             def change(ledger: Ledger) -> tuple[dict[str, Claim], str] | None:
-                claims, watermark, answers, pruned = self._decide(ledger, batch)
+                claims, watermark, answers, pruned = self.decide(ledger, batch)
                 decided[:] = [(answers, pruned)]
                 return None if all(answers) else (claims, watermark)  # every claim refused: nothing to write
 
             where = self.ledger.where
             try:
-                written = await self._swap(change)
+                written = await self.swap(change)
             except Contended:
                 return [f"pod {p.key}: the claim ledger ({where}) changed {ATTEMPTS} times while devshare "
                         "tried to record the pod's claim; nothing was bound" for p, _, _ in batch]
@@ -203,14 +192,14 @@ class Claims:
                 self.counters.pruned += pruned
             return answers
 
-    async def _swap(self, change: Callable[[Ledger], tuple[dict[str, Claim], str] | None]) -> Ledger | None:
+    async def swap(self, change: Callable[[Ledger], tuple[dict[str, Claim], str] | None]) -> Ledger | None:
         """The one compare-and-swap loop of every ledger write: once this replica's watch has reached
         the ledger's watermark, write ``change(ledger)`` (claims and watermark; None: nothing to
         write) at the version it was read; after a 409 (another replica wrote first) read the ledger
         again and ask ``change`` again. Returns the ledger written, or None when nothing was. Raises
         :class:`Contended` after ``ATTEMPTS`` lost rounds, :class:`Behind`, and the backend's errors as
         they come. The caller holds the lock."""
-        ledger = self.current if self.current is not None else await self._read()
+        ledger = self.current if self.current is not None else await self.read()
         for _ in range(ATTEMPTS):
             await self._caught_up(ledger.watermark)
             out = change(ledger)  # no await between the wait and the decision
@@ -220,7 +209,7 @@ class Claims:
                 written = await self.ledger.write(ledger, *out)
             except Conflict:
                 self.counters.conflicts += 1
-                ledger = await self._read()
+                ledger = await self.read()
                 continue
             self.counters.writes += 1
             self._adopt(written)
@@ -233,21 +222,21 @@ class Claims:
         want = version_number(watermark)
         if want is None:
             return
-        have = version_number(self.watch_version())
+        have = version_number(self.cluster.watch_version())
         if have is not None and have >= want:
             return
         self.counters.waited += 1
         deadline = time.monotonic() + self.catch_up
         while time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-            have = version_number(self.watch_version())
+            have = version_number(self.cluster.watch_version())
             if have is not None and have >= want:
                 return
-        raise Behind(f"this replica's watch of pods is at resourceVersion {self.watch_version() or 'none'}, behind "
-                     f"the claim ledger's watermark {watermark} ({self.ledger.where}); it binds again once its watch "
-                     "catches up")
+        have_text = self.cluster.watch_version() or "none"
+        raise Behind(f"this replica's watch of pods is at resourceVersion {have_text}, behind the claim ledger's "
+                     f"watermark {watermark} ({self.ledger.where}); it binds again once its watch catches up")
 
-    def _decide(self, ledger: Ledger, batch: list[Queued]) -> tuple[dict[str, Claim], str, list[str | None], int]:
+    def decide(self, ledger: Ledger, batch: list[Queued]) -> tuple[dict[str, Claim], str, list[str | None], int]:
         """The claims and watermark to write for ``batch`` over ``ledger``, the answer of each of its
         pods (None: its claim is in) and how many claims were pruned: each pod decided in turn as if
         it were claimed alone over the claims decided before it. Synchronous: no other engine call
@@ -259,10 +248,10 @@ class Claims:
         claims: dict[str, Claim] = {}
         watermark = version_number(ledger.watermark) or 0
         for k, c in ledger.claims.items():
-            seen = self._seen_bound(c)
+            seen = self.seen_bound(c)
             if seen is not None:
                 watermark = max(watermark, seen)
-            elif not self._gone(c):
+            elif not self.gone(c):
                 claims[k] = c
         pruned = len(ledger.claims) - len(claims)
         unreflected = self._absorb(claims.values())  # each pod's check skips the claims under its own name
@@ -303,12 +292,12 @@ class Claims:
         claims[pod.key] = claim
         return None
 
-    def _gone(self, c: Claim) -> bool:
+    def gone(self, c: Claim) -> bool:
         """The claim's pod is surely gone or finished: the watch has seen it end (never a guess: a pod
         the watch does not know, or knows under another uid, may just have been created)."""
         return self.state.is_finished(c.pod, c.uid)
 
-    def _seen_bound(self, c: Claim) -> int | None:
+    def seen_bound(self, c: Claim) -> int | None:
         """The resourceVersion at which the watch showed the claim's pod bound to the claim's node (None:
         not seen so). The Binding that follows a claim carries its annotations, so from then on the pod
         itself holds the devices in every replica's watch."""
@@ -334,7 +323,7 @@ class Claims:
             if self._reflected(c):
                 continue
             if c.node not in held_back:
-                held_back[c.node] = {p.key for p, _ in self.uncounted(c.node)}
+                held_back[c.node] = {p.key for p, _ in self.cluster.uncounted(c.node)}
             if c.pod in held_back[c.node]:
                 continue  # the watch's object is its truth, counted by :meth:`_check`; a record made
                 # from its claim would be dropped with the claim, the bound pod then counted nowhere
@@ -343,7 +332,7 @@ class Claims:
                 continue
             ns, _, name = c.pod.partition("/")
             stub = PodRequest(namespace=ns, name=name, uid=c.uid, priority=c.priority)
-            self.state.add_bound(stub, c.allocation)
+            self.lifecycle.add_watched(stub, c.allocation, checked=False)
             self.stubs[c.pod] = (stub, self.clock())
             self.counters.absorbed += 1
         return unreflected
@@ -351,16 +340,16 @@ class Claims:
     def _check(self, pod: PodRequest, alloc: PodAllocation, unreflected: list[Claim]) -> str | None:
         """Why ``alloc`` does not fit beside everything its node holds, ``unreflected`` (claims on that
         node) and the pods the watch has shown bound there that the state does not count (None: it fits)."""
-        uncounted = [(p, a) for p, a in self.uncounted(alloc.node) if p.key != pod.key]
+        uncounted = [(p, a) for p, a in self.cluster.uncounted(alloc.node) if p.key != pod.key]
         if not unreflected and not uncounted:
             return self.state.why_not(pod, alloc, ignore=pod.key)
-        scratch = self.state.scratch([alloc.node])
+        what_if = self.lifecycle.what_if([alloc.node])
         for c in unreflected:
             ns, _, name = c.pod.partition("/")
-            scratch.add_bound(PodRequest(namespace=ns, name=f"{name} (claim)", uid=c.uid), c.allocation)
+            what_if.add(PodRequest(namespace=ns, name=f"{name} (claim)", uid=c.uid), c.allocation)
         for p, a in uncounted:
-            scratch.add_bound(PodRequest(namespace=p.namespace, name=f"{p.name} (bound)", uid=p.uid), a)
-        return scratch.why_not(pod, alloc, ignore=pod.key)
+            what_if.add(PodRequest(namespace=p.namespace, name=f"{p.name} (bound)", uid=p.uid), a)
+        return what_if.state.why_not(pod, alloc, ignore=pod.key)
 
     async def withdraw(self, pod: PodRequest, alloc: PodAllocation, *, unsure: bool = False) -> None:
         """Remove this replica's claim for ``pod`` (its Binding failed). ``unsure``: the Binding's
@@ -369,7 +358,7 @@ class Claims:
         is released by :meth:`sweep` once its pod is gone or after ``ttl``."""
         if unsure:
             held = (self.current or Ledger()).claims.get(pod.key)
-            if held is None or held.by != self.identity or not await self._expire(held):
+            if held is None or held.by != self.identity or not await self.ledger.expire(held, now=self.clock()):
                 return
 
         def change(ledger: Ledger) -> tuple[dict[str, Claim], str] | None:
@@ -378,9 +367,9 @@ class Claims:
                 return None  # not this replica's claim for this very bind (any more)
             return {k: v for k, v in ledger.claims.items() if k != pod.key}, ledger.watermark
 
-        async with self._lock:
+        async with self.lock:
             try:
-                if await self._swap(change) is not None:
+                if await self.swap(change) is not None:
                     self.counters.withdrawn += 1
             except (BackendError, Contended, Behind) as e:
                 if isinstance(e, BackendError):
@@ -389,7 +378,7 @@ class Claims:
                          "is gone or after %g s", pod.key, alloc.node, e, self.ttl)
 
     # ------------------------------------------------------------------ reading
-    async def _read(self) -> Ledger:
+    async def read(self) -> Ledger:
         ledger = await self.ledger.read()
         self._adopt(ledger)
         return ledger
@@ -406,10 +395,10 @@ class Claims:
             elif key in ledger.claims:
                 self.stubs[key] = (stub, self.clock())  # still claimed: read again later
             else:
-                self.state.release(key)
+                self.lifecycle.release(key)
                 del self.stubs[key]
         if ledger.error is None:
-            self._absorb(c for c in ledger.claims.values() if not self._gone(c))
+            self._absorb(c for c in ledger.claims.values() if not self.gone(c))
 
     async def load(self) -> None:
         """Read the ledger (at start and after each re-list of pods, before the state is used),
@@ -429,17 +418,14 @@ class Claims:
         self._adopt(ledger)
 
     # ------------------------------------------------------------------ the watch
-    def pod_changed(self, type_: str, obj: Mapping[str, object]) -> None:
+    def pod_changed(self, type_: str, obj: dict[str, Any]) -> None:
         """A pod event from the watch (after the state applied it): a pod seen bound is remembered
-        with the event's resourceVersion (its claim may then go, :meth:`_decide`); a pod recorded from
+        with the event's resourceVersion (its claim may then go, :meth:`decide`); a pod recorded from
         a claim alone, now seen bound, is recorded as the watch has it."""
         m = meta(obj)
         key = f"{m.get('namespace')}/{m.get('name')}"
-        spec = obj.get("spec")
-        status = obj.get("status")
-        phase = status.get("phase") if isinstance(status, dict) else None
-        node = spec.get("nodeName") if isinstance(spec, dict) else None
-        bound = type_ != "DELETED" and phase not in TERMINAL_PHASES and isinstance(node, str) and bool(node)
+        bound = type_ != "DELETED" and is_bound(obj)
+        node = (obj.get("spec") or {}).get("nodeName")
         rv = version_number(str(m.get("resourceVersion") or ""))
         if bound and rv is not None:
             uid = str(m.get("uid") or "")
@@ -459,90 +445,5 @@ class Claims:
             return
         if bound:
             del self.stubs[key]
-            self.state.release(key)
-            if self.note_pod is not None:
-                self.note_pod(dict(obj))
-
-    # ------------------------------------------------------------------ cleaning up
-    async def sweep(self, *, leading: bool) -> None:
-        """Periodically: read the ledger again when it holds claims the watch has not confirmed for a
-        while (any replica), and (``leading``) remove the claims of pods bound, gone or finished and of
-        pods that did not bind within ``ttl`` (after the expiry annotation, see the module's doc)."""
-        now = self.clock()
-        if any(now - since > STUB_RECHECK for _, since in self.stubs.values()):
-            async with self._lock:
-                try:
-                    await self._read()
-                except BackendError as e:
-                    log.info("re-reading the claim ledger failed: %s", e)
-        if not leading or self.current is None or self.current.error is not None:
-            return
-        claims = list(self.current.claims.values())
-        done = [c for c in claims if self._gone(c) or self._seen_bound(c) is not None]
-        old = [c for c in claims if c not in done and now - c.at > self.ttl and not self._bound_here(c)]
-        if not done and not old:
-            return
-        expired = [c for c in old if await self._expire(c)]
-        if done or expired:
-            await self._remove(expired)
-
-    def _bound_here(self, c: Claim) -> bool:
-        """The watch has the claim's pod bound on its node with this allocation: a live claim."""
-        rec = self.state.pods.get(c.pod)
-        return (rec is not None and rec.phase == "bound" and c.pod not in self.stubs
-                and rec.allocation == c.allocation and rec.pod.uid in ("", c.uid))
-
-    async def _expire(self, c: Claim) -> bool:
-        """Whether a claim older than ``ttl`` may be removed: the pod is written to first (a Binding
-        of the claim's writer still on its way then fails on the pod's resourceVersion); a pod that
-        is bound with the claim's allocation keeps its claim (one bound otherwise, by another replica
-        say, does not: the claim names devices the pod does not hold)."""
-        ns, _, name = c.pod.partition("/")
-        try:
-            obj = await self.ledger.backend.patch_pod_annotations(
-                ns, name, {EXPIRED_ANNOTATION: f"{c.node} {micro_time(self.clock())}"})
-        except NotFound:
-            return True
-        except BackendError as e:
-            log.info("the stale claim of pod %s on node %s is kept for now: %s", c.pod, c.node, e)
-            return False
-        m = meta(obj)
-        status = obj.get("status") or {}
-        if c.uid and m.get("uid") and m.get("uid") != c.uid:
-            return True
-        if isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES:
-            return True
-        if (obj.get("spec") or {}).get("nodeName") != c.node:
-            return True
-        annotations = m.get("annotations")
-        try:
-            held = decode_allocation(annotations) if isinstance(annotations, dict) else None
-        except InvalidInput:
-            held = None
-        return held != c.allocation
-
-    async def _remove(self, expired: list[Claim]) -> None:
-        """Remove ``expired`` (each only if it is still the same claim) and the claims of pods bound, gone
-        or finished from the ledger."""
-        removed: list[str] = []
-
-        def change(ledger: Ledger) -> tuple[dict[str, Claim], str] | None:
-            if ledger.error is not None:
-                return None
-            claims, watermark, _, _ = self._decide(ledger, [])
-            keep = {k: c for k, c in claims.items() if c not in expired}
-            if len(keep) == len(ledger.claims):
-                return None
-            removed[:] = sorted(set(ledger.claims) - set(keep))
-            return keep, watermark
-
-        async with self._lock:
-            try:
-                if await self._swap(change) is not None:
-                    self.counters.pruned += len(removed)
-                    log.info("released %d claim(s) of pods bound, gone, finished or never bound: %s",
-                             len(removed), ", ".join(removed))
-            except (BackendError, Contended, Behind) as e:
-                if isinstance(e, BackendError):
-                    self.current = None
-                log.info("pruning the claim ledger failed: %s", e)
+            self.lifecycle.release(key)
+            self.cluster.note_pod(dict(obj))

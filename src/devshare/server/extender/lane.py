@@ -32,7 +32,7 @@ from http import HTTPStatus
 from typing import cast
 
 from devshare.server.extender.app import MAX_BODY, Verb
-from devshare.server.extender.service import Extender
+from devshare.server.extender.extender import Extender
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from itertools import compress
 
@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 from devshare.engine.state import ClusterState, DeviceColumns
 from devshare.model.names import GPU
 from devshare.server.extender.occupancy import stranded_core
+from devshare.server.extender.view import ClusterView, Leadership
 from devshare.server.metrics import LATENCY_BUCKETS
 
 OK = "ok"
@@ -143,14 +144,13 @@ def device_families(columns: list[DeviceColumns], max_containers: int) -> bytes:
 
 
 class _StateCollector(Collector):
-    def __init__(self, state: Callable[[], ClusterState], synced: Callable[[], bool],
-                 leader: Callable[[], bool]) -> None:
-        self._state = state
-        self._synced = synced
-        self._leader = leader
+    def __init__(self, state: ClusterState, cluster: ClusterView, leadership: Leadership) -> None:
+        self.state = state
+        self.cluster = cluster
+        self.leadership = leadership
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        state = self._state()
+        state = self.state
         pods = GaugeMetricFamily("devshare_extender_pods", "Pods holding devices, by phase (assumed, bound).",
                                  labels=["phase"])
         counts = {"assumed": 0, "bound": 0}
@@ -160,14 +160,14 @@ class _StateCollector(Collector):
             pods.add_metric([phase], n)
         yield pods
         yield GaugeMetricFamily("devshare_extender_synced", "1 once the state is synced with the cluster.",
-                                value=1 if self._synced() else 0)
+                                value=1 if self.cluster.synced else 0)
         yield GaugeMetricFamily("devshare_extender_leader", "1 while this extender holds the leader lease.",
-                                value=1 if self._leader() else 0)
+                                value=1 if self.leadership.may_write() else 0)
 
 
 class ExtenderMetrics:
     def __init__(self) -> None:
-        self.state: Callable[[], ClusterState] | None = None  # whose devices the exposition adds
+        self.state: ClusterState | None = None  # whose devices the exposition adds
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "devshare_extender_requests", "Extender requests answered, by verb and result.",
@@ -183,10 +183,9 @@ class ExtenderMetrics:
             ["verb", "reason"], registry=self.registry,
         )
 
-    def watch_state(self, state: Callable[[], ClusterState], synced: Callable[[], bool],
-                    leader: Callable[[], bool]) -> None:
+    def watch_state(self, state: ClusterState, cluster: ClusterView, leadership: Leadership) -> None:
         """Export the state's gauges (read at scrape time)."""
-        self.registry.register(_StateCollector(state, synced, leader))
+        self.registry.register(_StateCollector(state, cluster, leadership))
         self.state = state
 
     async def exposition(self) -> bytes:
@@ -196,7 +195,7 @@ class ExtenderMetrics:
         head = generate_latest(self.registry)
         if self.state is None:
             return head
-        state = self.state()
+        state = self.state
         return head + await asyncio.to_thread(device_families, state.device_columns(), state.max_containers)
 
     def fail(self, verb: str, reasons: Iterable[str]) -> None:

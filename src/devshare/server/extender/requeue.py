@@ -34,6 +34,7 @@ from typing import Any
 from devshare.kube.backend import Backend, meta, object_key
 from devshare.kube.errors import BackendError, NotFound
 from devshare.model.names import ALLOCATION
+from devshare.server.extender.view import ClusterView, Leadership
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +47,17 @@ class Requeue:
     def __init__(
         self,
         backend: Backend,
+        cluster: ClusterView,
+        leadership: Leadership,
         *,
-        pending_pod: Callable[[str], dict[str, Any] | None],
-        is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
         delay: float = 0.2,
         per_pod: float = 2.0,
         per_round: int = 100,
     ) -> None:
         self.backend = backend
-        self.pending_pod = pending_pod  # the pending pod of devshare's scheduler as the watch has it
-        self.is_leader = is_leader
+        self.cluster = cluster  # the pending pods of devshare's scheduler as the watch has them
+        self.leadership = leadership
         self.clock = clock
         self.delay = delay
         self.per_pod = per_pod
@@ -86,7 +87,7 @@ class Requeue:
 
     # ------------------------------------------------------------------ what the watch delivered
     def changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
-        """StateSync's hook (after the state applied the event): devices freed?"""
+        """A watch event (after the state applied it): devices freed?"""
         if kind == "pods":
             key = object_key(obj)
             phase = (obj.get("status") or {}).get("phase")
@@ -128,7 +129,7 @@ class Requeue:
 
     async def round(self) -> int:
         """One round of nudges; returns how many pods were patched."""
-        if not self.is_leader():
+        if not self.leadership.may_write():
             self._due.clear()
             return 0
         now = self.clock()
@@ -161,7 +162,7 @@ class Requeue:
 
     def _still_refusable(self, key: str, uid: str) -> bool:
         """Still pending, of this extender's scheduler, the same pod (the watch's object)."""
-        obj = self.pending_pod(key)
+        obj = self.cluster.pending_pod(key)
         if obj is None:
             return False
         seen = str(meta(obj).get("uid") or "")

@@ -1,8 +1,9 @@
-"""Assembling and running the extender: state + sync + (leader election) + expiry + HTTP app.
+"""Assembling and running the extender: engine + informer + (leader election) + upkeep + HTTP app.
 
 :func:`build_app` wires everything to a backend and returns the aiohttp application; its startup
-hook starts the state sync, the leader election (when asked) and the expiry task, its cleanup hook
-stops them (and saves a ``--cluster`` file when asked). :func:`serve` runs it until SIGINT/SIGTERM.
+hook starts the informer, the leader election (when asked) and the upkeep tasks in one task group,
+its cleanup hook stops them (and saves a ``--cluster`` file when asked). :func:`serve` runs it until
+SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -15,34 +16,41 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from ssl import SSLContext
 from typing import Any
 
 from aiohttp import web
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-from devshare.config import Configuration, refuse_pod
-from devshare.engine.handlers.base import Settings
-from devshare.engine.policies import make_policy
-from devshare.engine.scheduler import Scheduler
-from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
+from devshare.config import Configuration
+from devshare.engine.build import build_engine
+from devshare.engine.state import ClusterState
+from devshare.engine.watched import WatchedCluster
 from devshare.kube.backend import Backend
+from devshare.kube.informer import Informer
 from devshare.kube.leader import LeaderElector, LeaseFollower
 from devshare.kube.ledger import ClaimLedger
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.persist import SnapshotWriter
-from devshare.kube.sync import StateSync
 from devshare.server.eventloop import StallWatch, new_event_loop
 from devshare.server.extender.app import VERBS, make_app
 from devshare.server.extender.claims import Claims, replica_identity
+from devshare.server.extender.collectors import (
+    ClaimsCollector,
+    LaneCollector,
+    RequeueCollector,
+    SaveCollector,
+    StallCollector,
+    SyncCollector,
+)
+from devshare.server.extender.events import Events
+from devshare.server.extender.extender import Extender
 from devshare.server.extender.lane import Lanes
 from devshare.server.extender.metrics import ExtenderMetrics
-from devshare.server.extender.requeue import FREED_AT
-from devshare.server.extender.service import Extender
+from devshare.server.extender.view import Leadership
 from devshare.server.tls import CertReloader, TLSCollector
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER
 
@@ -60,20 +68,18 @@ class ExtenderOptions:
     follow_lease: str | None = None
     pod_name: str = ""
     follow_period: float = 1.0  # seconds between two reads of the followed Lease
-    assume_ttl: float = DEFAULT_ASSUME_TTL
     expire_interval: float = 5.0
     save: SnapshotWriter | None = None  # asked to write after each bind, flushed on shutdown (--save)
     freeze_after_sync: bool = False  # gc.freeze() once synced (the server process; not in tests)
-    policy: str = "devshare"  # node policy: devshare (fragmentation-aware), binpack or spread
-    core_weight: float = Settings.core_weight  # compute vs memory in a card's score (binpack, spread)
-    # the configuration file's knobs (devshare.config); when given, it decides policy, weights and limits
+    # the configuration (devshare.config, with the command line's flags applied): policy, weights, limits,
+    # the assume TTL; None: the defaults
     config: Configuration | None = None
     # a second, read-only listener (GET /metrics, /healthz, /readyz, /inspect, /ui) for Prometheus and
     # people, on an address the extender API itself need not be exposed on; 0: none
     metrics_port: int = 0
     client_auth: bool = False  # verbs and /inspect need a verified client certificate (--tls-client-ca)
     # the spec.schedulerName of the kube-scheduler profile this extender serves: its pending pods are
-    # kept from the watch for bind (StateSync.pending_pod) and nudged when devices free up (requeue.py)
+    # kept from the watch for bind and nudged when devices free up (requeue.py)
     scheduler_name: str = DEFAULT_SCHEDULER
     # the event loop the server runs on (devshare.server.eventloop): auto (uvloop), uvloop or asyncio
     event_loop: str = "auto"
@@ -90,99 +96,76 @@ class Runtime:
     """What :func:`build_app` started; tests reach into it."""
 
     state: ClusterState
-    sync: StateSync
+    informer: Informer
+    cluster: WatchedCluster  # the informer's engine half: the extender's view of the cluster
     extender: Extender
     elector: LeaderElector | LeaseFollower | None
     claims: Claims | None = None
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stalls: StallWatch = field(default_factory=lambda: StallWatch("extender"))
+    task: asyncio.Task[None] | None = None  # the background tasks, in one task group
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
 
 
-def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.Application:
+def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leadership: Leadership | None = None,
+              clock: Callable[[], float] = time.monotonic) -> web.Application:
+    """The extender's application over ``backend``. ``leadership``: who says whether this replica may
+    write, instead of the Lease the options ask for; ``clock``: the timed holds' (both for tests)."""
     opts = options or ExtenderOptions()
-    cfg = opts.config
-    if cfg is not None:
-        cfg.register()
-        state = cfg.state()
-        settings = cfg.settings()
-        scheduler = Scheduler(state, policy=cfg.policy(), settings=settings, quotas=cfg.namespace_quotas())
-    else:
-        state = ClusterState()
-        settings = Settings(core_weight=opts.core_weight)
-        scheduler = Scheduler(state, policy=make_policy(opts.policy, settings=settings), settings=settings)
-    sync = StateSync(backend, state, scheduler_name=opts.scheduler_name)
-    off_dialects = cfg.disabled_dialects() if cfg is not None else frozenset()
-    timing = dict(zip(("lease_duration", "renew_deadline", "retry_period"), opts.lease_timing or (), strict=False))
+    engine = build_engine(opts.config)
+    state, lifecycle = engine.state, engine.lifecycle
     elector: LeaderElector | LeaseFollower | None = None
     if opts.follow_lease:
         elector = LeaseFollower(backend, pod_name=opts.pod_name, name=opts.follow_lease,
                                 retry_period=opts.follow_period)
     elif opts.leader_election:
+        timing = dict(zip(("lease_duration", "renew_deadline", "retry_period"), opts.lease_timing or (), strict=False))
         elector = LeaderElector(backend, identity=opts.identity, name=opts.lease_name, **timing)
-    metrics = ExtenderMetrics()
-    extender = Extender(
-        state, backend,
-        scheduler=scheduler,
-        is_synced=lambda: sync.is_synced,
-        is_leader=elector.may_write if elector is not None else (lambda: True),
-        metrics=metrics,
-        assume_ttl=opts.assume_ttl,
-        after_bind=opts.save.request if opts.save is not None else None,
-        disabled_types=cfg.device_types.disabled() if cfg is not None else frozenset(),
-        pod_exists=sync.pod_exists,
-        group_exists=sync.group_exists,
-        note_pod=sync.note_pod,
-        shortlist=cfg.scheduling.shortlist if cfg is not None else 0,
-        pending_pod=sync.pending_pod,
-        refuse=lambda pod, _: refuse_pod(pod, disabled_dialects=off_dialects, device_types=frozenset(state.tables)),
-    )
-    sync.on_change = extender.pod_changed
-    claims: Claims | None = None
-    if opts.claim_ledger:
-        claims = Claims(ClaimLedger(backend), state, identity=replica_identity(opts.pod_name or opts.identity),
-                        ttl=opts.assume_ttl, note_pod=sync.note_pod,
-                        watch_version=lambda: sync.resource_versions.get("pods"), uncounted=sync.uncounted)
-        extender.writes.claims = claims
-        sync.after_pods_listed = claims.load
-        metrics.registry.register(_ClaimsCollector(claims))
-    if elector is not None:
-        extender.writes.fence = elector.check  # awaited just before each bind's write
+    events = Events(backend)
+    cluster = WatchedCluster(lifecycle, clock=clock, report=events.overbooked,
+                             scheduler_name=opts.scheduler_name)
+    identity = replica_identity(opts.pod_name or opts.identity)
+    claims = (Claims(ClaimLedger(backend), lifecycle, cluster, identity=identity, ttl=lifecycle.ttl)
+              if opts.claim_ledger else None)
     stop_at = os.environ.get(SIGSTOP_HOOK)
-    if stop_at:
-        extender.writes.before_claim = _stop_before_claim_of(stop_at)
-    metrics.watch_state(lambda: state, extender.is_synced, extender.is_leader)
-    metrics.registry.register(_SyncCollector(sync))
-    metrics.registry.register(_RequeueCollector(extender))
-    if opts.save is not None:
-        metrics.registry.register(_SaveCollector(opts.save))
-    runtime = Runtime(state, sync, extender, elector, claims)
-    metrics.registry.register(_StallCollector(runtime.stalls))
+    metrics = ExtenderMetrics()
+    extender = Extender(lifecycle, backend, cluster, leadership=leadership or elector, metrics=metrics,
+                        refusals=engine.refusals, claims=claims, events=events, shortlist=engine.shortlist, clock=clock,
+                        after_bind=opts.save.request if opts.save is not None else None,
+                        before_claim=StopBeforeClaim(stop_at) if stop_at else None)
+    informer = Informer(backend, [cluster, extender], after_pods_listed=claims.load if claims is not None else None)
+    metrics.watch_state(state, cluster, extender.leadership)
+    for collector in (SyncCollector(cluster), RequeueCollector(extender.requeue),
+                      *([ClaimsCollector(claims)] if claims is not None else []),
+                      *([SaveCollector(opts.save)] if opts.save is not None else [])):
+        metrics.registry.register(collector)
+    runtime = Runtime(state, informer, cluster, extender, elector, claims)
+    metrics.registry.register(StallCollector(runtime.stalls))
     app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
     if opts.metrics_port:
         app.middlewares.append(read_only_on(opts.metrics_port))
 
+    async def background() -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(informer.run(), name="devshare-informer")
+            if elector is not None:
+                tg.create_task(elector.run(), name="devshare-leader-election")
+            tg.create_task(upkeep(extender, cluster, opts.expire_interval), name="devshare-upkeep")
+            tg.create_task(extender.requeue.run(), name="devshare-requeue")
+            tg.create_task(runtime.stalls.run(), name="devshare-stall-watch")
+            if opts.freeze_after_sync:
+                tg.create_task(_freeze_when_synced(informer), name="devshare-gc-freeze")
+
     async def start(app: web.Application) -> None:
-        runtime.tasks.append(sync.start())
-        if elector is not None:
-            runtime.tasks.append(asyncio.create_task(elector.run(), name="devshare-leader-election"))
-        runtime.tasks.append(asyncio.create_task(extender.expire_forever(opts.expire_interval),
-                                                 name="devshare-expire-reservations"))
-        runtime.tasks.append(asyncio.create_task(extender.requeue.run(), name="devshare-requeue"))
-        runtime.tasks.append(asyncio.create_task(runtime.stalls.run(), name="devshare-stall-watch"))
-        if opts.freeze_after_sync:
-            runtime.tasks.append(asyncio.create_task(_freeze_when_synced(sync), name="devshare-gc-freeze"))
+        runtime.task = asyncio.create_task(background(), name="devshare-extender-background")
 
     async def stop(app: web.Application) -> None:
-        for t in runtime.tasks:
-            t.cancel()
-        for t in runtime.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        runtime.tasks.clear()
+        if runtime.task is not None:
+            runtime.task.cancel()
+            await asyncio.gather(runtime.task, return_exceptions=True)
+            runtime.task = None
         if elector is not None:
             await elector.release()
         if opts.save is not None:
@@ -194,18 +177,34 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     return app
 
 
+async def upkeep(extender: Extender, cluster: WatchedCluster, interval: float) -> None:
+    """Every ``interval`` seconds: the extender's timed holds expire (and the claim ledger is swept),
+    and the node agents' trade writes whose partner never came are applied alone."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            extender.expire()
+            cluster.trades.expire()
+            await extender.sweep_claims()
+        except Exception:  # never let one surprise stop the upkeep
+            log.exception("the extender's upkeep failed")
+
+
 # A test hook (tests/e2e/test_replicas.py): the extender stops itself (SIGSTOP) when it is about to claim
 # devices for this pod (``namespace/name``), after its leader fence, as a replica paused there would be.
 SIGSTOP_HOOK = "DEVSHARE_TEST_SIGSTOP_BEFORE_CLAIM"
 
 
-def _stop_before_claim_of(key: str) -> Callable[[str], None]:
-    def hook(pod: str) -> None:
-        if pod == key:
+class StopBeforeClaim:
+    """The hook of :data:`SIGSTOP_HOOK`: stop this process before claiming devices for the pod ``key``."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __call__(self, pod: str) -> None:
+        if pod == self.key:
             log.warning("%s: stopping before the claim of pod %s", SIGSTOP_HOOK, pod)
             os.kill(os.getpid(), signal.SIGSTOP)
-
-    return hook
 
 
 # the cyclic garbage collector's thresholds once synced (gc.set_threshold: allocations before a young
@@ -214,7 +213,7 @@ def _stop_before_claim_of(key: str) -> Callable[[str], None]:
 GC_THRESHOLDS = (5000, 20, 100)
 
 
-async def _freeze_when_synced(sync: StateSync) -> None:
+async def _freeze_when_synced(informer: Informer) -> None:
     """Once the first list is in, move every object alive to the collector's permanent generation:
     the cluster's objects (hundreds of thousands at 5,000 nodes) would otherwise be walked by every
     full collection, a pause of tens of milliseconds in the middle of some request.
@@ -229,7 +228,7 @@ async def _freeze_when_synced(sync: StateSync) -> None:
     same kind of phase's pods were scheduled (one, of 31-40 ms, when they were deleted after it), and
     92 ms of young and middle collections in all. Full collections still run (one per 2,000 young
     ones): a cycle of garbage is collected later, never kept."""
-    await sync.synced.wait()
+    await informer.synced.wait()
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
@@ -330,13 +329,13 @@ async def serving(app: web.Application, host: str, port: int, *, ssl: SSLContext
     runner = web.AppRunner(app, handle_signals=handle_signals, access_log=None)
     await runner.setup()
     lanes: Lanes | None = None
-    collector: _LaneCollector | None = None
+    collector: LaneCollector | None = None
     server: asyncio.AbstractServer | None = None
     try:
         if lane and ssl is None:
             assert runner.server is not None
             lanes = Lanes(app[VERBS], app[RUNTIME].extender, runner.server)
-            collector = _LaneCollector(lanes)
+            collector = LaneCollector(lanes)
             app[RUNTIME].extender.metrics.registry.register(collector)
             server = await asyncio.get_running_loop().create_server(lanes, host, port, reuse_address=True)
             bound = server.sockets[0].getsockname()[1]
@@ -388,105 +387,3 @@ def cluster_saver(backend: MemoryBackend, path: Path, *, delay: float = 0.5) -> 
     """The ``save`` of ``--save``: the memory backend's objects written back to ``path``, atomically,
     off the event loop, at most once per ``delay`` seconds (:mod:`devshare.kube.persist`)."""
     return SnapshotWriter(backend.snapshot, path, delay=delay)
-
-
-class _SaveCollector(Collector):
-    def __init__(self, saver: SnapshotWriter) -> None:
-        self.saver = saver
-
-    def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily("devshare_extender_saves", "Writes of the --save file.", value=self.saver.writes)
-        yield CounterMetricFamily("devshare_extender_save_failures",
-                                  "Failed writes of the --save file (the previous file is kept).",
-                                  value=self.saver.failures)
-
-
-class _LaneCollector(Collector):
-    """What the verbs' lane served itself, and the connections it handed to aiohttp (lane.py)."""
-
-    def __init__(self, lanes: Lanes) -> None:
-        self.lanes = lanes
-
-    def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily("devshare_extender_lane_requests", "Verb requests read and answered by the lane, "
-                                  "without aiohttp.", value=self.lanes.served)
-        yield CounterMetricFamily("devshare_extender_lane_handovers",
-                                  "Connections the lane handed to aiohttp at a request that was not a verb as "
-                                  "kube-scheduler sends it.", value=self.lanes.handed)
-
-
-class _RequeueCollector(Collector):
-    """Pods nudged after devices were freed (server/extender/requeue.py)."""
-
-    def __init__(self, extender: Extender) -> None:
-        self.extender = extender
-
-    def collect(self) -> Iterator[Metric]:
-        requeue = self.extender.requeue
-        yield CounterMetricFamily(
-            "devshare_extender_requeue_nudges",
-            f"Pods refused for devices in use that were annotated {FREED_AT} when devices were freed, so that "
-            "kube-scheduler tries them again.", value=requeue.nudged)
-        yield CounterMetricFamily("devshare_extender_requeue_failures",
-                                  "Nudges of refused pods that failed (logged).", value=requeue.failures)
-
-
-class _StallCollector(Collector):
-    """The moments the event loop ran nothing for a second or more (devshare.server.eventloop)."""
-
-    def __init__(self, stalls: StallWatch) -> None:
-        self.stalls = stalls
-
-    def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily("devshare_extender_loop_stalls", "Times the event loop ran nothing for a second "
-                                  "or more (each logged): every request waited meanwhile.", value=self.stalls.stalls)
-        yield CounterMetricFamily("devshare_extender_loop_stalled_seconds", "Seconds of those stalls.",
-                                  value=self.stalls.stalled_seconds)
-
-
-class _SyncCollector(Collector):
-    """The state sync's counters of allocations found on pods and not counted."""
-
-    def __init__(self, sync: StateSync) -> None:
-        self.sync = sync
-
-    def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(
-            "devshare_extender_overbooked_allocations",
-            "Allocations found on bound pods that would have booked a card beyond its compute or memory: "
-            "refused and not counted (a DeviceOverbooked Event on the pod).", value=self.sync.overbooked)
-        yield CounterMetricFamily(
-            "devshare_extender_malformed_allocations",
-            "Bound pods whose allocation annotation could not be used (unreadable, or naming another node).",
-            value=self.sync.malformed)
-        trades = self.sync.trades
-        yield CounterMetricFamily(
-            "devshare_extender_trades", "Trades of the node agents (identical pods exchanging allocations) "
-            "applied as exact exchanges.", value=trades.exchanged)
-        yield CounterMetricFamily(
-            "devshare_extender_trade_writes_alone", "Trade writes applied alone, through the over-booking check "
-            "(their partner's write late, gone, or not an exact exchange).", value=trades.unpaired)
-        yield GaugeMetricFamily(
-            "devshare_extender_trade_writes_parked", "Trade writes waiting for their partner's.",
-            value=len(trades.parked))
-
-
-class _ClaimsCollector(Collector):
-    """The claim ledger's writes, conflicts and refusals."""
-
-    def __init__(self, claims: Claims) -> None:
-        self.claims = claims
-
-    def collect(self) -> Iterator[Metric]:
-        c = self.claims.counters
-        for name, value, doc in (
-            ("writes", c.writes, "Writes of the claim ledger that went through (claims, withdrawals, prunings)."),
-            ("conflicts", c.conflicts, "Ledger writes answered 409 (another replica wrote first): read again."),
-            ("refused", c.refused, "Binds refused: the pod did not fit beside the claims in the ledger."),
-            ("withdrawn", c.withdrawn, "Claims removed after their Binding failed."),
-            ("pruned", c.pruned, "Claims of pods bound, gone, finished or never bound, removed."),
-            ("absorbed", c.absorbed, "Claims of other replicas recorded in the state before the watch saw them."),
-            ("waits", c.waited, "Ledger writes that first waited for this replica's watch of pods to reach the "
-                                "ledger's watermark."),
-        ):
-            yield CounterMetricFamily(f"devshare_extender_claim_{name}", doc, value=value)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from devshare.model.kubenames import label_problem, subdomain_problem
+from devshare.model.kubeobjects import label_problem, subdomain_problem
 
 Obj = dict[str, Any]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from devshare.config import refuse_unconfigured
+from devshare.engine.refusals import refuse_unconfigured
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import requests_devices
 from devshare.server.metrics import metrics_response

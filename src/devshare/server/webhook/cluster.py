@@ -12,16 +12,15 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import yaml
 
+from devshare.kube.backend import Backend, meta
+from devshare.kube.informer import Informer
 from devshare.model import names
 from devshare.model.device import parse_device
 from devshare.model.errors import InvalidInput
-
-if TYPE_CHECKING:
-    from devshare.kube.backend import Backend
 
 log = logging.getLogger(__name__)
 
@@ -103,25 +102,44 @@ class ClusterFileDeviceTypes:
 
 
 class WatchedDeviceTypes:
-    """Device types of the Device objects of a live cluster, followed by a list + watch (the kube
-    layer's StateSync, devices only). ``None`` until the first list, and while no Device exists."""
+    """Device types of the Device objects of a live cluster, followed by the informer (devices only).
+    ``None`` until the first list, and while no Device exists."""
 
     def __init__(self, backend: Backend) -> None:
-        from devshare.engine.state import ClusterState
-        from devshare.kube.sync import StateSync
-
-        self.state = ClusterState()
-        self.sync = StateSync(backend, self.state, kinds=("devices",))
         self.backend = backend
+        self.types: dict[str, frozenset[str]] = {}  # Device name -> the types it lists
+        self.informer = Informer(backend, [self], kinds=("devices",))
 
     async def start(self) -> None:
-        self.sync.start()
+        self.informer.start()
 
     async def stop(self) -> None:
-        await self.sync.stop()
+        await self.informer.stop()
         await self.backend.close()
 
     def known_types(self) -> frozenset[str] | None:
-        if not self.sync.is_synced or not self.state.devices:
+        if not self.informer.is_synced or not self.types:
             return None
-        return frozenset(d.type for nd in self.state.devices.values() for d in nd.devices)
+        return frozenset().union(*self.types.values())
+
+    # the informer's handler
+    def listed(self, kind: str, items: list[dict[str, Any]], *, initial: bool) -> list[str]:
+        present = {str(meta(o).get("name", "")) for o in items}
+        for name in [n for n in self.types if n not in present]:
+            del self.types[name]
+        for obj in items:
+            self.changed(kind, "ADDED", obj)
+        return []
+
+    def changed(self, kind: str, type_: str, obj: dict[str, Any]) -> None:
+        name = str(meta(obj).get("name", ""))
+        if type_ == "DELETED":
+            self.types.pop(name, None)
+            return
+        try:
+            self.types[name] = frozenset(d.type for d in parse_device(obj).devices)
+        except InvalidInput as e:
+            log.warning("ignoring Device %s (keeping what it said before): %s", name, e)
+
+    def progressed(self, kind: str, version: str, *, synced: bool) -> None:
+        pass

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from devshare.config import refuse_dialects, refuse_disabled, refuse_unconfigured
+from devshare.engine.refusals import refuse_dialects, refuse_disabled, refuse_unconfigured
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod, validate_pod
 from devshare.server.webhook.cluster import DeviceTypes

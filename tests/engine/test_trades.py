@@ -1,4 +1,4 @@
-"""The scheduler follows the node agent's trades (devshare.kube.trades): the two writes of a trade
+"""The scheduler follows the node agent's trades (devshare.engine.trades): the two writes of a trade
 are applied together, so the usage never counts a card twice nor refuses a pod in between; a write
 whose partner never comes is applied alone, through the over-booking check."""
 
@@ -10,10 +10,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
-from devshare.kube.backend import WatchEvent
+from devshare.engine.watched import WatchedCluster
 from devshare.kube.memory import MemoryBackend
-from devshare.kube.sync import StateSync
 from devshare.model import trade
 from devshare.model.names import ALLOCATION, TRADE
 from support.kube import device, node, pod
@@ -21,7 +22,12 @@ from support.kube import device, node, pod
 CARDS = 2  # 3 pods of 30% on card 0, 3 on card 1: a card holds at most 3 of them
 
 
-def cluster(n: int) -> tuple[MemoryBackend, StateSync, list[float]]:
+def watched(clock: list[float] | None = None) -> WatchedCluster:
+    now = clock if clock is not None else [0.0]
+    return WatchedCluster(Lifecycle(Scheduler(ClusterState())), clock=lambda: now[0], trade_timeout=30.0)
+
+
+def cluster(n: int) -> tuple[MemoryBackend, WatchedCluster, list[float]]:
     """``n`` identical pods of 30% + 4 GiB bound to n1, spread over its two cards (full at 3 each)."""
     mb = MemoryBackend()
     mb.apply(node("n1"))
@@ -29,18 +35,17 @@ def cluster(n: int) -> tuple[MemoryBackend, StateSync, list[float]]:
     for i in range(n):
         mb.apply(pod(f"p{i}", uid=f"u{i}", node_name="n1", grants=[(i % CARDS, 30, 4)], core=30, memory_gib=4))
     clock = [0.0]
-    sync = StateSync(mb, ClusterState(), trade_timeout=30.0)
-    sync.trades.clock = lambda: clock[0]
+    sync = watched(clock)
     for kind in ("nodes", "devices", "pods"):
-        sync.reconcile(kind, mb.store.list(kind)[0], initial=True)
+        sync.listed(kind, mb.store.list(kind)[0], initial=True)
     return mb, sync, clock
 
 
-def rebuilt(mb: MemoryBackend) -> StateSync:
+def rebuilt(mb: MemoryBackend) -> WatchedCluster:
     """A fresh state listed from the cluster (a restart)."""
-    sync = StateSync(mb, ClusterState())
+    sync = watched()
     for kind in ("nodes", "devices", "pods"):
-        sync.reconcile(kind, mb.store.list(kind)[0], initial=True)
+        sync.listed(kind, mb.store.list(kind)[0], initial=True)
     return sync
 
 
@@ -54,9 +59,9 @@ def write(mb: MemoryBackend, name: str, patch: dict[str, str | None]) -> None:
     mb.store.patch("pods", f"default/{name}", {"metadata": {"annotations": patch}})
 
 
-def follow(mb: MemoryBackend, sync: StateSync, seen: int) -> int:
+def follow(mb: MemoryBackend, sync: WatchedCluster, seen: int) -> int:
     for ev in mb.store.events_since("pods", seen):
-        sync.apply_event("pods", WatchEvent(ev.type, ev.object))
+        sync.changed("pods", ev.type, ev.object)
     return int(mb.store.rv)
 
 
@@ -90,15 +95,14 @@ def test_usage_never_changes_while_pods_trade(n: int, trades: list[tuple[int, in
                 seen = follow(mb, sync, seen)
                 assert sync.state.usage_key() == before
     if relist:
-        sync.reconcile("pods", mb.store.list("pods")[0], initial=False, release_vanished=True)
+        for key in sync.listed("pods", mb.store.list("pods")[0], initial=False):
+            sync.lifecycle.release(key)
     else:
         follow(mb, sync, seen)
     assert sync.state.usage_key() == before
     assert sync.overbooked == 0 and not sync.trades.parked
-    rebuilt = StateSync(mb, ClusterState())
-    for kind in ("nodes", "devices", "pods"):
-        rebuilt.reconcile(kind, mb.store.list(kind)[0], initial=True)
-    assert {k: r.allocation for k, r in rebuilt.state.pods.items()} == {
+    fresh = rebuilt(mb)
+    assert {k: r.allocation for k, r in fresh.state.pods.items()} == {
         k: r.allocation for k, r in sync.state.pods.items()}
 
 

@@ -1,4 +1,4 @@
-"""kube.snapshot.load_state (``devshare inspect``/``schedule``) and loading cluster files."""
+"""cli.snapshot.load_state (``devshare inspect``/``schedule``) and loading cluster files."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devshare.cli.snapshot import load_state
 from devshare.kube.backend import Kind, ListResult
 from devshare.kube.errors import Unavailable
 from devshare.kube.memory import MemoryBackend
-from devshare.kube.snapshot import load_state
 from devshare.model.errors import InvalidInput
 from support.extender import FlakyBackend, cluster, device, node, pod
 

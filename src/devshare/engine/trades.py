@@ -10,21 +10,20 @@ exchange exactly what the two records hold (the usage does not change). Writes l
 are taken as one group, and failing that all those parked on the node, so pods that traded several
 times, seen at once after a re-list, are followed too. A parked
 write whose partner does not come within ``timeout`` seconds (or is not an exact exchange), or whose
-partner is gone, is applied alone through the over-booking check.
+partner is gone, is applied alone through the over-booking check (:meth:`Trades.expire`, called
+periodically by whoever follows the cluster).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from devshare.engine.state import ClusterState
+from devshare.engine.lifecycle import Lifecycle
 from devshare.model.allocation import PodAllocation
 from devshare.model.names import TRADE
 
@@ -47,18 +46,18 @@ Record = Callable[[str, dict[str, Any], PodAllocation], None]
 
 class Trades:
     """The trade writes waiting for their partner. ``record(key, obj, alloc)`` applies one pod's
-    allocation through the over-booking check (:meth:`StateSync._record_bound`)."""
+    allocation through the over-booking check (:meth:`WatchedCluster._record_bound`)."""
 
-    def __init__(self, state: ClusterState, record: Record, *, timeout: float = DEFAULT_TIMEOUT,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.state = state
+    def __init__(self, lifecycle: Lifecycle, record: Record, *, clock: Callable[[], float],
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.lifecycle = lifecycle
+        self.state = lifecycle.state
         self.record = record
         self.timeout = timeout
         self.clock = clock
         self.parked: dict[str, Parked] = {}  # by the parked pod's uid
         self.exchanged = 0  # trades applied (exact exchanges)
         self.unpaired = 0  # trade writes applied alone (partner late, gone, or not an exchange)
-        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def offer(self, key: str, uid: str, obj: dict[str, Any], alloc: PodAllocation) -> bool:
         """A bound pod's new allocation ``alloc`` differs from its record: True when it is a trade write
@@ -71,8 +70,6 @@ class Trades:
         same = old is not None and old.partner == partner and old.alloc == alloc
         self.parked[uid] = Parked(key=key, uid=uid, partner=partner, obj=obj, alloc=alloc,
                                   since=old.since if old is not None and same else self.clock())
-        if not same:
-            self._arm(uid)
         # the writes linked by their tags, else all those parked on the node, once they exchange exactly
         # what the pods' records hold, are applied together (the usage stays what it was)
         if not self._exchange(self._group(uid)):
@@ -94,8 +91,8 @@ class Trades:
         for m, r in zip(group, records, strict=True):
             if isinstance(m, Parked) and r is not None:
                 self._unpark(m.uid)
-                self.state.release(m.key)
-                self.state.add_bound(r.pod, m.alloc)
+                self.lifecycle.release(m.key)
+                self.lifecycle.add_watched(r.pod, m.alloc, checked=False)
         self.exchanged += 1
         log.info("pods %s traded allocations", ", ".join(sorted(m.key for m in parked)))
         return True
@@ -131,11 +128,16 @@ class Trades:
         for p in [p for p in self.parked.values() if p.partner == uid]:
             self._apply_alone(p, "its partner is gone")
 
-    def expire(self) -> None:
-        """Apply alone every parked write older than the timeout."""
+    def expire(self) -> list[str]:
+        """Apply alone every parked write older than the timeout; returns their pods."""
         now = self.clock()
-        for p in [p for p in self.parked.values() if now - p.since >= self.timeout]:
-            self._apply_alone(p, f"its partner's write did not come within {self.timeout:g}s")
+        late = [p for p in self.parked.values() if now - p.since >= self.timeout]
+        for p in late:
+            try:
+                self._apply_alone(p, f"its partner's write did not come within {self.timeout:g}s")
+            except Exception:  # never let one pod stop the others
+                log.exception("pod %s: applying its trade write failed", p.key)
+        return [p.key for p in late]
 
     def _apply_alone(self, p: Parked, why: str) -> None:
         self._unpark(p.uid)
@@ -145,26 +147,3 @@ class Trades:
 
     def _unpark(self, uid: str) -> None:
         self.parked.pop(uid, None)
-        self._disarm(uid)
-
-    def _arm(self, uid: str) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # no loop (a one-shot reconcile): expire() is the caller's
-        self._disarm(uid)
-        self._timers[uid] = loop.call_later(self.timeout, self._fire, uid)
-
-    def _disarm(self, uid: str) -> None:
-        timer = self._timers.pop(uid, None)
-        if timer is not None:
-            timer.cancel()
-
-    def _fire(self, uid: str) -> None:
-        self._timers.pop(uid, None)
-        p = self.parked.get(uid)
-        if p is not None:
-            try:
-                self._apply_alone(p, f"its partner's write did not come within {self.timeout:g}s")
-            except Exception:
-                log.exception("pod %s: applying its trade write failed", p.key)

@@ -1,5 +1,6 @@
-"""What Kubernetes accepts as an object's name and a namespace (``k8s.io/apimachinery``'s
-``validation.IsDNS1123Subdomain`` and ``IsDNS1123Label``).
+"""Facts of Kubernetes objects devshare relies on: what Kubernetes accepts as an object's name and a
+namespace (``k8s.io/apimachinery``'s ``validation.IsDNS1123Subdomain`` and ``IsDNS1123Label``), and
+the phases in which a pod is finished.
 
 A name read from a request body (a /bind's ``PodName``, a filter's Pod) or from anywhere else goes
 into the path of an API request only once it passed these: a name holding ``/``, a space, a CR or
@@ -11,6 +12,7 @@ import re
 
 from devshare.model.errors import InvalidInput
 
+TERMINAL_PHASES = ("Succeeded", "Failed")  # a pod in these holds nothing any more
 LABEL_MAX = 63
 SUBDOMAIN_MAX = 253
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")

@@ -1,0 +1,117 @@
+"""The extender's own Prometheus collectors: what its parts count, read at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from devshare.engine.watched import WatchedCluster
+from devshare.kube.persist import SnapshotWriter
+from devshare.server.eventloop import StallWatch
+from devshare.server.extender.claims import Claims
+from devshare.server.extender.lane import Lanes
+from devshare.server.extender.requeue import FREED_AT, Requeue
+
+
+class SaveCollector(Collector):
+    def __init__(self, saver: SnapshotWriter) -> None:
+        self.saver = saver
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("devshare_extender_saves", "Writes of the --save file.", value=self.saver.writes)
+        yield CounterMetricFamily("devshare_extender_save_failures",
+                                  "Failed writes of the --save file (the previous file is kept).",
+                                  value=self.saver.failures)
+
+
+class LaneCollector(Collector):
+    """What the verbs' lane served itself, and the connections it handed to aiohttp (lane.py)."""
+
+    def __init__(self, lanes: Lanes) -> None:
+        self.lanes = lanes
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("devshare_extender_lane_requests", "Verb requests read and answered by the lane, "
+                                  "without aiohttp.", value=self.lanes.served)
+        yield CounterMetricFamily("devshare_extender_lane_handovers",
+                                  "Connections the lane handed to aiohttp at a request that was not a verb as "
+                                  "kube-scheduler sends it.", value=self.lanes.handed)
+
+
+class RequeueCollector(Collector):
+    """Pods nudged after devices were freed (server/extender/requeue.py)."""
+
+    def __init__(self, requeue: Requeue) -> None:
+        self.requeue = requeue
+
+    def collect(self) -> Iterator[Metric]:
+        requeue = self.requeue
+        yield CounterMetricFamily(
+            "devshare_extender_requeue_nudges",
+            f"Pods refused for devices in use that were annotated {FREED_AT} when devices were freed, so that "
+            "kube-scheduler tries them again.", value=requeue.nudged)
+        yield CounterMetricFamily("devshare_extender_requeue_failures",
+                                  "Nudges of refused pods that failed (logged).", value=requeue.failures)
+
+
+class StallCollector(Collector):
+    """The moments the event loop ran nothing for a second or more (devshare.server.eventloop)."""
+
+    def __init__(self, stalls: StallWatch) -> None:
+        self.stalls = stalls
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("devshare_extender_loop_stalls", "Times the event loop ran nothing for a second "
+                                  "or more (each logged): every request waited meanwhile.", value=self.stalls.stalls)
+        yield CounterMetricFamily("devshare_extender_loop_stalled_seconds", "Seconds of those stalls.",
+                                  value=self.stalls.stalled_seconds)
+
+
+class SyncCollector(Collector):
+    """The watched cluster's counters of allocations found on pods and not counted."""
+
+    def __init__(self, cluster: WatchedCluster) -> None:
+        self.sync = cluster
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "devshare_extender_overbooked_allocations",
+            "Allocations found on bound pods that would have booked a card beyond its compute or memory: "
+            "refused and not counted (a DeviceOverbooked Event on the pod).", value=self.sync.overbooked)
+        yield CounterMetricFamily(
+            "devshare_extender_malformed_allocations",
+            "Bound pods whose allocation annotation could not be used (unreadable, or naming another node).",
+            value=self.sync.malformed)
+        trades = self.sync.trades
+        yield CounterMetricFamily(
+            "devshare_extender_trades", "Trades of the node agents (identical pods exchanging allocations) "
+            "applied as exact exchanges.", value=trades.exchanged)
+        yield CounterMetricFamily(
+            "devshare_extender_trade_writes_alone", "Trade writes applied alone, through the over-booking check "
+            "(their partner's write late, gone, or not an exact exchange).", value=trades.unpaired)
+        yield GaugeMetricFamily(
+            "devshare_extender_trade_writes_parked", "Trade writes waiting for their partner's.",
+            value=len(trades.parked))
+
+
+class ClaimsCollector(Collector):
+    """The claim ledger's writes, conflicts and refusals."""
+
+    def __init__(self, claims: Claims) -> None:
+        self.claims = claims
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.claims.counters
+        for name, value, doc in (
+            ("writes", c.writes, "Writes of the claim ledger that went through (claims, withdrawals, prunings)."),
+            ("conflicts", c.conflicts, "Ledger writes answered 409 (another replica wrote first): read again."),
+            ("refused", c.refused, "Binds refused: the pod did not fit beside the claims in the ledger."),
+            ("withdrawn", c.withdrawn, "Claims removed after their Binding failed."),
+            ("pruned", c.pruned, "Claims of pods bound, gone, finished or never bound, removed."),
+            ("absorbed", c.absorbed, "Claims of other replicas recorded in the state before the watch saw them."),
+            ("waits", c.waited, "Ledger writes that first waited for this replica's watch of pods to reach the "
+                                "ledger's watermark."),
+        ):
+            yield CounterMetricFamily(f"devshare_extender_claim_{name}", doc, value=value)
