@@ -32,12 +32,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from devshare.agent.client import MemoryClient
 from devshare.agent.deviceplugin.allocator import Allocator
 from devshare.agent.fake import FakeBackend
 from devshare.agent.resources import resource_named
 from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO
-from support.agent import gpu, pod, write_fake
+from support.agent import MemoryClient, gpu, pod, write_fake
 
 CORE, RATIO = resource_named(KOORD_GPU_CORE), resource_named(KOORD_GPU_MEMORY_RATIO)
 assert CORE and RATIO

@@ -14,12 +14,14 @@ node a container gets) first returns:
 
 "The frame running" is the innermost ``src/devshare`` frame: calls into aiohttp, msgspec or numpy
 stay in the file that called them. The extender runs in-process on a memory backend of ``--nodes``
-nodes of 8 GPUs, with the pod pending in its watch (as kube-scheduler's pods are); one warm-up filter
-of another pod (the caches of a first request: the node table, the policy) runs before the one
-measured. The extender's route handler is found by its file: the first frame of
-``server/extender/app.py`` (or ``http.py`` after issue 35) entered once the request was sent.
+nodes of 8 GPUs, with the pods pending in its watch (as kube-scheduler's pods are); ``--warm``
+filters of other pods of the same shape (30% compute and 6 GiB: the caches of a first request, the
+node table, the policy's model learning the task mix), each followed by its bind, run before the one
+measured (which then re-evaluates the node the last bind changed, as kube-scheduler's next pod
+does). The extender's route handler is found by its file: the first frame of
+``server/extender/app.py`` (or ``http.py``) entered once the request was sent.
 
-    .venv/bin/python bench/walk_filter.py [--nodes 100] [--files]
+    .venv/bin/python bench/walk_filter.py [--nodes 100] [--warm 20] [--files]
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def pods(n: int) -> list[dict[str, Any]]:
     return out
 
 
-async def measure(nodes: int) -> Walk:
+async def measure(nodes: int, warm: int = 20) -> Walk:
     from devshare.server.extender.serve import build_app
     from support.extender import cluster
 
@@ -135,15 +137,15 @@ async def measure(nodes: int) -> Walk:
             if (await client.get("/readyz")).status == 200:
                 break
             await asyncio.sleep(0.01)
-        for p in pods(2):  # created once the extender follows the cluster: its watch delivers them
+        for p in pods(warm + 1):  # created once the extender follows the cluster: its watch delivers them
             backend.apply(p)
         await asyncio.sleep(0.5)
         names = [f"node-{i}" for i in range(nodes)]
         walk = Walk()
-        for i in range(2):
+        for i in range(warm + 1):
             pod = await backend.get_pod("default", f"walk-{i}")
             body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
-            if i == 1:
+            if i == warm:
                 sys.setprofile(walk)
             try:
                 r = await client.post("/filter", data=body, headers={"Content-Type": "application/json"})
@@ -152,6 +154,11 @@ async def measure(nodes: int) -> Walk:
             assert r.status == 200, await r.text()
             answer = await r.json()
             assert answer.get("NodeNames"), answer
+            if i < warm:  # kube-scheduler's cycle: the pod is bound, the next filter sees its node changed
+                bind = {"PodName": f"walk-{i}", "PodNamespace": "default", "PodUID": f"uid-walk-{i}",
+                        "Node": answer["NodeNames"][0]}
+                r = await client.post("/bind", json=bind)
+                assert r.status == 200 and not (await r.json()).get("Error"), await r.text()
         return walk
     finally:
         await client.close()
@@ -160,9 +167,10 @@ async def measure(nodes: int) -> Walk:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--warm", type=int, default=20, help="filters before the one measured")
     ap.add_argument("--files", action="store_true", help="list the files in the order first entered")
     args = ap.parse_args()
-    walk = asyncio.run(measure(args.nodes))
+    walk = asyncio.run(measure(args.nodes, args.warm))
     if not walk.done:
         sys.exit("the card choice was never reached: is the handler or the choice named differently now?")
     out = {"files": len(walk.files), "depth": walk.depth, "all_frames_depth": walk.all_depth,

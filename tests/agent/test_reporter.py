@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from devshare.agent.client import MemoryClient
 from devshare.agent.fake import FakeBackend
 from devshare.agent.reporter import Reporter
 from devshare.model import names
 from devshare.model.device import parse_device
 from devshare.model.dialects import mgpu
 from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY
-from support.agent import GIB, TOPOLOGIES, write_fake
+from support.agent import GIB, TOPOLOGIES, MemoryClient, write_fake
 
 
 def test_publishes_device_and_node_status(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from devshare.model import names
 from devshare.model.annotations import encode_annotations
 from devshare.model.request import GroupRef, PodRequest
 from support import REPO
-from support.cluster import GiB, add_node, bound, gpu, hold, occupy, pod, whole
+from support.cluster import GiB, add_node, bound, gpu, hold, may_bind, occupy, pod, usage_key, whole
 
 TOPOLOGIES = REPO / "examples" / "topologies"
 SEED = json.loads((TOPOLOGIES / "seed-8gpu-bandwidth.json").read_text())
@@ -284,7 +284,7 @@ def test_plain_group_member_bind_failure_returns_to_the_plan() -> None:
 
 def test_expired_plan_releases_placeholders_and_later_members_are_placed_alone() -> None:
     s = cluster("a", "b")
-    before = s.usage_key()
+    before = usage_key(s)
     planner = GroupPlanner(Scheduler(s), ttl=30)
     assert isinstance(planner.schedule(member(0, 4, replicas=3), now=0), Bind)
     assert planner.expire(31) == ["default/job"]
@@ -293,7 +293,7 @@ def test_expired_plan_releases_placeholders_and_later_members_are_placed_alone()
     assert isinstance(d, Bind) and len(planner.plans["default/job"].slots) == 1
     for k in ("default/job-0", "default/job-1"):
         planner.lifecycle.release(k)
-    assert s.usage_key() == before
+    assert usage_key(s) == before
 
 
 def test_restart_reads_bound_members_from_the_state() -> None:
@@ -319,12 +319,12 @@ def test_gang_binds_nobody_until_min_available_then_everybody() -> None:
         d = planner.schedule(member(i, 4, replicas=3, gang=3), now=i)
         assert isinstance(d, Wait)
         assert f"{i + 1} of 3 members" in d.reason
-        assert not planner.may_bind(f"default/job-{i}")
+        assert not may_bind(planner, f"default/job-{i}")
     assert not any(r.phase == "bound" for r in s.pods.values())
     d = planner.schedule(member(2, 4, replicas=3, gang=3), now=3)
     assert isinstance(d, Bind)
     assert [m.pod for m in d.members] == ["default/job-2", "default/job-0", "default/job-1"]
-    assert all(planner.may_bind(f"default/job-{i}") for i in range(3))
+    assert all(may_bind(planner, f"default/job-{i}") for i in range(3))
     # a waiting member retrying its bind now binds alone (already bound: same answer)
     again = planner.claim(member(0, 4, replicas=3, gang=3), d.members[1].node, now=4)
     assert isinstance(again, Bind) and again.members[0].pod == "default/job-0"
@@ -333,16 +333,16 @@ def test_gang_binds_nobody_until_min_available_then_everybody() -> None:
 
 def test_gang_that_cannot_fit_holds_nothing() -> None:
     s = cluster("a", "b")
-    before = s.usage_key()
+    before = usage_key(s)
     planner = GroupPlanner(Scheduler(s))
     d = planner.schedule(member(0, 8, replicas=3, gang=3), now=0)
     assert isinstance(d, Refuse) and "2 of 3 members fit" in d.reason
-    assert s.usage_key() == before and not s.pods
+    assert usage_key(s) == before and not s.pods
 
 
 def test_gang_that_never_completes_releases_everything_when_it_expires() -> None:
     s = cluster("a", "b")
-    before = s.usage_key()
+    before = usage_key(s)
     planner = GroupPlanner(Scheduler(s), ttl=60)
     for i in range(2):
         assert isinstance(planner.schedule(member(i, 4, replicas=3, gang=3), now=10 * i), Wait)
@@ -351,7 +351,7 @@ def test_gang_that_never_completes_releases_everything_when_it_expires() -> None
         assert isinstance(planner.claim(member(0, 4, replicas=3, gang=3), now=t), Wait)
     assert planner.expire(69) == []
     assert planner.expire(70) == ["default/job"]  # 60 s after the last new member (at 10)
-    assert s.usage_key() == before and not s.pods
+    assert usage_key(s) == before and not s.pods
 
 
 def test_gang_plan_invalidated_while_waiting_is_made_again() -> None:
@@ -395,10 +395,10 @@ def test_laying_out_shares_never_touches_the_live_state(used: list[tuple[int, in
         add_node(s, f"n{n}", 4)
     for k, (n, minor, core) in enumerate(used):
         bound(s, f"u{k}", f"n{n}", minor, core=core, memory=GiB)
-    before = (s.version, s.row_version.copy(), s.usage_key(), dict(s.pods))
+    before = (s.version, s.row_version.copy(), usage_key(s), dict(s.pods))
     template = pod("job", share)  # type: ignore[arg-type]
     layout = plan_layout(Scheduler(s), template, count, s.node_rows())
-    assert (s.version, s.usage_key(), dict(s.pods)) == (before[0], before[2], before[3])
+    assert (s.version, usage_key(s), dict(s.pods)) == (before[0], before[2], before[3])
     assert (s.row_version == before[1]).all()
     for i, alloc in enumerate(layout.allocations):  # and what was laid out fits, member after member
         hold(s, pod(f"m{i}", share), alloc, ttl=60)  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ from devshare.model.codecs import decode_allocation
 from devshare.model.device import device_object, parse_device
 from devshare.model.node import parse_node
 from devshare.model.request import DeviceRequest, PodRequest
-from support.cluster import GiB, add_node, occupy, pod
+from support.cluster import GiB, add_node, occupy, pod, usage_key
 
 Device = tuple[str, str, int]  # (node, type, minor)
 
@@ -82,7 +82,7 @@ class StateMachine(RuleBasedStateMachine):
         self.expected: set[str] = set()  # the pods that hold an allocation, as the rules made them
 
     def _snapshot(self) -> tuple[object, ...]:
-        return self.state.usage_key()
+        return usage_key(self.state)
 
     # ------------------------------------------------------------------ helpers
     def _devices(self, *, healthy: bool | None = None) -> list[tuple[Device, int, int]]:
@@ -405,7 +405,7 @@ class StateMachine(RuleBasedStateMachine):
 def usage(state: ClusterState) -> list[object]:
     """``usage_key`` without the entries of device types a node does not have (a state keeps a table
     for every type it has seen, on any node, even one since removed)."""
-    return [k for k in state.usage_key() if not (len(k) == 5 and k[2] == [])]
+    return [k for k in usage_key(state) if not (len(k) == 5 and k[2] == [])]
 
 
 def device_key(state: ClusterState) -> list[object]:
@@ -429,8 +429,8 @@ TestStateMachine = StateMachine.TestCase
 def test_release_of_unknown_pod_is_a_no_op() -> None:
     s = ClusterState()
     add_node(s, "a", 2)
-    before = s.usage_key()
+    before = usage_key(s)
     assert Lifecycle(Scheduler(s)).release("ns/none") is None
     assert not Lifecycle(Scheduler(s)).forget("ns/none")
-    assert s.usage_key() == before
+    assert usage_key(s) == before
     assert np.all(s.tables["gpu"].used_core == 0)

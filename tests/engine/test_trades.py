@@ -17,6 +17,7 @@ from devshare.engine.watched import WatchedCluster
 from devshare.kube.memory import MemoryBackend
 from devshare.model import trade
 from devshare.model.names import ALLOCATION, TRADE
+from support.cluster import usage_key
 from support.kube import device, node, pod
 
 CARDS = 2  # 3 pods of 30% on card 0, 3 on card 1: a card holds at most 3 of them
@@ -82,7 +83,7 @@ def test_usage_never_changes_while_pods_trade(n: int, trades: list[tuple[int, in
     end equals a state rebuilt from the annotations."""
     rng = random.Random(seed)
     mb, sync, _ = cluster(n)
-    before = sync.state.usage_key()
+    before = usage_key(sync.state)
     seen = int(mb.store.rv)
     for a, b in trades:
         a, b = a % n, b % n
@@ -93,13 +94,13 @@ def test_usage_never_changes_while_pods_trade(n: int, trades: list[tuple[int, in
             write(mb, name, patch)
             if not relist and rng.random() < 0.5:
                 seen = follow(mb, sync, seen)
-                assert sync.state.usage_key() == before
+                assert usage_key(sync.state) == before
     if relist:
         for key in sync.listed("pods", mb.store.list("pods")[0], initial=False):
             sync.lifecycle.release(key)
     else:
         follow(mb, sync, seen)
-    assert sync.state.usage_key() == before
+    assert usage_key(sync.state) == before
     assert sync.overbooked == 0 and not sync.trades.parked
     fresh = rebuilt(mb)
     assert {k: r.allocation for k, r in fresh.state.pods.items()} == {
@@ -136,7 +137,7 @@ def test_a_write_whose_partner_never_comes_is_applied_alone_and_checked() -> Non
     # restart would, so p0 (the first) is counted on card 1 and the last pod there is refused, counted
     assert not sync.trades.parked and sync.trades.unpaired == 1 and sync.overbooked == 1
     assert sync.state.pods["default/p0"].allocation.containers[0].devices[0].minor == 1
-    assert "default/p5" not in sync.state.pods and sync.state.usage_key() == rebuilt(mb).state.usage_key()
+    assert "default/p5" not in sync.state.pods and usage_key(sync.state) == usage_key(rebuilt(mb).state)
 
 
 def test_a_write_whose_partner_is_deleted_is_applied_alone() -> None:

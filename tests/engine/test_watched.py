@@ -14,6 +14,7 @@ from devshare.kube.memory import MemoryBackend
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.codecs import encode_canonical
 from devshare.model.pod import parse_pod
+from support.cluster import usage_key
 from support.kube import Following, GiB, device, node, pod
 
 ops = st.lists(
@@ -54,7 +55,7 @@ def test_incremental_state_equals_a_rebuilt_one(script: list[tuple[str, int, str
             mb.apply(device(n, unhealthy=[minor] if pct % 2 else []))
         seen = live.replay(mb, seen)
     rebuilt = Following(mb).listed(mb)
-    assert live.state.usage_key() == rebuilt.state.usage_key()
+    assert usage_key(live.state) == usage_key(rebuilt.state)
     assert set(live.state.pods) == set(rebuilt.state.pods)
     for t in live.state.tables.values():
         assert (t.used_core >= 0).all() and (t.used_mem >= 0).all() and (t.used_slots >= 0).all()
@@ -81,10 +82,10 @@ def test_a_stale_pending_event_does_not_undo_a_bind() -> None:
     mb.store.patch("pods", "default/p", {"metadata": {"annotations": encode_canonical(alloc)}})
     mb.store.patch("pods", "default/p", {"spec": {"nodeName": "n1"}})
     sync.lifecycle.confirm(req, alloc)
-    before = sync.state.usage_key()
+    before = usage_key(sync.state)
     for ev in mb.store.events_since("pods", seen):
         sync.cluster.changed("pods", ev.type, ev.object)
-        assert sync.state.usage_key() == before
+        assert usage_key(sync.state) == before
     assert sync.state.pods["default/p"].phase == "bound"
 
 

@@ -23,6 +23,7 @@ from devshare.model.codecs import encode_canonical
 from devshare.model.pod import parse_pod
 from fakeapi.plugin import fake_api, fake_kubeconfig, live_backend  # noqa: F401
 from fakeapi.server import FakeApiServer
+from support.cluster import usage_key
 from support.kube import Following, GiB, device, following, node, pod
 from support.waiting import eventually, settled
 
@@ -121,13 +122,13 @@ async def test_node_deletion_keeps_pod_records(world: World) -> None:
     seed(world)
     async with following(world.backend) as sync:
         state = sync.state
-        before = state.usage_key()
+        before = usage_key(state)
         world.delete("nodes", "n2")
         await eventually(lambda: "n2" not in state.nodes)
         assert "default/c" in state.pods  # never freed silently
         world.put(node("n2"))
         await eventually(lambda: "n2" in state.nodes)
-        assert state.usage_key() == before
+        assert usage_key(state) == before
 
 
 async def test_malformed_annotations_are_counted_not_fatal(world: World) -> None:
@@ -275,11 +276,11 @@ async def test_restart_rebuilds_the_same_usage(world: World) -> None:
                            [(0, 100, 16)])
         await eventually(lambda: first.informer.events >= 4)  # the patches and binds came back through the watch
         await asyncio.sleep(0.05)
-        live = first.state.usage_key()
+        live = usage_key(first.state)
         live_pods = {k: (r.allocation, r.phase) for k, r in first.state.pods.items()}
 
     async with following(world.backend) as second:  # a restart: a fresh state over the same cluster
-        assert second.state.usage_key() == live
+        assert usage_key(second.state) == live
         assert {k: (r.allocation, r.phase) for k, r in second.state.pods.items()} == live_pods
         assert second.cluster.overbooked == 0
         # events about pods it already holds never count them twice
@@ -287,7 +288,7 @@ async def test_restart_rebuilds_the_same_usage(world: World) -> None:
                    "status": {"phase": "Running"}})
         await eventually(lambda: second.informer.events >= 1)
         await asyncio.sleep(0.05)
-        assert second.state.usage_key() == live
+        assert usage_key(second.state) == live
 
 
 async def test_an_object_that_breaks_the_handler_does_not_stop_the_sync(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
+from devshare.engine.groups import GroupPlanner
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import UNKNOWN_NODE, FilterOutcome, Scheduler
 from devshare.engine.state import ClusterState
@@ -119,3 +121,23 @@ def priorities(sched: Scheduler, p: PodRequest) -> dict[str, int]:
     ev = sched.evaluate(p, rows)
     norm = normalize(ev.scores, ev.codes == 0)
     return {state.name_of[int(r)]: int(s) for r, s in zip(rows.tolist(), norm.tolist(), strict=True)}
+
+
+def usage_key(state: ClusterState) -> tuple[Any, ...]:
+    """A comparable summary of all usage (tests compare a live state with a rebuilt one)."""
+    out: list[Any] = []
+    for name in sorted(state.row_of):
+        row = state.row_of[name]
+        for t in sorted(state.tables):
+            tb = state.tables[t]
+            n = tb.count(row)
+            out.append((name, t, tb.used_core[row, :n].tolist(), tb.used_mem[row, :n].tolist(),
+                        tb.used_slots[row, :n].tolist()))
+        out.append((name, int(state.cpu_used[row]), int(state.mem_used[row])))
+    return tuple(out)
+
+
+def may_bind(planner: GroupPlanner, key: str) -> bool:
+    """True when the group member ``key`` is bound in the state (its gang reached its quorum)."""
+    rec = planner.state.pods.get(key)
+    return rec is not None and rec.phase == "bound"

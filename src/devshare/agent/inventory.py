@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol
 
 import msgspec
@@ -60,7 +59,3 @@ class Backend(Protocol):
 
     def close(self) -> None: ...
 
-
-def with_health(gpus: Sequence[Gpu], unhealthy: set[str]) -> tuple[Gpu, ...]:
-    """The GPUs with those whose uuid is in ``unhealthy`` marked unhealthy."""
-    return tuple(msgspec.structs.replace(g, healthy=False) if g.uuid in unhealthy else g for g in gpus)

@@ -33,11 +33,23 @@ NODE_ANSWER_KEYS = 64  # pod shapes (and policies) whose per-node answers are ke
 
 
 class LRU(Generic[K, V]):
-    """A mapping of at most ``size`` entries; the least recently used goes first."""
+    """The one least-recently-used cache of devshare: a mapping bounded by ``maxsize``, the total of its
+    entries' sizes (cachetools' ``LRUCache`` rule: each entry's ``size`` when put, else ``getsizeof(value)``,
+    else 1), and by ``maxitems`` entries when given. Putting an entry evicts the least recently used ones
+    until it fits; an entry larger than ``max_entry`` (default: ``maxsize``) is not kept at all (it would
+    empty the cache: it is made again when asked). Reading an entry makes it the most recently used.
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._d: OrderedDict[K, V] = OrderedDict()
+    Bounded by bytes, it holds what request bodies key (parsed pods, node lists: one entry may be a
+    20 MB pod); by count, the engine's per-node answers and the extender's recent filters."""
+
+    def __init__(self, maxsize: int, *, getsizeof: Callable[[V], int] | None = None, max_entry: int | None = None,
+                 maxitems: int | None = None) -> None:
+        self.maxsize = maxsize
+        self.getsizeof = getsizeof
+        self.max_entry = maxsize if max_entry is None else max_entry
+        self.maxitems = maxitems
+        self.currsize = 0
+        self._d: OrderedDict[K, tuple[V, int]] = OrderedDict()
 
     def get(self, key: K, default: Any = None) -> Any:
         """The value under ``key`` (now the most recently used), else ``default``."""
@@ -46,20 +58,38 @@ class LRU(Generic[K, V]):
         except KeyError:
             return default
         self._d.move_to_end(key)
-        return v
+        return v[0]
 
-    def put(self, key: K, value: V) -> V:
-        self._d[key] = value
-        self._d.move_to_end(key)
-        if len(self._d) > self.size:
-            self._d.popitem(last=False)
+    def put(self, key: K, value: V, size: int | None = None) -> V:
+        """Keep ``value`` under ``key`` (``size``: what it keeps alive, key included, in the cache's unit)."""
+        self.pop(key)
+        n = size if size is not None else self.getsizeof(value) if self.getsizeof is not None else 1
+        if n > self.max_entry:
+            return value
+        while self._d and (self.currsize + n > self.maxsize
+                           or (self.maxitems is not None and len(self._d) >= self.maxitems)):
+            _, (_, dropped) = self._d.popitem(last=False)
+            self.currsize -= dropped
+        self._d[key] = (value, n)
+        self.currsize += n
         return value
+
+    def pop(self, key: K, default: Any = None) -> Any:
+        hit = self._d.pop(key, None)
+        if hit is None:
+            return default
+        self.currsize -= hit[1]
+        return hit[0]
 
     def clear(self) -> None:
         self._d.clear()
+        self.currsize = 0
 
     def __len__(self) -> int:
         return len(self._d)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
 
 
 def pod_shape(pod: PodRequest) -> PodRequest:

@@ -551,19 +551,6 @@ class ClusterState:
         n = t.count(row)
         return dict(zip(t.minor[row, :n].tolist(), t.total_mem[row, :n].tolist(), strict=True))
 
-    def usage_key(self) -> tuple[Any, ...]:
-        """A comparable summary of all usage (tests compare a live state with a rebuilt one)."""
-        out: list[Any] = []
-        for name in sorted(self.row_of):
-            row = self.row_of[name]
-            for t in sorted(self.tables):
-                tb = self.tables[t]
-                n = tb.count(row)
-                out.append((name, t, tb.used_core[row, :n].tolist(), tb.used_mem[row, :n].tolist(),
-                            tb.used_slots[row, :n].tolist()))
-            out.append((name, int(self.cpu_used[row]), int(self.mem_used[row])))
-        return tuple(out)
-
     def device_columns(self) -> list[DeviceColumns]:
         """Every device of every node, one :class:`DeviceColumns` per type (sorted by type), node rows in
         index order: a few array copies, for views over every device (metrics, occupancy) that would

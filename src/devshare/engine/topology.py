@@ -434,9 +434,6 @@ class TopologySolver:
         self._memo.put(key, result)
         return result
 
-    def cache_size(self) -> int:
-        return len(self._memo)
-
 
 _SOLVERS: dict[bytes, TopologySolver] = {}
 _MAX_SOLVERS = 256

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from devshare.engine.policies import make_policy, top_classes
+from devshare.engine.policies.base import class_key
 from devshare.engine.policies.protocol import Policy
 from devshare.sim import solver
-from devshare.sim.replay import RunResult, replay
-from devshare.sim.trace import Trace, class_counts, load_trace
+from devshare.sim.replay import RunResult, pod_request, replay
+from devshare.sim.trace import Trace, TracePod, load_trace
 
 DEFAULT_NODES = "openb_node_list_gpu_node.csv"
 DEFAULT_PODS = "openb_pod_list_default.csv"
@@ -23,6 +24,16 @@ DEFAULT_PODS = "openb_pod_list_default.csv"
 def bundled(name: str) -> Path:
     """A file shipped in ``devshare/data/openb`` (the default trace and the reference numbers)."""
     return Path(str(resources.files("devshare") / "data" / "openb" / name))
+
+
+def class_counts(pods: tuple[TracePod, ...]) -> dict[tuple[int, int, int, tuple[str, ...]], float]:
+    """How many pods of the trace fall in each FGD task class (the one key of a task class,
+    :func:`~devshare.engine.policies.base.class_key`, which devshare's policy learns by too)."""
+    out: dict[tuple[int, int, int, tuple[str, ...]], float] = {}
+    for p in pods:
+        key = class_key(pod_request(p))
+        out[key] = out.get(key, 0.0) + 1.0
+    return out
 
 
 def policy_for(name: str, trace: Trace, seed: int) -> Policy:

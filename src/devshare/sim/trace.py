@@ -43,11 +43,6 @@ class TracePod:
         """Milli-GPU the pod asks in all."""
         return self.num_gpu * self.gpu_milli
 
-    @property
-    def task_class(self) -> tuple[int, int, int, tuple[str, ...]]:
-        """FGD's task class key: (cpu, per-GPU milli, GPU count, allowed models)."""
-        return (self.cpu_milli, self.gpu_milli, self.num_gpu, self.gpu_spec)
-
 
 @dataclass(frozen=True)
 class Trace:
@@ -164,11 +159,3 @@ def load_trace(nodes_csv: Path, pods_csv: Path) -> Trace:
     if not any(n.gpus for n in nodes):
         raise InvalidInput("no node has a GPU; the replay measures GPU allocation", field=str(nodes_csv))
     return Trace(Path(pods_csv).stem, nodes, pods)
-
-
-def class_counts(pods: tuple[TracePod, ...]) -> dict[tuple[int, int, int, tuple[str, ...]], float]:
-    """How many pods of the trace fall in each FGD task class."""
-    out: dict[tuple[int, int, int, tuple[str, ...]], float] = {}
-    for p in pods:
-        out[p.task_class] = out.get(p.task_class, 0.0) + 1.0
-    return out

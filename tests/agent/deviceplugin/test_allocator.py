@@ -9,7 +9,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devshare.agent.client import MemoryClient
 from devshare.agent.deviceplugin.allocator import Allocator
 from devshare.agent.fake import FakeBackend
 from devshare.agent.matching import ASSIGNED, AllocateError
@@ -18,7 +17,7 @@ from devshare.model import names
 from devshare.model.codecs import encode_topology
 from devshare.model.dialects import aliyun, nvidia
 from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA
-from support.agent import GIB, gpu, pod, write_fake
+from support.agent import GIB, MemoryClient, gpu, pod, write_fake
 
 CORE = resource_named(KOORD_GPU_CORE)
 RATIO = resource_named(KOORD_GPU_MEMORY_RATIO)

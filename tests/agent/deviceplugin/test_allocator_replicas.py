@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devshare.agent.client import MemoryClient
 from devshare.agent.fake import FakeBackend
 from devshare.agent.matching import ASSIGNED
 from devshare.agent.resources import resource_named
@@ -28,7 +27,7 @@ from devshare.agent.run import Agent
 from devshare.model import names
 from devshare.model.codecs import decode_allocation
 from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO
-from support.agent import gpu, pod, write_fake
+from support.agent import MemoryClient, gpu, pod, write_fake
 from support.kubelet import CHECKPOINT, Kubelet
 
 RESOURCES = [r for r in (resource_named(KOORD_GPU_CORE), resource_named(KOORD_GPU_MEMORY_RATIO)) if r]

@@ -12,7 +12,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from devshare.agent.client import MemoryClient
 from devshare.agent.deviceplugin import deviceplugin_v1beta1_pb2 as pb
 from devshare.agent.deviceplugin import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from devshare.agent.fake import FakeBackend
@@ -20,7 +19,7 @@ from devshare.agent.matching import ASSIGNED
 from devshare.agent.resources import resource_named
 from devshare.agent.run import Agent
 from devshare.model.dialects import aliyun, koordinator, nvidia
-from support.agent import GIB, gpu, pod, write_fake
+from support.agent import GIB, MemoryClient, gpu, pod, write_fake
 from support.kubelet import Kubelet
 
 

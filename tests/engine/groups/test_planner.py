@@ -13,7 +13,7 @@ from devshare.engine.groups import PLAN, Bind, GroupPlanner, Refuse, Wait
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.request import GroupRef, PodRequest
-from support.cluster import add_node, hold, occupy, pod, whole
+from support.cluster import add_node, hold, occupy, pod, usage_key, whole
 
 NODES = ("n0", "n1", "n2")
 GPUS = 4
@@ -30,7 +30,7 @@ def rebuilt(state: ClusterState, *, bound_only: bool) -> tuple[object, ...]:
     for rec in state.pods.values():
         if rec.phase == "bound" or not bound_only:
             occupy(fresh, rec.pod, rec.allocation)
-    return fresh.usage_key()
+    return usage_key(fresh)
 
 
 class GangMachine(RuleBasedStateMachine):
@@ -117,7 +117,7 @@ class GangMachine(RuleBasedStateMachine):
         self.planner.lifecycle.expire(self.now)
         assert not self.planner.plans
         assert all(r.phase == "bound" for r in self.state.pods.values())
-        assert self.state.usage_key() == rebuilt(self.state, bound_only=True)
+        assert usage_key(self.state) == rebuilt(self.state, bound_only=True)
 
     # ---------------------------------------------------------------- invariants
     @invariant()
@@ -154,7 +154,7 @@ class GangMachine(RuleBasedStateMachine):
 
     @invariant()
     def usage_matches_the_records(self) -> None:
-        assert self.state.usage_key() == rebuilt(self.state, bound_only=False)
+        assert usage_key(self.state) == rebuilt(self.state, bound_only=False)
 
     @invariant()
     def members_hold_their_requests(self) -> None:
@@ -180,5 +180,5 @@ def test_rebuilt_helper_detects_a_leak() -> None:
     placed = Scheduler(s).place(p)
     assert placed is not None
     hold(s, p, placed.allocation)
-    assert s.usage_key() != rebuilt(s, bound_only=True)
-    assert s.usage_key() == rebuilt(s, bound_only=False)
+    assert usage_key(s) != rebuilt(s, bound_only=True)
+    assert usage_key(s) == rebuilt(s, bound_only=False)

@@ -16,6 +16,7 @@ from devshare.kube.leader import LeaseFollower, micro_time
 from devshare.kube.memory import MemoryBackend
 from devshare.model.codecs import decode_allocation
 from devshare.server.extender.serve import ExtenderOptions, cluster_saver
+from support.cluster import usage_key
 from support.extender import (
     GiB,
     Switch,
@@ -309,9 +310,9 @@ async def test_preempt_meta_victims_keeps_only_the_needed_lowest_priority() -> N
         "node-1": {"Pods": [], "NumPDBViolations": 0},  # no victim offered: nothing frees a GPU
     }}
     async with running(backend) as (client, runtime):
-        before = runtime.state.usage_key()
+        before = usage_key(runtime.state)
         out = await post(client, "/preempt", body)
-        assert runtime.state.usage_key() == before  # the simulation left the state as it was
+        assert usage_key(runtime.state) == before  # the simulation left the state as it was
         assert all(r.phase == "bound" for r in runtime.state.pods.values())
     assert out == {"NodeNameToMetaVictims": {"node-0": {
         "Pods": [{"UID": uid["low-node-0-0"]}, {"UID": "no-devices"}], "NumPDBViolations": 1}}}

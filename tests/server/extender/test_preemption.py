@@ -15,7 +15,7 @@ from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation
 from devshare.server.extender.preemption import needed_victims
-from support.cluster import GiB, add_node, gpu, whole
+from support.cluster import GiB, add_node, gpu, usage_key, whole
 from support.cluster import pod as request
 from support.extender import Switch, cluster, full_node_pods, names_body, pod, post, running, settle
 from support.waiting import eventually as until
@@ -107,12 +107,12 @@ def test_needed_victims_leaves_the_live_state_alone_and_makes_room(
             lc.assume(p, placed.allocation, now=float(i))
             if bind:
                 lc.confirm(p, placed.allocation)
-    before_usage = state.usage_key()
+    before_usage = usage_key(state)
     before_pods = {k: (r.phase, r.expires_at, r.allocation) for k, r in state.pods.items()}
     asker = request("asker", ask, priority=10)  # type: ignore[arg-type]
     keys = sorted(state.pods, key=lambda k: state.pods[k].pod.priority)
     needed = needed_victims(lc, asker, "n", keys)
-    assert state.usage_key() == before_usage
+    assert usage_key(state) == before_usage
     assert {k: (r.phase, r.expires_at, r.allocation) for k, r in state.pods.items()} == before_pods
     for k in keys if needed is None else needed:
         lc.release(k)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from devshare.engine.state import ClusterState
 from devshare.kube.memory import MemoryBackend
 from devshare.model.codecs import decode_allocation
+from support.cluster import usage_key
 from support.extender import FlakyBackend, GiB, cluster, pod, resolve_claims, running, settle
 from support.kube import following
 
@@ -104,7 +105,7 @@ async def scenario(seed: int, *, pods: int = 40, rounds: int = 4, fail_rate: flo
                 ns, name = key.split("/")
                 stored = await inner.get_pod(ns, name)
                 assert stored is not None and decode_allocation(stored["metadata"]["annotations"]) == rec.allocation
-            assert (await rebuilt(inner)).usage_key() == live.usage_key()
+            assert usage_key(await rebuilt(inner)) == usage_key(live)
             for table in live.tables.values():
                 n = live.n_rows
                 assert (table.used_core[:n] <= table.total_core[:n]).all()

@@ -14,8 +14,8 @@ from devshare.model import dialects, names, trade
 from devshare.model.dialects import koordinator
 from devshare.server.webhook.allocations import DEFAULT_TRADERS, DEFAULT_WRITERS, refuse_allocation_write
 from devshare.server.webhook.app import WebhookConfig
-from devshare.server.webhook.pods import StaticPods
 from support.webhook_client import Client
+from support.webhook_pods import StaticPods
 
 (EXTENDER,), (AGENT,) = DEFAULT_WRITERS, DEFAULT_TRADERS
 USER = "alice"

@@ -189,11 +189,6 @@ class GroupPlanner:
     def bound_members(self, namespace: str, name: str) -> list[str]:
         return sorted(k for k, r in self.members_in_state(namespace, name).items() if r.phase == "bound")
 
-    def may_bind(self, key: str) -> bool:
-        """True when the member ``key`` is bound in the state (its gang reached its quorum)."""
-        rec = self.state.pods.get(key)
-        return rec is not None and rec.phase == "bound"
-
     def visible_gpus(self, namespace: str, name: str, node: str) -> tuple[int, ...]:
         """GPUs given to the group on ``node``: its members' and its placeholders'."""
         out: set[int] = set()

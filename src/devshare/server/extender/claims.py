@@ -38,11 +38,11 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from devshare.engine.caches import LRU
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.watched import is_bound
 from devshare.kube.backend import meta
@@ -129,7 +129,7 @@ class Claims:
         # watch): the request standing for the pod, and when the claim was last read
         self.stubs: dict[str, tuple[PodRequest, float]] = {}
         # pods the watch has shown bound lately: key -> (uid, node, resourceVersion of that event)
-        self.bound_at: OrderedDict[str, tuple[str, str, int]] = OrderedDict()
+        self.bound_at: LRU[str, tuple[str, str, int]] = LRU(BOUND_KEPT)
         self.counters = ClaimCounters()
         self.lock = asyncio.Lock()
         self._queued: list[Queued] = []  # claims waiting for the next write
@@ -431,9 +431,7 @@ class Claims:
             uid = str(m.get("uid") or "")
             seen = self.bound_at.get(key)
             if seen is None or seen[0] != uid:  # the first event that showed this pod bound
-                self.bound_at[key] = (uid, str(node), rv)
-                if len(self.bound_at) > BOUND_KEPT:
-                    self.bound_at.popitem(last=False)
+                self.bound_at.put(key, (uid, str(node), rv))
         else:
             self.bound_at.pop(key, None)
         held = self.stubs.get(key)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.caches import LRU
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation
 from devshare.engine.state import Conflict
@@ -91,7 +91,7 @@ class Filtering:
         self.priorities = PriorityEncoder(self.state)
         # the last filters' results by pod key (kube-scheduler binds in the background: the next pods'
         # filters may come before a pod's bind)
-        self.filtered: OrderedDict[str, Remembered] = OrderedDict()
+        self.filtered: LRU[str, Remembered] = LRU(FILTERS_KEPT)
 
     # ------------------------------------------------------------------ filter
     def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
@@ -192,10 +192,7 @@ class Filtering:
             self.lifecycle.forget(key)
 
     def _remember(self, r: Remembered) -> None:
-        self.filtered.pop(r.pod_id[0], None)
-        self.filtered[r.pod_id[0]] = r
-        if len(self.filtered) > FILTERS_KEPT:
-            self.filtered.popitem(last=False)
+        self.filtered.put(r.pod_id[0], r)
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, args: ExtenderArgs) -> bytes:

@@ -21,8 +21,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.caches import LRU
 from devshare.engine.state import ClusterState
-from devshare.server.extender.cache import ByteLRU
 from devshare.server.extender.scores import MAX_SCORE
 from devshare.server.extender.wire import decode_names
 
@@ -183,7 +183,7 @@ class NodeSets:
     def __init__(self, state: ClusterState, size: int = 16, budget: int = NODESETS_BYTES) -> None:
         self.state = state
         self.size = size
-        self._cache: ByteLRU[bytes, NodeSet] = ByteLRU(budget)
+        self._cache: LRU[bytes, NodeSet] = LRU(budget, max_entry=budget // 4, maxitems=size)
         self._layout = -1
         self._table: NameTable | None = None
         self._names_version = -1
@@ -193,7 +193,7 @@ class NodeSets:
     @property
     def bytes(self) -> int:
         """The estimated bytes the lists kept hold."""
-        return self._cache.bytes
+        return self._cache.currsize
 
     def get(self, raw: bytes) -> NodeSet:
         if self.state.layout != self._layout:
@@ -206,8 +206,6 @@ class NodeSets:
         self.misses += 1
         out = self.table().find(raw) or resolve(self.state, decode_names(raw))
         self._cache.put(raw, out, len(raw) + BYTES_PER_NAME * (len(out.rows) + len(out.unknown)))
-        while len(self._cache) > self.size:
-            self._cache.pop_oldest()
         return out
 
 

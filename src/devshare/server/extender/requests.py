@@ -18,13 +18,13 @@ from typing import Any
 
 import msgspec
 
+from devshare.engine.caches import LRU
 from devshare.engine.refusals import Refusals
 from devshare.engine.state import ClusterState
 from devshare.model.errors import InvalidInput
 from devshare.model.kubeobjects import check_name, check_namespace
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
-from devshare.server.extender.cache import ByteLRU
 from devshare.server.extender.nodeset import NodeSet, NodeSets, resolve
 from devshare.server.extender.shortlist import has_soft_wishes
 from devshare.server.extender.verdicts import event_safe
@@ -114,9 +114,10 @@ class Requests:
         self.nodesets = NodeSets(state)
         # the requests of pods as the API server has them (the watch's objects, reads), by (key, uid,
         # resourceVersion): a version of a pod is one object, so filter and bind read it once
-        self._from_api: ByteLRU[PodId, Judged] = ByteLRU(PARSED_BYTES)
+        self._from_api: LRU[PodId, Judged] = LRU(PARSED_BYTES, max_entry=PARSED_BYTES // 4)
         # Pod JSON sent by a caller -> (request or why it is invalid, id, soft wishes): never used by bind
-        self._parsed_raw: ByteLRU[bytes, tuple[PodRequest | InvalidInput, PodId, bool]] = ByteLRU(PARSED_BYTES)
+        self._parsed_raw: LRU[bytes, tuple[PodRequest | InvalidInput, PodId, bool]] = LRU(
+            PARSED_BYTES, max_entry=PARSED_BYTES // 4)
         self._last: tuple[bytes, tuple[PodRequest | InvalidInput, PodId, bool]] | None = None
 
     # ------------------------------------------------------------------ pods

@@ -22,18 +22,3 @@ class PodSource(Protocol):
     async def list_node_pods(self, namespace: str, node: str) -> list[dict[str, Any]]:
         """The pods of ``namespace`` bound to ``node``."""
         ...
-
-
-class StaticPods:
-    """Pods given up front (tests)."""
-
-    def __init__(self, pods: list[dict[str, Any]]) -> None:
-        self.pods = pods
-
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return next((p for p in self.pods if (p.get("metadata") or {}).get("namespace") == namespace
-                     and (p.get("metadata") or {}).get("name") == name), None)
-
-    async def list_node_pods(self, namespace: str, node: str) -> list[dict[str, Any]]:
-        return [p for p in self.pods if (p.get("metadata") or {}).get("namespace") == namespace
-                and (p.get("spec") or {}).get("nodeName") == node]
