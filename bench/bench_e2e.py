@@ -35,6 +35,7 @@ rate pools its phases: all their pods over all their time.
 
 The last line printed is one JSON object:
 ``{"nodes", "pods", "rounds", "pods_per_s_alone", "pods_per_s_devshare", "ratio", "binds_refused", "phases"}``
+(and ``"pods_per_s_shared", "ratio_shared"`` with ``--shared``)
 (``binds_refused``: binds the extender answered with an error in all its phases, from its metrics;
 ``phases``: each phase in order, ``{"phase", "pods_per_s", "cpu_ms_per_pod": {process: ms},
 "requests_per_pod": n, "requests": {"VERB resource": n}, "machine": {"busy_ms_per_pod", "idle_pct",
@@ -60,13 +61,17 @@ pod's name, binding exactly while that kube-scheduler holds its Lease (``--follo
 ``devshare-elect`` runs it with a Lease of its own instead (``--leader-elect``, the mode without a
 kube-scheduler in the same pod).
 ``devshare-asyncio`` is devshare on the standard library's event loop instead of uvloop (``--event-loop
-asyncio``), ``devshare-no-lane`` devshare with every request through aiohttp (``--no-lane``).
+asyncio``), ``devshare-no-lane`` devshare with every request through aiohttp (``--no-lane``),
+``devshare-shared`` devshare with pods that share cards: 30% of a card's compute and 6 GiB of its
+memory each (``--shared`` adds such a phase to every round, its rate reported against the same alone
+phases as ``ratio_shared``).
 
 ``DEVSHARE_E2E_PROFILING=1`` starts the API server with ``--profiling`` (``kubectl get --raw
 /debug/pprof/profile?seconds=15`` during a phase). ``--ledger-phases on,off,on,off`` is
 ``--phases devshare,devshare-no-ledger,devshare,devshare-no-ledger``.
 
     .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 3000
+    .venv/bin/python bench/bench_e2e.py --nodes 5000 --pods 3000 --shared
     .venv/bin/python bench/bench_e2e.py --nodes 5000 --pods 3000 --window 1
     .venv/bin/python bench/bench_e2e.py --nodes 1000 --pods 1000 --ledger-phases on,off,on,off
     .venv/bin/python bench/bench_e2e.py --nodes 5000 --pods 3000 --phases alone,floor,devshare,alone,floor,devshare
@@ -101,6 +106,8 @@ from e2e.cluster import SCHEDULER_NAME, ControlPlane, control_plane
 
 PLAIN = "bench.devshare.io/gpu"
 NS = "bench"
+# the shared workload (--shared): 30% of a card's compute and 6 GiB of its memory (Koordinator's names)
+SHARED = {"koordinator.sh/gpu-core": "30", "koordinator.sh/gpu-memory": "6Gi"}
 
 
 def api(cp: ControlPlane) -> Any:
@@ -391,8 +398,8 @@ def report(name: str, rate: float, phase: dict[str, Any]) -> None:
           f"kube-scheduler ms per pod: {phase.get('scheduler_ms')}; machine: {phase.get('machine')}", file=sys.stderr)
 
 
-EXTENDERS = ("devshare", "devshare-elect", "devshare-no-ledger", "devshare-asyncio", "devshare-no-lane",
-             "floor", "floor-no-bind", "floor-annotate", "floor-h2")
+EXTENDERS = ("devshare", "devshare-shared", "devshare-elect", "devshare-no-ledger", "devshare-asyncio",
+             "devshare-no-lane", "floor", "floor-no-bind", "floor-annotate", "floor-h2")
 # the scheduler pod's name, as deploy/scheduler runs it: kube-scheduler's hostname (its Lease identity
 # starts with it) and the extender's --pod-name, which then binds exactly while its kube-scheduler leads
 POD = "devshare-scheduler-bench"
@@ -423,7 +430,7 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
     start_extender(cp, kind)
     if previous is not None and previous.stopped:  # on SIGTERM, or killed: then its Lease was left to expire
         print(f"the last phase's extender {previous.stopped}", file=sys.stderr)
-    make_pods(cp, prefix, {"nvidia.com/gpu": "1"}, args.pods, SCHEDULER_NAME)
+    make_pods(cp, prefix, SHARED if kind == "devshare-shared" else {"nvidia.com/gpu": "1"}, args.pods, SCHEDULER_NAME)
     print(f"{kind}: scheduling", file=sys.stderr, flush=True)
     ext = cp.processes["extender"].popen
     assert ext is not None
@@ -538,6 +545,9 @@ def main() -> None:
     ap.add_argument("--ledger-phases", default="", help="e.g. on,off,on,off: --phases devshare,devshare-no-ledger,...")
     ap.add_argument("--window", type=int, default=None,
                     help="percentageOfNodesToScore of both kube-schedulers (default: kube-scheduler's adaptive window)")
+    ap.add_argument("--shared", action="store_true",
+                    help="each round also schedules a phase of shared pods (30%% compute + 6 GiB of a card) through "
+                         "the extender; its rate is reported against the same alone phases (ratio_shared)")
     ap.add_argument("--extender", choices=EXTENDERS, default="devshare",
                     help="floor: bench/floor_extender.py in devshare's place (the extender protocol's own cost)")
     args = ap.parse_args()
@@ -550,16 +560,21 @@ def main() -> None:
         return
     # rounds alternate the order (alone then the extender, then the extender then alone, ...): with two,
     # A B B A, a drift of the machine's speed through the run weighs on both kinds alike
-    order = [kind for i in range(args.rounds)
-             for kind in (("alone", args.extender) if i % 2 == 0 else (args.extender, "alone"))]
+    # (with --shared, each round A B S, then S B A: the shared phase beside the whole-card one)
+    kinds = ("alone", args.extender, *(["devshare-shared"] if args.shared else []))
+    order = [kind for i in range(args.rounds) for kind in (kinds if i % 2 == 0 else kinds[::-1])]
     results = run_phases(args, order)
     alone = [r for r in results if r["phase"] == "alone"]
-    with_it = [r for r in results if r["phase"] != "alone"]
+    with_it = [r for r in results if r["phase"] == args.extender]
+    shared = [r for r in results if r["phase"] == "devshare-shared"]
     a, d = pooled_rate(alone), pooled_rate(with_it)
-    print(json.dumps({"nodes": args.nodes, "pods": args.pods, "window": args.window, "extender": args.extender,
-                      "rounds": args.rounds, "pods_per_s_alone": a, "pods_per_s_devshare": d,
-                      "ratio": round(d / a, 3), "binds_refused": sum(r["binds_refused"] for r in with_it),
-                      "phases": results}))
+    out = {"nodes": args.nodes, "pods": args.pods, "window": args.window, "extender": args.extender,
+           "rounds": args.rounds, "pods_per_s_alone": a, "pods_per_s_devshare": d,
+           "ratio": round(d / a, 3), "binds_refused": sum(r["binds_refused"] for r in [*with_it, *shared])}
+    if shared:
+        out["pods_per_s_shared"] = pooled_rate(shared)
+        out["ratio_shared"] = round(out["pods_per_s_shared"] / a, 3)
+    print(json.dumps({**out, "phases": results}))
 
 
 def pooled_rate(results: list[dict[str, Any]]) -> float:
