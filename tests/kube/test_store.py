@@ -80,7 +80,7 @@ def test_replaying_history_from_any_version_reaches_the_listed_state(
     script: list[tuple[str, str, int]], cut: int
 ) -> None:
     """A watcher that listed at version v and applies every event after v ends with what a fresh
-    list shows (the contract StateSync relies on)."""
+    list shows (the contract the informer relies on)."""
     s = ObjectStore(history_limit=None)
     snapshot: dict[str, dict[str, Any]] = {}
     snap_rv = 0

@@ -6,20 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
-from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devshare.engine.lifecycle import Lifecycle
-from devshare.engine.scheduler import Scheduler
-from devshare.engine.state import ClusterState
-from devshare.engine.watched import WatchedCluster
-from devshare.kube.backend import KINDS
 from devshare.kube.errors import Unavailable
-from devshare.kube.ledger import EXPIRED_ANNOTATION, NAME, Claim, ClaimLedger
+from devshare.kube.ledger import NAME, ClaimLedger
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.rest import KubeClient
 from devshare.model.allocation import PodAllocation
@@ -27,114 +20,11 @@ from devshare.model.annotations import encode_annotations
 from devshare.model.codecs import decode_allocation
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
-from devshare.server.extender.claims import Claims
-from devshare.server.extender.claimsweep import ClaimSweep
-from devshare.server.extender.extender import Extender
 from devshare.server.extender.serve import ExtenderOptions
 from fakeapi.plugin import fake_api, fake_kubeconfig, live_backend  # noqa: F401
 from fakeapi.server import FakeApiServer
+from support.claims import NODE, Jittery, Replica, ledger_claims, usage
 from support.extender import GiB, cluster, device, node, pod, running
-
-NODE = "node-0"
-
-
-class Replica:
-    """One extender's state, lifecycle and claims over a shared backend: its watch of pods delivers
-    only what :meth:`watch` is asked to (blind until then). ``ledger``: its binds write claims."""
-
-    def __init__(self, backend: Any, name: str, *, clock: Callable[[], float] | None = None,
-                 linger: float = 0.0, catch_up: float = 0.1, ledger: bool = True) -> None:
-        self.backend = backend
-        self.state = ClusterState()
-        self.scheduler = Scheduler(self.state)
-        self.lifecycle = Lifecycle(self.scheduler)
-        self.sync = WatchedCluster(self.lifecycle, clock=time.monotonic)
-        self.inner = inner = getattr(backend, "inner", backend)
-        for kind in KINDS:
-            items, rv = inner.store.list(kind)
-            self.sync.listed(kind, items, initial=True)
-            self.sync.progressed(kind, rv, synced=True)
-        self.claims = Claims(ClaimLedger(backend), self.lifecycle, self.sync, identity=name, linger=linger,
-                             catch_up=catch_up, **({"clock": clock} if clock else {}))
-        self.sweep = ClaimSweep(self.claims)
-        self.binder = Extender(self.lifecycle, backend, self.sync, claims=self.claims if ledger else None).binder
-
-    def watch(self, events: int | None = None) -> int:
-        """Deliver the next ``events`` pod events of the API server (None: all of them) to this
-        replica's state, as its watch would; how many were delivered."""
-        pending = self.inner.store.events_since("pods", int(self.sync.versions["pods"]))
-        for e in pending[:events]:
-            self.sync.changed("pods", e.type, e.object)
-            self.claims.pod_changed(e.type, e.object)
-            self.sync.progressed("pods", str(e.object["metadata"]["resourceVersion"]), synced=True)
-        return len(pending[:events])
-
-    async def bind(self, obj: dict[str, Any], node: str = NODE) -> str:
-        """What the extender's bind does: choose and assume, then the writes (fence, claim, Binding) of
-        :meth:`Binder.write`; the reservation undone when they fail."""
-        req = parse_pod(obj)
-        if req.key in self.state.pods:
-            return f"pod {req.key}: a bind is already in progress"  # as the extender's Lifecycle.binding
-        alloc = self.scheduler.allocate_on(req, node)
-        if isinstance(alloc, str):
-            return alloc
-        self.lifecycle.assume(req, alloc, now=0.0)
-        ann = encode_annotations(req, alloc, now_ns=0, device_memory=self.state.gpu_memory(node))
-        error, _ = await self.binder.write(req, node, alloc, ann, obj["metadata"]["resourceVersion"])
-        if error:
-            self.lifecycle.forget(req.key, alloc)
-            return error
-        self.lifecycle.confirm(req, alloc)
-        return ""
-
-
-class Jittery:
-    """A backend whose every request first waits a random moment (interleavings vary), and whose
-    writes fail now and then (``fail_rate``), half of them after they were made (the connection broke
-    on the answer: the caller cannot tell)."""
-
-    WRITES = ("bind_pod", "create_config_map", "replace_config_map", "patch_pod_annotations")
-
-    def __init__(self, inner: MemoryBackend, rng: random.Random, fail_rate: float = 0.0) -> None:
-        self.inner = inner
-        self.rng = rng
-        self.fail_rate = fail_rate
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr) or name in ("watch", "close"):
-            return attr
-
-        async def jittered(*args: Any, **kw: Any) -> Any:
-            await asyncio.sleep(self.rng.random() * 0.002)
-            fails = name in self.WRITES and self.rng.random() < self.fail_rate
-            if fails and self.rng.random() < 0.5:
-                raise Unavailable(f"injected: {name} not sent")
-            out = await attr(*args, **kw)
-            if fails:
-                raise Unavailable(f"injected: {name} made, its answer lost")
-            return out
-
-        return jittered
-
-
-def usage(backend: MemoryBackend) -> dict[tuple[str, int], list[int]]:
-    used: dict[tuple[str, int], list[int]] = {}
-    for p in backend.store.objects.get("pods", {}).values():
-        alloc = decode_allocation(p["metadata"].get("annotations") or {})
-        if alloc is None or not p["spec"].get("nodeName"):
-            continue
-        for _, g in alloc.grants():
-            acc = used.setdefault((alloc.node, g.minor), [0, 0])
-            acc[0] += g.core_milli
-            acc[1] += g.memory
-    return used
-
-
-async def ledger_claims(backend: Any, node: str = NODE) -> dict[str, Claim]:
-    """The claims in the ledger on ``node``."""
-    return {k: c for k, c in (await ClaimLedger(backend).read()).claims.items() if c.node == node}
-
 
 # ------------------------------------------------------------------ the invariant, as a property
 
@@ -391,36 +281,6 @@ async def test_a_binding_of_unknown_outcome_keeps_its_claim_only_if_the_pod_hold
     await inner.bind_pod("default", "x", NODE, annotations=encode_annotations(q, alloc, now_ns=0))
     assert await c.claims.withdraw(q, alloc, unsure=True) is None
     assert (await ledger_claims(inner))["default/x"].allocation == alloc
-
-
-# ------------------------------------------------------------------ the leader's sweep
-
-async def test_the_sweep_releases_claims_that_never_bound_after_writing_to_their_pod() -> None:
-    now = [1000.0]
-    inner = cluster(1, gpus=2, pods=[pod("stuck", core=50), pod("bound", core=50), pod("gone", core=50)])
-    a = Replica(inner, "a", clock=lambda: now[0])
-    for name in ("stuck", "gone"):  # claims whose Bindings never came (the writer died, say)
-        req = parse_pod(inner.store.get("pods", f"default/{name}"))
-        alloc = a.scheduler.allocate_on(req, NODE)
-        assert isinstance(alloc, PodAllocation)
-        a.lifecycle.assume(req, alloc, now=0.0)
-        assert await a.claims.claim(req, alloc) is None
-    assert await a.bind(inner.store.get("pods", "default/bound")) == ""
-    inner.delete("pods", "default/gone")
-    rv_stuck = inner.store.get("pods", "default/stuck")["metadata"]["resourceVersion"]
-    await a.sweep.sweep(leading=True)
-    assert len(await ledger_claims(inner)) == 3  # younger than the TTL: kept
-    now[0] += 61
-    await a.sweep.sweep(leading=False)
-    assert len(await ledger_claims(inner)) == 3  # only the leader prunes
-    await a.sweep.sweep(leading=True)
-    assert set(await ledger_claims(inner)) == {"default/bound"}
-    stuck = inner.store.get("pods", "default/stuck")
-    # the pod was written to first: a Binding sent with the version read before the claim now fails
-    assert stuck["metadata"]["resourceVersion"] != rv_stuck
-    assert stuck["metadata"]["annotations"][EXPIRED_ANNOTATION].startswith(f"{NODE} ")
-    assert "default/bound" not in [k for k, p in inner.store.objects["pods"].items()
-                                   if EXPIRED_ANNOTATION in (p["metadata"].get("annotations") or {})]
 
 
 async def test_an_unreadable_ledger_refuses_binds_with_how_to_repair_it() -> None:

@@ -1,9 +1,11 @@
-"""Bind decides from the pending pod as the state's watch delivered it (the API server's object) when
-it is the pod kube-scheduler filtered, without reading it again; a Binding that meets a changed pod
-reads it once and decides again. Never from the /filter body."""
+"""The bind path (server/extender/binding.py): bind trusts no caller and decides from the pod as the API
+server has it (the watch's object when it is the version kube-scheduler filtered, else a read), reads
+its request once, refuses a pod or node name that is not a Kubernetes name before any request (issue
+37), and a bind answered after the watch saw the pod bound and finished records nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -11,9 +13,12 @@ import msgspec
 import pytest
 
 from devshare.kube.memory import MemoryBackend
+from devshare.model import names
 from devshare.model.codecs import decode_allocation
 from devshare.model.errors import InvalidInput
-from support.extender import bind, cluster, names_body, pod, post, running, settle
+from fakeapi.plugin import fake_api, fake_kubeconfig, live_backend  # noqa: F401
+from fakeapi.server import FakeApiServer
+from support.extender import bind, cluster, device, names_body, node, pod, post, running, settle
 
 
 class CountingBackend(MemoryBackend):
@@ -187,3 +192,100 @@ async def test_a_pending_pod_is_read_when_the_watch_delivers_it_not_in_its_filte
         out = await post(client, "/filter", names_body(stored(backend, "p"), ["node-0", "node-1"]))
         assert out["NodeNames"] and parsed == []
         assert await bind(client, "p", out["NodeNames"][0]) == "" and parsed == []
+
+
+async def test_a_forged_filter_body_does_not_change_what_bind_writes() -> None:
+    real = pod("p", core=60, mem="10Gi", resource_version="7")
+    backend = cluster(1, gpus=1, pods=[real])
+    async with running(backend) as (client, _):
+        stored = backend.store.get("pods", "default/p")
+        forged = pod("p", core=5, mem="1Gi", uid=stored["metadata"]["uid"],
+                     resource_version=stored["metadata"]["resourceVersion"])
+        out = await post(client, "/filter", names_body(forged, ["node-0"]))
+        assert out["NodeNames"] == ["node-0"]
+        assert await bind(client, "p", "node-0", uid=stored["metadata"]["uid"]) == ""
+        written = backend.store.get("pods", "default/p")
+        alloc = decode_allocation(written["metadata"]["annotations"])
+        assert alloc is not None
+        (grant,) = [g for _, g in alloc.grants()]
+        assert grant.core_milli == 600 and grant.memory == 10 * 2**30  # the real ask, not the forged one
+
+
+async def test_bind_refuses_a_pod_asking_for_no_device() -> None:
+    plain = pod("plain")
+    backend = cluster(1, gpus=1, pods=[plain])
+    async with running(backend) as (client, _):
+        error = await bind(client, "plain", "node-0")
+        assert "asks for no device devshare manages" in error
+        assert not backend.store.get("pods", "default/plain")["spec"].get("nodeName")
+
+
+async def test_bind_refuses_a_node_devshare_does_not_know() -> None:
+    backend = cluster(1, gpus=1, pods=[pod("p", core=50)])
+    async with running(backend) as (client, _):
+        error = await bind(client, "p", "no-such-node")
+        assert error.startswith("node no-such-node is not known to devshare")
+        assert not backend.store.get("pods", "default/p")["spec"].get("nodeName")
+
+
+async def test_finished_before_the_bind_answer_stays_released() -> None:
+    backend = cluster(1, gpus=1, pods=[pod("b", gpus=1)])
+    async with running(backend) as (client, runtime):
+        real_bind = backend.bind_pod
+
+        async def bind_then_finish(namespace: str, name: str, node_name: str, **kw: Any) -> None:
+            await real_bind(namespace, name, node_name, **kw)
+            # before the Binding's answer reaches the extender, the pod runs and finishes
+            backend.store.patch("pods", f"{namespace}/{name}", {"status": {"phase": "Succeeded"}})
+            await settle(runtime, backend)
+
+        backend.bind_pod = bind_then_finish  # type: ignore[method-assign]
+        assert await bind(client, "b", "node-0") == ""
+        await settle(runtime, backend)
+        assert "default/b" not in runtime.state.pods
+        r = await client.get("/inspect")
+        assert [d["pods"] for n in (await r.json())["nodes"] for d in n["devices"]] == [[]]
+
+
+SPLIT = ("a HTTP/1.1\r\nHost: x\r\n\r\nDELETE /api/v1/namespaces/kube-system/pods/victim HTTP/1.1\r\n"
+         "Host: x\r\n\r\nGET /api/v1/namespaces/default/pods/a")
+
+
+@pytest.mark.parametrize("field", ["PodName", "PodNamespace"])
+async def test_a_pod_name_that_splits_the_request_is_refused(fake_api: FakeApiServer, live_backend: Any,  # noqa: F811
+                                                             field: str) -> None:
+    fake_api.put(node("node-0"))
+    fake_api.put(device("node-0"))
+    fake_api.put(pod("victim", ns="kube-system"))
+    fake_api.put(pod("a", core=30))
+    async with running(live_backend) as (client, _):
+        body = {"PodName": "a", "PodNamespace": "default", "PodUID": "", "Node": "node-0", field: SPLIT}
+        before = len(fake_api.requests)
+        r = await client.post("/bind", json=body)
+        answer = await r.text()
+        await asyncio.sleep(0.2)  # a second request, had one been sent, would be served by now
+        assert fake_api.get("pods", "kube-system/victim") is not None
+        sent = [f"{m} {p}" for m, p, q in fake_api.requests[before:] if "watch" not in q]
+        assert not any("kube-system" in s for s in sent), sent
+        assert r.status == 400, answer
+        assert "is not a Kubernetes name" in (await r.json())["error"]
+
+
+async def test_a_group_members_filter_with_a_hostile_name_reads_nothing(fake_api: FakeApiServer,  # noqa: F811
+                                                                        live_backend: Any) -> None:  # noqa: F811
+    """A group member the watch does not know is read from the API server before its filter: not one whose
+    name is not a Kubernetes name."""
+    fake_api.put(node("node-0"))
+    fake_api.put(device("node-0"))
+    fake_api.put(pod("victim", ns="kube-system"))
+    member = pod("x", core=30)
+    member["metadata"].update(name=SPLIT, labels={names.GROUP_NAME: "g", names.GROUP_REPLICA: "2"})
+    async with running(live_backend) as (client, _):
+        before = len(fake_api.requests)
+        answer = await post(client, "/filter", {"Pod": member, "Nodes": None, "NodeNames": ["node-0"]})
+        assert not answer.get("NodeNames")
+        assert "is not a valid Kubernetes object name" in answer["FailedAndUnresolvableNodes"]["node-0"]
+        await asyncio.sleep(0.2)
+        sent = [f"{m} {p}" for m, p, q in fake_api.requests[before:] if "watch" not in q]
+        assert sent == [], sent
+    assert fake_api.get("pods", "kube-system/victim") is not None

@@ -1,17 +1,23 @@
-"""The extender's caches are bounded by bytes, not entries (issue 12): many distinct large pods, or
-many distinct long NodeNames lists, do not grow its memory past a fixed budget."""
+"""A verb's pod and candidates (server/extender/requests.py): the caches keyed by request bodies stay
+within their budgets, and the configuration's device types and refusals apply to the pods read."""
 
 from __future__ import annotations
 
 import gc
+import json
 import tracemalloc
+from typing import Any
 
 import msgspec
 
+from devshare.config import API_VERSION, KIND, parse_config
+from devshare.kube.memory import MemoryBackend
+from devshare.model.device import DeviceInfo, NodeDevices, device_object
 from devshare.server.extender.extender import Extender
 from devshare.server.extender.nodeset import NodeSets
+from devshare.server.extender.serve import ExtenderOptions
 from devshare.server.extender.wire import ExtenderArgs
-from support.extender import cluster, pod
+from support.extender import bind, cluster, names_body, node, pod, post, running, settle
 from support.kube import following
 
 MiB = 2**20
@@ -99,3 +105,59 @@ async def test_many_distinct_pods_with_huge_names_keep_memory_bounded() -> None:
 
     kept = retained_after(filter_one, 60)
     assert kept < 40 * MiB, f"{kept / MiB:.0f} MiB retained"
+
+
+NPU = "koordinator.sh/npu"
+
+
+def npu_cluster(*pods: dict[str, Any]) -> MemoryBackend:
+    objs: list[dict[str, Any]] = []
+    for i in range(2):
+        objs += [node(f"n{i}"), device_object(NodeDevices(node=f"n{i}", devices=(
+            DeviceInfo(type="gpu", minor=0, id=f"GPU-n{i}", memory=2**34),
+            DeviceInfo(type="npu", minor=0, id=f"NPU-n{i}-0"), DeviceInfo(type="npu", minor=1, id=f"NPU-n{i}-1"))))]
+    return MemoryBackend.from_objects([*objs, *pods])
+
+
+def npu_pod(name: str, share: str) -> dict[str, Any]:
+    meta = {"name": name, "namespace": "default", "uid": f"uid-default-{name}"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {NPU: share}}}]}}
+
+
+CONFIG = parse_config({"apiVersion": API_VERSION, "kind": KIND, "deviceTypes": {"npu": {"resources": [NPU]}},
+                       "scheduling": {"nodePolicy": "binpack"}})
+
+
+async def test_a_configured_type_is_placed_and_reserved() -> None:
+    backend = npu_cluster(npu_pod("a", "60"), npu_pod("b", "60"), npu_pod("c", "200"))
+    async with running(backend, ExtenderOptions(config=CONFIG)) as (client, runtime):
+        out = await post(client, "/filter", names_body(npu_pod("a", "60"), ["n0", "n1"]))
+        assert out["NodeNames"] == ["n0", "n1"] and not out["FailedNodes"]
+        assert await bind(client, "a", "n0") == ""
+        assert await bind(client, "b", "n0") == ""  # 60% + 60% do not share an npu: b takes the other one
+        ann = (await backend.get_pod("default", "b"))["metadata"]["annotations"]  # type: ignore[index]
+        devices = json.loads(ann["devshare.io/allocation"])["containers"][0]["devices"]
+        assert [(d["type"], d["minor"], d["share"]) for d in devices] == [("npu", 1, 60)]
+        assert json.loads(ann["scheduling.koordinator.sh/device-allocated"]) == {
+            "npu": [{"minor": 1, "resources": {NPU: "60"}}]}
+        await settle(runtime, backend)
+        used = {(n["name"], d["minor"]): d["used"]["core"] for n in runtime.state.inspect()["nodes"]
+                for d in n["devices"] if d["type"] == "npu"}
+        assert used == {("n0", 0): 60, ("n0", 1): 60, ("n1", 0): 0, ("n1", 1): 0}
+        # two whole npus: only n1 has them free, and n0's reason says why
+        out = await post(client, "/filter", names_body(npu_pod("c", "200"), ["n0", "n1"]))
+        assert out["NodeNames"] == ["n1"]
+        assert out["FailedNodes"]["n0"].startswith("needs 2 whole npu")
+
+
+async def test_an_unconfigured_type_is_refused_with_the_fix() -> None:
+    backend = npu_cluster(npu_pod("a", "50"))
+    async with running(backend) as (client, _):
+        out = await post(client, "/filter", names_body(npu_pod("a", "50"), ["n0", "n1"]))
+        assert out["NodeNames"] == []
+        reason = out["FailedAndUnresolvableNodes"]["n0"]
+        assert f"asks for {NPU}, which no dialect of devshare reads: nodes list npu devices" in reason
+        assert f"deviceTypes: {{npu: {{resources: [{NPU}]}}}}" in reason
+        refused = await bind(client, "a", "n0")  # nor binds it, for the same reason
+        assert refused.startswith("invalid request") and "which no dialect of devshare reads" in refused

@@ -1,6 +1,6 @@
-"""A shortlist of one holds the node it passes until the pod's bind (``Extender._hold``): kube-scheduler
-assumes the pod there and filters the next pods before that bind arrives, so the next pod must not be
-told the same free card."""
+"""Filter and prioritize (server/extender/filtering.py): a shortlist of one holds the node it passes until
+the pod's bind (``Filtering._hold``): kube-scheduler assumes the pod there and filters the next pods
+before that bind arrives, so the next pod must not be told the same free card."""
 
 from __future__ import annotations
 
