@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from devshare.cli.main import app
-from devshare.engine import topology
+from devshare.engine import topology, topology_search
 from devshare.engine.topology import TopologyResult, TopologySolver, best_set, mask_of, solver_for
 from devshare.model.errors import InvalidInput
 from devshare.model.links import load_topology_file
@@ -197,7 +197,7 @@ def test_search_node_limit_keeps_the_bottleneck_exact(monkeypatch: pytest.Monkey
     b = rng.uniform(1, 100, (12, 12))
     b = np.minimum(b, b.T)
     exact = best_set(b, range(12), 6, method="enumerate")  # type: ignore[arg-type]
-    monkeypatch.setattr(topology, "SEARCH_NODE_LIMIT", 2)
+    monkeypatch.setattr(topology_search, "SEARCH_NODE_LIMIT", 2)
     bounded = best_set(b, range(12), 6, method="search")  # type: ignore[arg-type]
     assert exact is not None and bounded is not None
     assert bounded.bottleneck == exact.bottleneck == pair_min(b.tolist(), bounded.gpus)
