@@ -1,35 +1,45 @@
-"""kube-scheduler's verbs served straight off the socket: the extender's lane.
+"""kube-scheduler's verbs served off the socket, parsed by llhttp (httptools): the extender's lane.
 
-kube-scheduler waits for every filter before it takes its next pod, and the extender shares its
-cores with the control plane, so what serving a request costs counts twice: in CPU, and on
-kube-scheduler's path. aiohttp's request machinery (its parser, streams, request and response
-objects) costs about 150 us of CPU per request more than reading one plain request off the socket
-(BENCHMARKS.md, issue 11's eleventh stop), and kube-scheduler sends two per pod.
+kube-scheduler waits for every filter before it takes its next pod, and the extender shares its cores
+with the control plane, so what serving a request costs counts twice: in CPU, and on kube-scheduler's
+path. aiohttp's request machinery (its request and response objects, streams, the handler's task)
+costs about 150 us of CPU per request more than answering off the socket, and kube-scheduler sends
+two requests per pod; measured on the real control plane, the lane makes the extender's phases 8-12%
+faster (BENCHMARKS.md).
 
-So on a plain-HTTP port each connection starts in a :class:`Lane`. It serves a request itself only
-when it is exactly what kube-scheduler's HTTP/1.1 client sends: ``POST`` to one of the verbs' paths,
-``HTTP/1.1``, CRLF line ends, ASCII, one ``Content-Length`` and no ``Transfer-Encoding``, ``Expect``
-or ``Upgrade``. The verb answers as it does through aiohttp (:class:`~devshare.server.extender.app.Verb`,
-the one owner of the answer and its metrics). Anything else (another path or method, a chunked
-body, a malformed head, a body over the limit) is not read further: the connection is handed, with
-everything buffered, to aiohttp's own handler for the application, which answers it and every later
-request of that connection as it always did. So the lane decides nothing aiohttp would answer
-differently; it only skips aiohttp's cost for the one request shape that is most of the traffic.
+On a plain-HTTP port each connection starts in a :class:`Lane`. Its bytes are parsed by llhttp (through
+httptools: the parser aiohttp's own is built on; nothing here reads HTTP by hand). The lane answers a
+request itself only when it is plainly what kube-scheduler's HTTP/1.1 client sends: ``POST`` to one of
+the verbs' paths, ``HTTP/1.1``, one ``Host``, one ``Content-Length`` within the body limit, no
+``Transfer-Encoding``, ``Expect`` or ``Upgrade``, header values of printable ASCII, a head within
+aiohttp's line limit, and the request alone in the bytes that brought its end. The verb answers as
+through aiohttp (:class:`~devshare.server.extender.app.Verb`, the one owner of the answer and its
+metrics), with the headers aiohttp writes. Anything else (another path or method, a parse error, a
+chunked body, a request pipelined behind another in one read) is not judged here: the connection is
+handed, with every byte not yet answered, to aiohttp's handler for the application, which answers it
+and the rest of that connection as it always does. So the lane decides nothing aiohttp would answer
+differently (``tests/server/extender/test_lane.py`` sends the same bytes, hostile ones included, to both
+and compares the answers); it only skips aiohttp's cost for the requests that are most of the traffic.
 
-One request at a time per connection, in order; a verb still running when the client goes away runs
-to its end (a bind is never cut in the middle), as aiohttp's handlers do by default.
+Answers go out in order; a verb still running when the client goes away runs to its end (a bind is
+never cut in the middle), as aiohttp's handlers do by default.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import functools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import cast
+
+import httptools
+from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
 
 from devshare.server.extender.app import MAX_BODY, Verb
 from devshare.server.extender.extender import Extender
@@ -39,18 +49,24 @@ log = logging.getLogger(__name__)
 # bytes of request line and headers the lane serves at most (aiohttp refuses a line longer than 8190):
 # a longer head is handed over, so that aiohttp judges it
 HEAD_LIMIT = 8190
+MAX_HEADERS = 64  # headers of a request the lane serves (kube-scheduler's client sends five)
 IDLE_TIMEOUT = 75.0  # seconds a connection may stay idle between requests (aiohttp's keep-alive default)
-HEADERS = b"Content-Type: application/json\r\nContent-Length: %d\r\nDate: %s\r\n%s\r\n"  # and the body
-REFUSED = frozenset({b"transfer-encoding", b"expect", b"upgrade"})  # headers aiohttp handles, never the lane
+REFUSED = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"te"})  # headers aiohttp handles, never the lane
+CONNECTION_TOKENS = frozenset({b"close", b"keep-alive"})
+PRINTABLE = frozenset(range(0x20, 0x7F)) | {0x09}  # what a header value the lane serves may hold
 
 
 @functools.lru_cache(maxsize=64)
-def _status_line(status: int) -> bytes:
+def _head(status: int) -> bytes:
+    """The start of the answer aiohttp writes for a verb: its status line and headers, in its order (the
+    Content-Length, Date and Server values follow; the tests compare the whole with aiohttp's, byte for
+    byte but the date)."""
     try:
         reason = HTTPStatus(status).phrase
     except ValueError:
         reason = "Unknown"
-    return f"HTTP/1.1 {status} {reason}\r\n".encode()
+    v = HttpVersion11
+    return f"HTTP/{v.major}.{v.minor} {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: ".encode()
 
 
 class _Date:
@@ -65,6 +81,9 @@ class _Date:
         if now != self.second:
             self.second, self.value = now, email.utils.formatdate(now, usegmt=True).encode()
         return self.value
+
+
+_SERVER = f"\r\nServer: {SERVER_SOFTWARE}\r\n".encode()
 
 
 class Lanes:
@@ -98,17 +117,95 @@ class Lanes:
             lane.close()
 
 
+class _Message:
+    """One request as llhttp reads it."""
+
+    __slots__ = ("body", "complete", "head_done", "headers", "keep_alive", "url", "verb")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body = bytearray()
+        self.verb: Verb | None = None  # once its head is read and judged the lane's
+        self.head_done = False
+        self.complete = False
+        self.keep_alive = True
+
+
+class _Ends:
+    """llhttp's callbacks counting the requests completed (to find where one ends in a buffer)."""
+
+    def __init__(self) -> None:
+        self.complete = 0
+
+    def on_message_complete(self) -> None:
+        self.complete += 1
+
+
+def end_of_first(data: bytes | bytearray) -> int | None:
+    """Where the first request of ``data`` ends (its length), as llhttp frames it: the shortest prefix
+    a fresh parser reads a whole request in; None when there is none. Asked only when one read brought
+    the end of a request and more (requests pipelined in one write)."""
+
+    def completes(n: int) -> bool:
+        ends = _Ends()
+        with contextlib.suppress(httptools.HttpParserError, httptools.HttpParserUpgrade):
+            httptools.HttpRequestParser(ends).feed_data(bytes(data[:n]))
+        return ends.complete > 0
+
+    lo, hi = 1, len(data)
+    if not hi or not completes(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if completes(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 class Lane(asyncio.Protocol):
-    """One connection, while it is served by the lane (:mod:`this module <devshare.server.extender.lane>`)."""
+    """One connection, while it is served by the lane (:mod:`this module <devshare.server.extender.lane>`).
+    The parser's callbacks (``on_*``) note each request as llhttp reads it; :meth:`_judge` decides, once
+    its head is read, whether it is the lane's."""
 
     def __init__(self, lanes: Lanes) -> None:
         self.lanes = lanes
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.task: asyncio.Task[None] | None = None  # the verb answering the current request
+        self.parser = httptools.HttpRequestParser(self)
+        self.buffer = bytearray()  # the bytes of the requests not yet answered (or handed over)
+        self.messages: list[_Message] = []  # the requests in them, as far as read
+        self.ready: deque[tuple[Verb, bytes, bool]] = deque()  # complete requests to answer, in order
+        self.task: asyncio.Task[None] | None = None  # the verb answering the first of them
         self.idle: asyncio.TimerHandle | None = None
-        self.paused = False
-        self.eof = False  # the client will send nothing more: close once the answer under way is written
+        self.declined = False  # a request the lane does not serve: hand over once the answers are out
+        self.eof = False  # the client will send nothing more: close once the answers under way are written
+
+    # ------------------------------------------------------------------ llhttp's callbacks
+    def on_message_begin(self) -> None:
+        self.messages.append(_Message())
+
+    def on_url(self, url: bytes) -> None:
+        self.messages[-1].url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.messages[-1].headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        m = self.messages[-1]
+        m.head_done = True
+        m.verb = self._judge(m)
+
+    def on_body(self, body: bytes) -> None:
+        m = self.messages[-1]
+        if m.verb is not None:  # the body of a request the lane will not serve is aiohttp's to read
+            m.body += body
+
+    def on_message_complete(self) -> None:
+        m = self.messages[-1]
+        m.complete = True
+        m.keep_alive = self.parser.should_keep_alive()  # (llhttp forgets it once the next message begins)
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -128,86 +225,97 @@ class Lane(asyncio.Protocol):
             self.idle.cancel()
             self.idle = None
         self.buffer += data
+        if self.declined:
+            return  # kept for aiohttp, which takes the connection once the answers under way are out
+        try:
+            self.parser.feed_data(data)
+            broken = False
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):  # malformed, an upgrade...: aiohttp's
+            broken = True
+        done = [m for m in self.messages if m.complete]  # (the first ones)
+        rest = self.messages[len(done):]
+        head = rest[0] if rest else None
+        if broken or any(m.verb is None for m in done) or (head is not None and head.head_done and head.verb is None):
+            # not all the lane's: aiohttp takes every request of these bytes, as it reads them had it read the
+            # connection from the start (a request it refuses takes down those read with it)
+            self._decline()
+            return
+        for i, m in enumerate(done):
+            end = len(self.buffer) if i == len(done) - 1 and head is None else end_of_first(self.buffer)
+            if end is None:  # (llhttp read a request in these bytes a moment ago: never)
+                self._decline()
+                return
+            self.ready.append((cast(Verb, m.verb), bytes(m.body), not m.keep_alive))
+            del self.buffer[:end]
+        del self.messages[:len(done)]
+        if head is not None and not head.head_done and len(self.buffer) > HEAD_LIMIT:
+            self._decline()  # a head longer than aiohttp takes: aiohttp answers it
+            return
         if self.task is None:
             self._next()
-        elif len(self.buffer) > self.lanes.max_body + HEAD_LIMIT and not self.paused:
-            self.paused = True  # a client sending ahead while its request is answered: stop reading
-            assert self.transport is not None
-            self.transport.pause_reading()
 
     def eof_received(self) -> bool:
         self.eof = True
         return self.task is not None  # keep the socket for the answer under way; close otherwise
 
-    # ------------------------------------------------------------------ requests
-    def _next(self) -> None:
-        """Serve the buffered request if it is complete and the lane's to serve; hand the connection
-        to aiohttp if it is not the lane's; otherwise wait for more bytes."""
-        buf = self.buffer
-        if not buf:
-            self._wait_more()
-            return
-        end = buf.find(b"\r\n\r\n")
-        head = bytes(buf[:end]) if end >= 0 else bytes(buf[:HEAD_LIMIT + 1])
-        if head.count(b"\n") != head.count(b"\r\n") or not head.isascii():
-            self._hand_over()  # bare LF line ends, or bytes only a full parser should judge
-            return
-        if end < 0:
-            if len(buf) > HEAD_LIMIT:
-                self._hand_over()
-            else:
-                self._wait_more()  # the rest of the head is on its way
-            return
-        parsed = self._parse(head) if end <= HEAD_LIMIT else None
-        if parsed is None:
-            self._hand_over()
-            return
-        verb, length, close = parsed
-        start = end + 4
-        if len(buf) < start + length:
-            self._wait_more()  # the body is on its way
-            return
-        with memoryview(buf) as view:
-            body = bytes(view[start:start + length])
-        del buf[:start + length]
-        self.task = asyncio.get_running_loop().create_task(self._answer(verb, body, close))
-
-    def _parse(self, head: bytes) -> tuple[Verb, int, bool] | None:
-        """The verb, body length and whether to close after the answer, of a head the lane serves;
-        None for any other."""
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ")
-        if len(parts) != 3 or parts[0] != b"POST" or parts[2] != b"HTTP/1.1":
+    # ------------------------------------------------------------------ judging a request
+    def _judge(self, m: _Message) -> Verb | None:
+        """The verb of the request whose head was just read when the lane serves it (see the module's
+        doc), else None."""
+        p = self.parser
+        verb = self.lanes.verbs.get(m.url)
+        if verb is None or p.get_method() != b"POST" or p.get_http_version() != "1.1":
             return None
-        verb = self.lanes.verbs.get(parts[1])
-        if verb is None:
+        if len(m.headers) > MAX_HEADERS or len(m.url) + sum(len(n) + len(v) + 4 for n, v in m.headers) > HEAD_LIMIT:
             return None
-        length: int | None = None
-        close = False
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name != name.strip() or line[:1] in (b" ", b"\t"):
-                return None  # no colon, whitespace around the name, a folded line: aiohttp answers it
-            name = name.lower()
-            value = value.strip()
-            if name == b"content-length":
-                if length is not None or not value.isdigit():
-                    return None
-                length = int(value)
-            elif name in REFUSED:
+        hosts = lengths = 0
+        for name, value in m.headers:
+            if not PRINTABLE.issuperset(value):
                 return None
-            elif name == b"connection":
-                tokens = {t.strip().lower() for t in value.split(b",")}
-                if not tokens <= {b"close", b"keep-alive"}:
+            key = name.lower()
+            if key == b"host":
+                hosts += 1
+                if not value:
                     return None
-                close = b"close" in tokens
-        if length is None or length > self.lanes.max_body:
+            elif key == b"content-length":
+                lengths += 1
+                if not value.isdigit() or len(value) > 10 or int(value) > self.lanes.max_body:
+                    return None
+            elif key in REFUSED or (key == b"connection"
+                                    and not {t.strip().lower() for t in value.split(b",")} <= CONNECTION_TOKENS):
+                return None
+        if hosts != 1 or lengths != 1:
             return None
-        return verb, length, close
+        return verb
+
+    # ------------------------------------------------------------------ answering
+    def _next(self) -> None:
+        """Answer the next complete request; hand over once the answers are out if one was declined."""
+        if self.ready:
+            verb, body, close = self.ready.popleft()
+            self.task = asyncio.get_running_loop().create_task(self._answer(verb, body, close))
+        elif self.declined:
+            self._hand_over()
+        elif self.eof:
+            self.close()
+        else:
+            self._wait_idle()
 
     async def _answer(self, verb: Verb, body: bytes, close: bool) -> None:
         try:
-            await self._respond(verb, body, close)
+            status, out = await verb.answer(self.lanes.ext, body)
+            self.lanes.served += 1
+            transport = self.transport
+            if transport is None or transport.is_closing():
+                return  # the client went away: the verb ran to its end, nobody to tell
+            transport.write(b"".join((_head(status), str(len(out)).encode(), b"\r\nDate: ",
+                                      self.lanes.date(), _SERVER,
+                                      b"Connection: close\r\n\r\n" if close else b"\r\n", out)))
+            if close:
+                transport.close()
+                return
+            self.task = None
+            self._next()
         except asyncio.CancelledError:
             self.close()
             raise
@@ -215,25 +323,14 @@ class Lane(asyncio.Protocol):
             log.exception("the lane failed to answer a %s request", verb.name)
             self.close()
 
-    async def _respond(self, verb: Verb, body: bytes, close: bool) -> None:
-        status, out = await verb.answer(self.lanes.ext, body)
-        self.lanes.served += 1
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return  # the client went away: the verb ran to its end, nobody to tell
-        transport.write(_status_line(status) + HEADERS % (len(out), self.lanes.date(),
-                                                          b"Connection: close\r\n" if close else b"") + out)
-        if close:
-            transport.close()
-            return
-        self.task = None
-        if self.paused:
-            self.paused = False
-            transport.resume_reading()
-        self._next()
+    def _decline(self) -> None:
+        """The request being read is not the lane's: aiohttp takes the connection, once the answers
+        already under way are written (in order), with every byte not answered."""
+        self.declined = True
+        if self.task is None:
+            self._next()
 
     def _hand_over(self) -> None:
-        """aiohttp's handler takes the connection from here, with what is buffered."""
         transport = self.transport
         if transport is None:
             return
@@ -245,19 +342,14 @@ class Lane(asyncio.Protocol):
         self.transport = None
         handler = self.lanes.fallback()
         transport.set_protocol(handler)
-        handler.connection_made(transport)  # never paused here: only a request under way pauses reading
+        handler.connection_made(transport)
         if self.buffer:
             handler.data_received(bytes(self.buffer))
         self.buffer.clear()
+        if self.eof:
+            handler.eof_received()
 
     # ------------------------------------------------------------------ idle connections
-    def _wait_more(self) -> None:
-        """Wait for the client's next bytes, unless it said it sends none (then close)."""
-        if self.eof:
-            self.close()
-        else:
-            self._wait_idle()
-
     def _wait_idle(self) -> None:
         if self.idle is None and self.transport is not None:
             self.idle = asyncio.get_running_loop().call_later(self.lanes.idle_timeout, self.close)
