@@ -434,3 +434,32 @@ def test_release_of_unknown_pod_is_a_no_op() -> None:
     assert not Lifecycle(Scheduler(s)).forget("ns/none")
     assert s.usage_key() == before
     assert np.all(s.tables["gpu"].used_core == 0)
+
+
+def test_pods_holding_no_record_count_on_their_node_cpu_and_memory() -> None:
+    """Another scheduler's pods, pods asking no device: their CPU and memory are counted on the node
+    (and in a scratch copy), replaced on a change, given back when they go, and never counted twice
+    once the pod holds a record."""
+    s = ClusterState()
+    s.upsert_node(parse_node({"metadata": {"name": "a"}, "status": {"allocatable": {"cpu": "8", "memory": "16Gi"}}},
+                             track_resources=True))
+    row = s.row_of["a"]
+    v = int(s.row_version[row])
+    s.set_plain("ns/web", "a", 3000, 4 * GiB)
+    assert (int(s.cpu_used[row]), int(s.mem_used[row])) == (3000, 4 * GiB)
+    assert int(s.row_version[row]) > v  # the node's kept answers are stale
+    assert bool(s.cpu_short(row, 6000)) and not bool(s.cpu_short(row, 5000))
+    s.set_plain("ns/web", "a", 1000, GiB)
+    assert (int(s.cpu_used[row]), int(s.mem_used[row])) == (1000, GiB)
+    copy = s.scratch(["a"])
+    assert int(copy.cpu_used[copy.row_of["a"]]) == 1000
+    s.set_plain("ns/late", "b", 500, 0)  # its node is not known yet: counted when it comes
+    s.upsert_node(parse_node({"metadata": {"name": "b"}, "status": {"allocatable": {"cpu": "8"}}},
+                             track_resources=True))
+    assert int(s.cpu_used[s.row_of["b"]]) == 500
+    s.add_bound(PodRequest(namespace="ns", name="web", cpu_milli=1000, memory_bytes=GiB),
+                PodAllocation(node="a", containers=(ContainerAllocation(name="main", devices=()),)))
+    assert "ns/web" not in s.plain and int(s.cpu_used[row]) == 1000  # through its record only
+    s.release("ns/web")
+    s.remove_plain("ns/late")
+    assert int(s.cpu_used[row]) == 0 and int(s.cpu_used[s.row_of["b"]]) == 0
