@@ -376,9 +376,15 @@ class ClusterState:
             return f"node {alloc.node} is not known"
         if not self.active[row]:
             return f"node {alloc.node} is unschedulable"
-        if self.cpu_short(row, pod.cpu_milli):
+        back = self.pods.get(ignore) if ignore else None
+        if back is not None and back.allocation.node != alloc.node:
+            back = None  # counted on another node: nothing of it to take back here
+        cpu, memory = pod.cpu_milli, pod.memory_bytes
+        if back is not None:  # the same pod's record: its CPU and memory are counted already
+            cpu, memory = cpu - back.pod.cpu_milli, memory - back.pod.memory_bytes
+        if self.cpu_short(row, cpu):
             return f"node {alloc.node}: not enough CPU"
-        if self.memory_short(row, pod.memory_bytes):
+        if self.memory_short(row, memory):
             return f"node {alloc.node}: not enough memory"
         # per card: what the allocation adds (compute, memory, containers, whole), judged by the
         # filter's own predicate (devshare.engine.admit)
@@ -389,7 +395,6 @@ class ClusterState:
             acc[1] += g.memory
             acc[2] += 1
             acc[3] |= is_whole(g.core_milli, g.memory_ratio_milli, g.memory)
-        back = self.pods.get(ignore) if ignore else None
         for (dtype, minor), (core, mem, slots, whole) in extra.items():
             t = self.tables.get(dtype)
             col = t.column_of(row, minor) if t is not None else -1
@@ -399,7 +404,7 @@ class ClusterState:
             used_core = int(t.used_core[row, col])
             used_mem = int(t.used_mem[row, col])
             used_slots = int(t.used_slots[row, col])
-            if back is not None and back.allocation.node == alloc.node:
+            if back is not None:
                 for _, bg in back.allocation.grants():
                     if bg.type == dtype and bg.minor == minor:
                         used_core -= bg.core_milli
