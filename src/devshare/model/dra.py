@@ -575,3 +575,23 @@ def node_filter(pod: dict[str, Any]) -> NodeFilter:
         terms.append(NodeTerm(tuple(exprs)))
     return NodeFilter(tuple(sorted((str(k), str(v)) for k, v in sel.items())) if isinstance(sel, dict) else (),
                       tuple(terms))
+
+
+def slice_changed(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """Whether a published ResourceSlice differs from what should be published (devices, node, owner)."""
+    cs, ds = current.get("spec") or {}, desired.get("spec") or {}
+    labels = (current.get("metadata") or {}).get("labels") or {}
+    return (cs.get("devices") != ds.get("devices") or cs.get("nodeName") != ds.get("nodeName")
+            or cs.get("driver") != ds.get("driver")
+            or labels.get(PUBLISHED_BY) != desired["metadata"]["labels"].get(PUBLISHED_BY))
+
+
+def next_slice(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """``desired`` as a replacement of ``current``: its resourceVersion (the write's precondition) and
+    the pool's generation one higher (kube-scheduler then ignores the older slice's devices)."""
+    meta = dict(desired["metadata"])
+    meta["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+    gen = ((current.get("spec") or {}).get("pool") or {}).get("generation") or 0
+    spec = dict(desired["spec"])
+    spec["pool"] = {**spec["pool"], "generation": int(gen) + 1}
+    return {**desired, "metadata": meta, "spec": spec}
