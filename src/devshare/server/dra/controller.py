@@ -550,7 +550,8 @@ class DraController:
             self._reported.pop(next(iter(self._reported)))
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         api_version = "v1" if kind == "Pod" else dra.API_VERSION
-        event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+        event = {"apiVersion": "v1", "kind": "Event",
+                 "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
                  "involvedObject": {"apiVersion": api_version, "kind": kind, "namespace": ns, "name": name,
                                     "uid": uid},
                  "reason": reason, "type": "Warning", "message": message[:1024],
