@@ -105,6 +105,7 @@ def webhook(
             raise fail("give --cluster or --kubeconfig/--in-cluster, not both")
         source: DeviceTypes | None = None
         pods: PodSource | None = None  # where a Binding's pod and a trade's partner are read
+        dra_claims = None
         if cluster is not None:
             from devshare.kube.memory import MemoryBackend
 
@@ -116,6 +117,10 @@ def webhook(
 
             backend = LiveBackend.connect(kubeconfig)
             source, pods = WatchedDeviceTypes(backend), backend
+            from devshare.kube.dra import LiveDraApi  # DRA (issue 38): claims read to decide the gate
+            from devshare.server.webhook.dra_gate import ApiClaims
+
+            dra_claims = ApiClaims(LiveDraApi(backend.api))
         config = WebhookConfig(
             disabled_types=settings.device_types.disabled(),
             disabled_dialects=settings.disabled_dialects(),
@@ -123,6 +128,7 @@ def webhook(
             replace_schedulers=tuple(replace_scheduler) if replace_scheduler else REPLACEABLE_SCHEDULERS,
             cluster=source,
             pods=pods,
+            dra_claims=dra_claims,
         )
         if allocation_writer:
             bad = [w for w in allocation_writer if not w.strip()]

@@ -483,12 +483,20 @@ class PodClaimRef(msgspec.Struct, frozen=True, kw_only=True):
     template: str = ""
 
 
+def _mapping(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _items(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
 def pod_claims(pod: dict[str, Any]) -> list[PodClaimRef]:
-    spec = pod.get("spec") or {}
+    spec = _mapping(pod.get("spec"))
     generated = {str(s.get("name")): s.get("resourceClaimName") or ""
-                 for s in (pod.get("status") or {}).get("resourceClaimStatuses") or [] if isinstance(s, dict)}
+                 for s in _items(_mapping(pod.get("status")).get("resourceClaimStatuses")) if isinstance(s, dict)}
     out = []
-    for rc in spec.get("resourceClaims") or []:
+    for rc in _items(spec.get("resourceClaims")):
         if not isinstance(rc, dict) or not isinstance(rc.get("name"), str):
             continue
         if rc.get("resourceClaimName"):
@@ -501,7 +509,7 @@ def pod_claims(pod: dict[str, Any]) -> list[PodClaimRef]:
 
 def has_gate(pod: dict[str, Any]) -> bool:
     return any(isinstance(g, dict) and g.get("name") == GATE
-               for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+               for g in _items(_mapping(pod.get("spec")).get("schedulingGates")))
 
 
 # ---------------------------------------------------------------------------------------- capacity units
@@ -562,7 +570,7 @@ class NodeFilter(msgspec.Struct, frozen=True):
 
 
 def node_filter(pod: dict[str, Any]) -> NodeFilter:
-    spec = pod.get("spec") or {}
+    spec = _mapping(pod.get("spec"))
     sel = spec.get("nodeSelector") or {}
     required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})

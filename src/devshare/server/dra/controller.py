@@ -63,7 +63,7 @@ REPORTED_KEPT = 4096
 
 class DraController:
     def __init__(self, api: DraApi, lifecycle: Lifecycle, *, is_leader: Callable[[], bool] = lambda: True,
-                 fence: Callable[[], Awaitable[None]] | None = None,
+                 fence: Callable[[], Awaitable[str | None]] | None = None,
                  ready: Callable[[], Awaitable[None]] | None = None,
                  clock: Callable[[], float] = time.monotonic, share_id: Callable[[], str] = lambda: str(uuid.uuid4()),
                  assume_ttl: float = DEFAULT_ASSUME_TTL, retry: float = 5.0, publish_slices: bool = False,
@@ -395,13 +395,11 @@ class DraController:
                 self.lifecycle.forget(k)
             self._refuse(pod, f"the devices chosen were taken meanwhile ({e}); trying again", permanent=False)
             return False
-        try:
-            if self.fence is not None:
-                await self.fence()
-        except Exception as e:
+        fenced = await self.fence() if self.fence is not None else None
+        if fenced:  # no longer the leader: another replica decides
             for k in assumed:
                 self.lifecycle.forget(k)
-            log.info("pod %s: not writing claims (%s)", key, e)
+            log.info("pod %s: not writing claims (%s)", key, fenced)
             self._waiting.add(key)
             return False
         for n, cd in enumerate(decision.claims):
