@@ -454,8 +454,11 @@ def node_selector(node: str) -> dict[str, Any]:
     return {"nodeSelectorTerms": [{"matchFields": [{"key": NODE_FIELD, "operator": "In", "values": [node]}]}]}
 
 
-def allocation_status(results: list[Result], node: str) -> dict[str, Any]:
-    """``status.allocation`` for ``results`` on ``node``."""
+def allocation_status(results: list[Result], node: str, *, timestamp: str = "") -> dict[str, Any]:
+    """``status.allocation`` for ``results`` on ``node``. ``timestamp`` (RFC 3339): its
+    ``allocationTimestamp``; kube-scheduler (v1.37, DRADeviceBindingConditions) sets one in its PreBind
+    when missing, which the API server refuses on an allocation already written (immutable): the
+    allocator writes it with the allocation."""
     out = []
     for r in results:
         entry: dict[str, Any] = {"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device}
@@ -464,7 +467,10 @@ def allocation_status(results: list[Result], node: str) -> dict[str, Any]:
         if r.consumed:
             entry["consumedCapacity"] = {k: _quantity_text(k, v) for k, v in r.consumed.items()}
         out.append(entry)
-    return {"devices": {"results": out}, "nodeSelector": node_selector(node)}
+    status: dict[str, Any] = {"devices": {"results": out}, "nodeSelector": node_selector(node)}
+    if timestamp:
+        status["allocationTimestamp"] = timestamp
+    return status
 
 
 def _quantity_text(name: str, v: Fraction) -> str:

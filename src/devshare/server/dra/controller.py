@@ -405,7 +405,9 @@ class DraController:
         for n, cd in enumerate(decision.claims):
             rkey = cd.record.key
             with self.lifecycle.bind_in_flight(rkey):
-                written = await self._write_claim(cd.claim, dra.allocation_status(list(cd.results), decision.node))
+                stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                written = await self._write_claim(cd.claim, dra.allocation_status(list(cd.results), decision.node,
+                                                                                  timestamp=stamp))
             if written is None:
                 for later in decision.claims[n:]:
                     self.lifecycle.forget(later.record.key, later.allocation)
