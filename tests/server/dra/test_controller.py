@@ -213,3 +213,44 @@ async def test_pods_without_devshare_claims_are_released_at_once(fake_api: FakeA
         assert allocation(fake_api, "default/other") is None  # kube-scheduler's to allocate
     finally:
         await ctl.stop()
+
+
+async def test_a_replica_that_does_not_lead_never_allocates(fake_api: FakeApiServer, dra_api: LiveDraApi) -> None:
+    life = engine()
+    publish(fake_api, life)
+    fake_api.put(claim("c1"))
+    fake_api.put(gated_pod("p1", "c1"))
+    leading = [False]
+    ctl = DraController(dra_api, life, is_leader=lambda: leading[0], retry=0.05)
+    ctl.start()
+    try:
+        await until(lambda: ctl.synced.is_set() and "default/p1" in ctl._waiting, "tried once")
+        for _ in range(5):  # several retry rounds
+            await asyncio.sleep(0.06)
+        assert allocation(fake_api, "default/c1") is None and gates(fake_api, "default/p1")
+        assert not any(k.endswith("resourceclaim:c1") for k in life.state.pods)
+        leading[0] = True  # it takes over: the waiting pod is allocated at the next round
+        await until(lambda: not gates(fake_api, "default/p1"), "allocated once leading")
+    finally:
+        await ctl.stop()
+
+
+async def test_a_fence_that_fails_writes_nothing_and_holds_nothing(fake_api: FakeApiServer,
+                                                                   dra_api: LiveDraApi) -> None:
+    life = engine()
+    publish(fake_api, life)
+    fake_api.put(claim("c1"))
+    fake_api.put(gated_pod("p1", "c1"))
+
+    async def deposed() -> str | None:
+        return "another replica holds the Lease"
+
+    ctl = DraController(dra_api, life, fence=deposed, retry=0.05)
+    ctl.start()
+    try:
+        await until(lambda: ctl.synced.is_set() and "default/p1" in ctl._waiting, "tried")
+        await asyncio.sleep(0.2)
+        assert allocation(fake_api, "default/c1") is None
+        assert not any(k.endswith("resourceclaim:c1") for k in life.state.pods)  # the assumption was dropped
+    finally:
+        await ctl.stop()
