@@ -47,7 +47,8 @@ def balanced(cpu_alloc: Ints, cpu_used: Ints, mem_alloc: Ints, mem_used: Ints, c
         fc = np.minimum(c / np.maximum(cpu_alloc, 1), 1.0)
         fm = np.minimum(m / np.maximum(mem_alloc, 1), 1.0)
         std = np.abs(fc - fm) / 2
-        return ((1 - std) * MAX_NODE_SCORE).astype(np.int64)
+        out: Ints = ((1 - std) * MAX_NODE_SCORE).astype(np.int64)  # Go's int64(): truncation
+        return out
 
     with_pod = score(cpu_used + cpu, mem_used + mem)
     without = score(cpu_used, mem_used)
