@@ -191,3 +191,43 @@ def test_kill_9_mid_stream_loses_nothing_and_allocates_nothing_twice(cluster: Cl
     # one more fits nowhere, and says so
     claim_pod(cluster, "extra", "quarter")
     cluster.wait_event("extra", "FailedDRAAllocation", timeout=60)
+
+
+def test_a_claim_kube_scheduler_allocated_on_devshare_devices_is_counted(cluster: Cluster) -> None:
+    """devshare reads every claim: one of another DeviceClass, allocated by kube-scheduler itself on a
+    device devshare publishes, holds that device for extended-resource pods too."""
+    cluster.nodes(["dra-foreign-1"], gpus=1, memory_gib=16)
+    wait_until(lambda: cluster.cp.kubectl("get", "resourceslice", f"dra-foreign-1-{DRIVER}",
+                                          check=False).returncode == 0, timeout=60, what="ResourceSlice published")
+    foreign = f"gpu.{cluster.group}.example.com"
+    cluster.cp.apply({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": foreign},
+                      "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+    template(cluster, "theirs", [share("60", cls=foreign)])
+    claim_pod_ungated(cluster, "theirs", "theirs")
+    cluster.wait_bound("theirs", timeout=60)  # kube-scheduler allocated it: no gate, not devshare's class
+    cluster.pod("fits", {"koordinator.sh/gpu-core": "40", "koordinator.sh/gpu-memory": "1Gi"})
+    cluster.pod("too-big", {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory": "1Gi"})
+    cluster.wait_bound("fits", timeout=60)
+    wait_until(lambda: cluster.events("too-big", "FailedScheduling"), timeout=60, what="too-big refused")
+    assert not cluster.get_pod("too-big")["spec"].get("nodeName")
+    assert_never_overbooked(cluster, 16)
+
+
+def claim_pod_ungated(cluster: Cluster, name: str, tmpl: str) -> None:
+    """:func:`claim_pod` for a class devshare does not serve: the webhook leaves the pod ungated."""
+    obj = cluster.pod(name, create=False)
+    obj["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": tmpl}]
+    cluster.cp.kubectl("create", "-f", "-", input=json.dumps(obj))
+    pod = cluster.get_pod(name)
+    assert not pod["spec"].get("schedulingGates")
+    spec = cluster.cp.get("resourceclaimtemplate", tmpl, "-n", cluster.ns)["spec"]["spec"]
+    cluster.cp.kubectl("create", "-f", "-", input=json.dumps({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": f"{name}-gpu", "namespace": cluster.ns,
+                     "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
+                                          "uid": pod["metadata"]["uid"], "controller": True,
+                                          "blockOwnerDeletion": True}]},
+        "spec": spec}))
+    statuses = [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}]
+    cluster.cp.write_status("pod", name, {"resourceClaimStatuses": statuses}, namespace=cluster.ns)

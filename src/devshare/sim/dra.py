@@ -30,3 +30,4 @@ class DraWindow(Window):
             ev = self.scheduler.evaluate(pod, self.order)
             ok &= ev.codes == SUCCESS
         return ok
+
