@@ -17,7 +17,9 @@ What it does, per seed (the same seeds for both, the same node sample for every 
 - **stock**: the claim's DeviceClass is not devshare's, so no gate: kube-scheduler's DynamicResources
   allocates (first fit by device index, node by LeastAllocated + BalancedAllocation);
 - **devshare**: the claim asks ``gpu.devshare.io``: the webhook gates the pod, devshare's allocator
-  chooses node and devices with the extender's engine and policy, kube-scheduler binds.
+  chooses node and devices with the extender's engine and policy, kube-scheduler binds. The extender
+  is restarted before each seed's phase (its policy learns online; each seed starts afresh, as in the
+  simulator).
 
 Reported per seed: GPU allocation % when 100% of the sample's GPUs has arrived (bound pods' GPUs over
 the sample's), hence unallocated %; pods/s of each phase (pods processed over its wall time); devices
@@ -279,6 +281,11 @@ def main() -> None:
         cp.start_webhook()
         for s in seeds:
             for mode in ("stock", "devshare"):
+                if mode == "devshare":
+                    # a fresh extender for each seed, as each simulated seed starts afresh: its learning
+                    # policy would otherwise carry the task mix of the earlier phases
+                    cp.processes["extender"].stop()
+                    cp.start_extender()
                 results.append(asyncio.run(run_phase(cp, trace, s, mode, args.stop_at)))
     assert args.stop_at <= MAX_ARRIVED
     stock = {str(r["seed"]): round(r["unallocated_pct"], 2) for r in results if r["mode"] == "stock"}

@@ -16,7 +16,7 @@ from devshare.engine.policies.firstfit import DraBaselinePolicy
 from devshare.engine.policies.protocol import Policy
 from devshare.engine.scheduler import Scheduler
 from devshare.sim.dra import DraWindow
-from devshare.sim.replay import MAX_ARRIVED, RunResult, arrival_order, build_state, node_rank, pod_request
+from devshare.sim.replay import MAX_ARRIVED, RunResult, arrival_order, build_state, pod_request
 from devshare.sim.trace import Trace
 from devshare.sim.window import schedule
 
@@ -29,7 +29,7 @@ def replay_online(trace: Trace, policy: Policy, seed: int) -> RunResult:
     policy; this is what the live comparison of issue 38 is checked against."""
     started = time.perf_counter()
     state = build_state(trace)
-    node_rank(state, seed)
+    # node ranks stay in creation order, as in the live extender (the replay permutes them by seed)
     settings = Settings(topology=False)
     ours = Lifecycle(Scheduler(state, policy=policy, settings=settings))
     stock = Lifecycle(Scheduler(state, policy=DraBaselinePolicy(seed), settings=settings))
