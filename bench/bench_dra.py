@@ -14,20 +14,23 @@ What it does, per seed (the same seeds for both, the same node sample for every 
   of a card, ``count`` cards, the model constraint as a CEL selector); a CPU-only pod asks no claim.
   Each pod is waited for: bound, or found unplaceable (kube-scheduler's PodScheduled=False
   Unschedulable; devshare's FailedDRAAllocation event), then deleted with its claim;
-- **stock**: the claim's DeviceClass is not devshare's, so no gate: kube-scheduler's DynamicResources
-  allocates (first fit by device index, node by LeastAllocated + BalancedAllocation);
-- **devshare**: the claim asks ``gpu.devshare.io``: the webhook gates the pod, devshare's allocator
-  chooses node and devices with the extender's engine and policy, kube-scheduler binds. The extender
+- **stock**: every pod goes to a kube-scheduler of its own (default profile, no extender) and the
+  claim's DeviceClass is not devshare's, so no gate: kube-scheduler's DynamicResources allocates (first
+  fit by device index, node by LeastAllocated + BalancedAllocation);
+- **devshare**: every pod goes to devshare's scheduler (deploy/'s profile, which asks the extender
+  about all its pods), the claim asks ``gpu.devshare.io``: the webhook gates the pod, devshare's
+  allocator chooses node and devices with the extender's engine and policy, kube-scheduler binds; a
+  CPU-only pod is placed by the extender. The extender
   is restarted before each seed's phase (its policy learns online; each seed starts afresh, as in the
   simulator).
 
 Reported per seed: GPU allocation % when 100% of the sample's GPUs has arrived (bound pods' GPUs over
 the sample's), hence unallocated %; pods/s of each phase (pods processed over its wall time); devices
-whose claims consume more than their capacity (counted from the claims). ``sim_unallocated_pct``: the
-simulator on the same sample and seeds as the live cluster runs it (``devshare.sim.online``: devshare
-places the GPU pods' claims, stock kube-scheduler the CPU-only pods, which never reach devshare);
-``devshare simulate``'s own figure (devshare placing every pod) and its ``dra-baseline`` are printed
-beside it. The last line is one JSON object:
+whose claims consume more than their capacity (counted from the claims). ``sim_unallocated_pct``:
+``devshare simulate``'s devshare policy on the same sample and seeds (devshare places every pod, as
+here). Printed beside it: ``devshare.sim.online`` (CPU-only pods left to stock kube-scheduler, as in a
+cluster whose CPU-only pods do not use devshare's scheduler) and the ``dra-baseline`` policy. The last
+line is one JSON object:
 ``{"nodes", "seeds", "stock_unallocated_pct": {seed: x}, "devshare_unallocated_pct": {seed: x},
 "sim_unallocated_pct": {seed: x}, "stock_mean", "devshare_mean", "sim_mean", "pods_per_s_stock",
 "pods_per_s_devshare", "overconsumed_devices"}``.
@@ -65,6 +68,7 @@ from devshare.sim.trace import Trace, TracePod, load_trace
 from e2e.cluster import SCHEDULER_NAME, ControlPlane, control_plane, wait_until
 
 STOCK_CLASS = "gpu.bench.example.com"  # selects devshare's published GPUs, but is not devshare's: no gate
+STOCK_SCHEDULER = "stock-scheduler"  # a kube-scheduler of its own, default profile, no extender
 PHASE_LABEL = "bench.devshare.io/phase"
 WAIT = 90.0  # seconds a pod may take to be placed or refused before it counts as not placed
 
@@ -108,11 +112,11 @@ def claim_for(tp: TracePod, name: str, ns: str, device_class: str) -> dict[str, 
             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": ex}]}}}
 
 
-def pod_for(tp: TracePod, name: str, ns: str, phase: str, claim: str | None) -> dict[str, Any]:
+def pod_for(tp: TracePod, name: str, ns: str, phase: str, claim: str | None, scheduler: str) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": "registry.k8s.io/pause:3.10",
                                  "resources": {"requests": {"cpu": f"{tp.cpu_milli}m",
                                                             "memory": f"{tp.memory_mib}Mi"}}}
-    spec: dict[str, Any] = {"schedulerName": SCHEDULER_NAME, "nodeSelector": {PHASE_LABEL: phase},
+    spec: dict[str, Any] = {"schedulerName": scheduler, "nodeSelector": {PHASE_LABEL: phase},
                             "terminationGracePeriodSeconds": 0, "containers": [container]}
     if claim is not None:
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
@@ -195,7 +199,8 @@ async def run_phase(cp: ControlPlane, trace: Trace, seed: int, mode: str, stop_a
             claim = f"{pname}-gpu"
             await api.send("POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
                            claim_for(tp, claim, ns, cls))
-        await api.send("POST", f"/api/v1/namespaces/{ns}/pods", pod_for(tp, pname, ns, phase, claim))
+        await api.send("POST", f"/api/v1/namespaces/{ns}/pods",
+                       pod_for(tp, pname, ns, phase, claim, STOCK_SCHEDULER if mode == "stock" else SCHEDULER_NAME))
         try:
             outcome = await asyncio.wait_for(fut, WAIT)
         except TimeoutError:
@@ -242,6 +247,19 @@ def overconsumed(cp: ControlPlane, ns: str) -> int:
     return sum(1 for v in used.values() if v > 100 + 1e-9)
 
 
+def stock_config(cp: ControlPlane) -> Path:
+    """kube-scheduler's default profile under its own name, with no extender: stock scheduling."""
+    import yaml
+
+    path = cp.root / "stock-scheduler.yaml"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "clientConnection": {"kubeconfig": str(cp.token_kubeconfig("devshare-scheduler")), "qps": 500, "burst": 1000},
+        "profiles": [{"schedulerName": STOCK_SCHEDULER}]}))
+    return path
+
+
 def create(cp: ControlPlane, objects: list[dict[str, Any]]) -> None:
     for i in range(0, len(objects), 200):
         cp.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
@@ -261,14 +279,14 @@ def main() -> None:
     trace = sample(full, args.nodes, args.sample_seed)
     print(f"sample: {len(trace.nodes)} nodes, {trace.gpu_capacity // 1000} GPUs; load {os.getloadavg()}",
           file=sys.stderr, flush=True)
-    # the simulator as the live cluster runs: devshare places the GPU pods' claims, stock kube-scheduler
-    # the CPU-only pods (devshare.sim.online); and, for reference, devshare simulate's own replay, where
-    # devshare places every pod, and its dra-baseline policy
-    sim = {s: replay_online(trace, make_policy("devshare", seed=s), s).unallocated_at_100 for s in seeds}
-    plain = {s: replay(trace, make_policy("devshare", seed=s), s).unallocated_at_100 for s in seeds}
+    # devshare simulate as this bench runs devshare (devshare places every pod); and, for reference, the
+    # replay with CPU-only pods left to stock kube-scheduler (devshare.sim.online) and the dra-baseline
+    # policy
+    sim = {s: replay(trace, make_policy("devshare", seed=s), s).unallocated_at_100 for s in seeds}
+    online = {s: replay_online(trace, make_policy("devshare", seed=s), s).unallocated_at_100 for s in seeds}
     base = {s: replay(trace, make_policy("dra-baseline", seed=s), s).unallocated_at_100 for s in seeds}
-    print(f"simulator: devshare online {sim}; devshare placing every pod {plain}; dra-baseline {base}",
-          file=sys.stderr, flush=True)
+    print(f"simulator: devshare placing every pod {sim}; CPU-only pods left to kube-scheduler {online}; "
+          f"dra-baseline {base}", file=sys.stderr, flush=True)
     results: list[dict[str, Any]] = []
     root = Path(tempfile.mkdtemp(prefix="devshare-bench-dra-"))
     with control_plane(root) as cp:
@@ -278,6 +296,7 @@ def main() -> None:
         cp.apply(stock_class)
         cp.start_extender()
         cp.start_scheduler()
+        cp.start_scheduler(config=stock_config(cp), name="kube-scheduler-stock")
         cp.start_webhook()
         for s in seeds:
             for mode in ("stock", "devshare"):
