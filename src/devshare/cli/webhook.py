@@ -63,6 +63,9 @@ def webhook(
                      "of one node (repeatable; default: the node agent, "
                      "system:serviceaccount:devshare-system:devshare-agent)."),
     ] = None,
+    dra: Annotated[bool, typer.Option(  # DRA (issue 38)
+        "--dra/--no-dra", help="Gate pods whose ResourceClaims use devshare's DeviceClasses until devshare's "
+        "allocator (devshare extender --dra) has allocated them (docs/dra.md).")] = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     config_file: ConfigOption = None,
     event_loop: EventLoopOption = "auto",
@@ -129,6 +132,7 @@ def webhook(
             cluster=source,
             pods=pods,
             dra_claims=dra_claims,
+            dra=dra,
         )
         if allocation_writer:
             bad = [w for w in allocation_writer if not w.strip()]
