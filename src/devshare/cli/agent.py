@@ -22,7 +22,8 @@ agent_app = typer.Typer(name="agent", help="The node agent: device reporter and 
 
 NodeOpt = Annotated[str, typer.Option("--node", help="Node name (default: $NODE_NAME, else the host name).")]
 FakeOpt = Annotated[Path | None, typer.Option("--fake", help="Fake device description (YAML/JSON) instead of NVML; "
-                                               "a shared/topologies file works.")]
+                                               "a topology file of examples/topologies/ works (its GPUs and links; "
+                                               "other fields defaulted).")]
 DevicesOpt = Annotated[Path | None, typer.Option("--devices", help="RDMA/FPGA configuration file (YAML/JSON).")]
 BandwidthOpt = Annotated[Path | None, typer.Option("--bandwidth", help="Measured bandwidth matrix (a topology file "
                                                     "with bandwidth_gbps) overriding the link model.")]
@@ -199,4 +200,4 @@ def run(
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(agent_app, name="agent")
+    app.add_typer(agent_app, name="agent", short_help="The node agent: devices, device plugin.")

@@ -14,6 +14,7 @@ from devshare.cli.common import (
     EventLoopOption,
     KubeconfigOption,
     check_event_loop,
+    connect_live,
     fail,
     load_cluster,
     user_errors,
@@ -190,9 +191,7 @@ def extender(
                 options.save = cluster_saver(memory, save)
             options.leader_election = bool(leader_elect)
         else:
-            from devshare.kube.live import LiveBackend
-
-            backend = LiveBackend.connect(kubeconfig, context=context, namespace=namespace, direct=api_lane)
+            backend = connect_live(kubeconfig, context=context, namespace=namespace, direct=api_lane)
             options.leader_election = True if leader_elect is None else leader_elect
             if follow_lease is not None:
                 options.leader_election = False
@@ -205,4 +204,4 @@ def extender(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("extender")(extender)
+    app.command("extender", short_help="The kube-scheduler extender (filter, bind, /ui).")(extender)

@@ -9,7 +9,15 @@ from typing import Annotated
 
 import typer
 
-from devshare.cli.common import ConfigOption, EventLoopOption, check_event_loop, fail, load_yaml_documents, user_errors
+from devshare.cli.common import (
+    ConfigOption,
+    EventLoopOption,
+    check_event_loop,
+    connect_live,
+    fail,
+    load_yaml_documents,
+    user_errors,
+)
 
 webhook_app = typer.Typer(
     help="Admission webhook: validate and normalise device pods (POST /validate, POST /mutate).",
@@ -111,10 +119,9 @@ def webhook(
             source = ClusterFileDeviceTypes(cluster)
             pods = MemoryBackend.load(cluster)
         elif kubeconfig is not None or in_cluster:
-            from devshare.kube.live import LiveBackend
             from devshare.server.webhook.cluster import WatchedDeviceTypes
 
-            backend = LiveBackend.connect(kubeconfig)
+            backend = connect_live(kubeconfig)
             source, pods = WatchedDeviceTypes(backend), backend
         config = WebhookConfig(
             disabled_types=settings.device_types.disabled(),
@@ -171,4 +178,4 @@ def cert(
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(webhook_app, name="webhook")
+    app.add_typer(webhook_app, name="webhook", short_help="The admission webhook; its certificate.")
