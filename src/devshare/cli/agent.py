@@ -14,7 +14,8 @@ import typer
 
 from devshare.agent.client import AgentClient
 from devshare.agent.inventory import Backend
-from devshare.cli.common import emit, fail, user_errors
+from devshare.cli.common import LogLevelOption, emit, fail, user_errors
+from devshare.cli.common import log_level as parse_log_level
 from devshare.model.errors import InvalidInput
 
 agent_app = typer.Typer(name="agent", help="The node agent: device reporter and kubelet device plugin.",
@@ -166,12 +167,14 @@ def run(
     agent_checkpoint: Annotated[Path | None, typer.Option(
         "--agent-checkpoint", help="The agent's own checkpoint: devices handed out for identical pods and the "
         "trades it owes (default: /var/lib/devshare/agent-checkpoint.json when /var/lib/devshare exists).")] = None,
+    log_level: LogLevelOption = "info",
 ) -> None:
     """Run the agent: the reporter and the kubelet device plugins."""
     from devshare.agent.resources import PLUGIN_RESOURCES
     from devshare.agent.run import Agent
 
     with user_errors():
+        level = parse_log_level(log_level)
         chosen = list(PLUGIN_RESOURCES)
         if resources:
             wanted = [r.strip() for r in resources.split(",") if r.strip()]
@@ -194,7 +197,7 @@ def run(
         except BaseException:
             backend.close()
             raise
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     agent.start()
     agent.run_until(_stop_on_signals(), interval=interval)
 

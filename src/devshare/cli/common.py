@@ -58,6 +58,19 @@ EventLoopOption = Annotated[
 ]
 
 
+LogLevelOption = Annotated[str, typer.Option(help="debug, info, warning or error.")]
+
+
+def log_level(text: str) -> int:
+    """``--log-level``'s value as a logging level, or the CLI's error."""
+    import logging
+
+    level = logging.getLevelNamesMapping().get(text.upper())
+    if text.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR") or level is None:
+        raise fail(f"unknown --log-level {text!r}: use debug, info, warning or error")
+    return level
+
+
 def check_event_loop(kind: str) -> None:
     """Raise the CLI's error for an --event-loop that is not one of the known kinds, or that cannot be
     made here (uvloop asked for where it is not installed): before serving, never a stack trace."""

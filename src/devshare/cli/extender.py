@@ -13,11 +13,15 @@ from devshare.cli.common import (
     ContextOption,
     EventLoopOption,
     KubeconfigOption,
+    LogLevelOption,
     check_event_loop,
     connect_live,
     fail,
     load_cluster,
     user_errors,
+)
+from devshare.cli.common import (
+    log_level as parse_log_level,
 )
 
 
@@ -111,7 +115,7 @@ def extender(
                      "pod read) over kept-alive HTTP/1.1 connections of the extender's own, when no proxy is set "
                      "(less CPU per pod; docs/extender.md). --no-api-lane: through the full HTTP client."),
     ] = True,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: LogLevelOption = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
     /healthz, /readyz."""
@@ -146,9 +150,7 @@ def extender(
         from devshare.config import load_config, with_overrides
 
         cfg = with_overrides(load_config(config), policy=policy, core_weight=core_weight, assume_ttl=assume_ttl)
-        level = getattr(logging, log_level.upper(), None)
-        if not isinstance(level, int):
-            raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
+        level = parse_log_level(log_level)
         if (tls_cert is None) != (tls_key is None):
             raise fail("--tls-cert and --tls-key go together: give both (or neither, on 127.0.0.1)")
         if tls_client_ca is not None and tls_cert is None:

@@ -209,7 +209,8 @@ def _table(out: Console, trace: str, objects: list[dict[str, object]], results: 
     opt = statistics.fmean(o.optimum.unallocated_pct for o in offs) if offs else None
     floors = [o.floor.unallocated_pct for o in offs if o.floor is not None]
     flo = statistics.fmean(floors) if floors else None
-    t = Table(title=f"{trace}: unallocated GPU % at 100% arrival (lower is better)")
+    out.print(f"{trace}: unallocated GPU % at 100% arrival (lower is better)", highlight=False)
+    t = Table()
     # short headers that never wrap: the table fits 80 columns, and piped it is one line a row
     t.add_column("policy", no_wrap=True)
     for header in ("mean", "median", "paper", *(("-optimum", "-floor", f"<{FLOOR_PCT}% ok") if offs else ()), "s/run"):

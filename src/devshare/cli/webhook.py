@@ -12,11 +12,15 @@ import typer
 from devshare.cli.common import (
     ConfigOption,
     EventLoopOption,
+    LogLevelOption,
     check_event_loop,
     connect_live,
     fail,
     load_yaml_documents,
     user_errors,
+)
+from devshare.cli.common import (
+    log_level as parse_log_level,
 )
 
 webhook_app = typer.Typer(
@@ -71,7 +75,7 @@ def webhook(
                      "of one node (repeatable; default: the node agent, "
                      "system:serviceaccount:devshare-system:devshare-agent)."),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: LogLevelOption = "info",
     config_file: ConfigOption = None,
     event_loop: EventLoopOption = "auto",
 ) -> None:
@@ -96,9 +100,7 @@ def webhook(
         if reload_interval < 0:
             raise fail(f"--reload-interval must be >= 0, got {reload_interval}")
         check_event_loop(event_loop)
-        level = getattr(logging, log_level.upper(), None)
-        if not isinstance(level, int):
-            raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
+        level = parse_log_level(log_level)
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
         from devshare.server.tls import load_server_context

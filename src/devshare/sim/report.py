@@ -130,7 +130,7 @@ def trace_title(trace: str) -> str:
     return f"openb {trace.removeprefix('openb_pod_list_')}" if trace.startswith("openb_pod_list_") else trace
 
 
-def plot(objects: Sequence[dict[str, Any]], out: Path, title: str = "") -> None:
+def figure(objects: Sequence[dict[str, Any]], title: str = "") -> Any:
     """One panel: GPU allocated (% of the cluster) against arrived workload (% of its GPU capacity),
     on full axes (0-130% arrived, 0-100% allocated: no axis starts at 84), one line per policy
     labelled with the table's figure (unallocated GPU % at 100% arrival), the offline optimum (dashed)
@@ -141,9 +141,8 @@ def plot(objects: Sequence[dict[str, Any]], out: Path, title: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fmt = plot_format(out)
-    fig, ax = plt.subplots(figsize=(8, 6))
-    inset = ax.inset_axes((0.42, 0.08, 0.55, 0.5))
+    fig, ax = plt.subplots(figsize=(8, 7.6))
+    inset = ax.inset_axes((0.47, 0.07, 0.5, 0.45))  # below the diagonal: no line runs behind it
     x_all = list(range(0, 131))
     extra = iter(EXTRA_COLOURS * 3)
     low = 100.0
@@ -184,13 +183,22 @@ def plot(objects: Sequence[dict[str, Any]], out: Path, title: str = "") -> None:
     ax.set_xlabel("arrived workload (% of the cluster's GPU capacity)")
     ax.set_ylabel("GPU allocated (% of the cluster's GPU capacity)")
     ax.set_title(title or "GPU allocation against arrived workload")
-    ax.legend(loc="upper left", fontsize=7.5)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.09), fontsize=8, frameon=False)
     inset.set_xlim(ZOOM_FROM, 130)
     inset.set_ylim(max(0.0, low - 1.0), 100.5)
     inset.set_title(f"zoom: {ZOOM_FROM}-130% arrived", fontsize=8)
     inset.tick_params(labelsize=7)
     ax.indicate_inset_zoom(inset, edgecolor="grey")
     fig.tight_layout()
+    return fig
+
+
+def plot(objects: Sequence[dict[str, Any]], out: Path, title: str = "") -> None:
+    """Write :func:`figure` to ``out`` (format from its suffix), through a temporary file and a rename."""
+    import matplotlib.pyplot as plt
+
+    fmt = plot_format(out)
+    fig = figure(objects, title)
     out = Path(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=out.suffix, dir=out.parent if str(out.parent) else ".")
     os.close(fd)
