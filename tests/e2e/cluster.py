@@ -178,6 +178,7 @@ class ControlPlane:
     admin: Path = Path()
     extender_port: int = 0
     webhook_port: int = 0
+    api_args: tuple[str, ...] = ()  # more kube-apiserver flags (a test that needs one starts its own plane)
 
     # --- plumbing ----------------------------------------------------------------------------------
     @property
@@ -246,7 +247,7 @@ class ControlPlane:
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
             # /debug/pprof for a benchmark that asks (DEVSHARE_E2E_PROFILING=1); off otherwise, as in a cluster
             f"--profiling={'true' if os.environ.get('DEVSHARE_E2E_PROFILING') else 'false'}",
-            "--v=1",
+            "--v=1", *self.api_args,
         ])
         self.server = f"https://127.0.0.1:{api_port}"
         self.admin = self.root / "admin.kubeconfig"
@@ -293,6 +294,17 @@ class ControlPlane:
         token = self.kubectl("create", "token", account, "-n", namespace, "--duration=48h", *bind).stdout.strip()
         path = self.root / f"{namespace}-{account}{'-' + on_node if on_node else ''}.kubeconfig"
         path.write_text(yaml.safe_dump(kubeconfig(self.server, self.pki / "ca.crt", token=token)))
+        return path
+
+    def cert_kubeconfig(self, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig with a client certificate for ``user`` (signed by this plane's CA): the identity
+        of a component that authenticates by certificate, as kube-scheduler (system:kube-scheduler) does."""
+        name = user.replace(":", "-")
+        subject = "".join(f"/O={g}" for g in groups) + f"/CN={user}"
+        _sign(self.pki, name, subject, client=True)
+        path = self.root / f"{name}.kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig(self.server, self.pki / "ca.crt", cert=self.pki / f"{name}.crt",
+                                                  key=self.pki / f"{name}.key")))
         return path
 
     # --- devshare, installed as a user installs it ---------------------------------------------------
@@ -430,10 +442,10 @@ def _ok(url: str, ca: Path | None = None) -> bool:
 
 
 @contextlib.contextmanager
-def control_plane(root: Path) -> Iterator[ControlPlane]:
+def control_plane(root: Path, api_args: tuple[str, ...] = ()) -> Iterator[ControlPlane]:
     if shutil.which("openssl") is None:
         raise ControlPlaneError("the e2e suite needs the openssl command (apt-get install openssl)")
-    cp = ControlPlane(root=root, bin=binaries()).start()
+    cp = ControlPlane(root=root, bin=binaries(), api_args=api_args).start()
     try:
         yield cp
     finally:
