@@ -175,6 +175,7 @@ def test_the_deploy_guide_on_a_real_control_plane(tmp_path: Path) -> None:
 
     with control_plane(tmp_path / "plane") as cp:
         cp.install()  # the guide's step 2, without the rollout status no kubelet can satisfy
+        cp.namespace("default")  # its ServiceAccount, which a cluster's controller-manager would make
         cp.start_extender()
         cp.start_scheduler()
         outs = run_blocks("cluster", cp.admin, cp.bin)
