@@ -249,15 +249,16 @@ def overbooked_cards(cp: ControlPlane) -> int:
 
 # --- one seed ----------------------------------------------------------------------------------------
 
-def start_schedulers(cp: ControlPlane, cpu_pods: str) -> None:
-    """devshare's extender and kube-scheduler as deploy/ runs them (fresh: no memory of an earlier seed),
-    and the default scheduler when CPU-only pods go to it."""
+def start_schedulers(cp: ControlPlane, cpu_pods: str, window: int | None) -> None:
+    """devshare's extender and kube-scheduler as deploy/ runs them (fresh: no memory of an earlier seed;
+    ``window``: percentageOfNodesToScore, None as deploy/ ships it), and the default scheduler when
+    CPU-only pods go to it."""
     for name in ("kube-scheduler", "kube-scheduler-default", "extender"):
         proc = cp.processes.get(name)
         if proc is not None and proc.alive:
             proc.stop()
     start_extender(cp, "devshare")
-    cp.start_scheduler(config=devshare_config(cp, None), hostname=POD)
+    cp.start_scheduler(config=devshare_config(cp, window), hostname=POD)
     if cpu_pods == DEFAULT_SCHEDULER:
         path = cp.root / "default-scheduler.yaml"
         path.write_text(yaml.safe_dump({
@@ -274,7 +275,7 @@ def kind_of(p: TracePod) -> str:
 
 def live_seed(cp: ControlPlane, http: Api, outcomes: Outcomes, trace: Trace, seed: int, args: argparse.Namespace
               ) -> dict[str, Any]:
-    start_schedulers(cp, args.cpu_pods)
+    start_schedulers(cp, args.cpu_pods, args.window)
     cap = trace.gpu_capacity
     curve: list[float] = []
     arrived = allocated = done = 0
@@ -353,6 +354,7 @@ def replay_main(args: argparse.Namespace) -> None:
     pods = sum(r["pods"] for r in live.values())
     print(json.dumps({
         "trace": trace.name, "nodes": len(nodes), "seeds": seeds, "cpu_pods": args.cpu_pods, "until": args.until,
+        "window": args.window,
         "live_unallocated_pct": live_un, "sim_unallocated_pct": sim_un,
         "live_mean": round(statistics.fmean(live_un.values()), 3),
         "sim_mean": round(statistics.fmean(sim_un.values()), 3) if sim_un else None,
@@ -377,7 +379,7 @@ def uniform_main(args: argparse.Namespace) -> None:
         create(cp, [pod_object(f"u-{i:05d}", whole, SCHEDULER_NAME) for i in range(args.uniform)])
         outcomes = Outcomes(cp)
         t0 = time.monotonic()
-        start_schedulers(cp, SCHEDULER_NAME)
+        start_schedulers(cp, SCHEDULER_NAME, args.window)
         names = [f"u-{i:05d}" for i in range(args.uniform)]
         try:
             where = [outcomes.wait(name, args.timeout + t0 - time.monotonic()) for name in names]
@@ -386,7 +388,8 @@ def uniform_main(args: argparse.Namespace) -> None:
         seconds = time.monotonic() - t0
         used = {d for what, d in where if what == "bound"}
         ideal = math.ceil(args.uniform / 8)
-        out = {"nodes": n, "pods": args.uniform, "bound": sum(1 for w, _ in where if w == "bound"),
+        bound = sum(1 for w, _ in where if w == "bound")
+        out = {"nodes": n, "pods": args.uniform, "window": args.window, "bound": bound,
                "nodes_used": len(used), "ideal": ideal, "excess_pct": round(100 * (len(used) - ideal) / ideal, 2),
                "pods_per_s": round(args.uniform / seconds, 1), "overbooked_cards": overbooked_cards(cp)}
     print(json.dumps(out))
@@ -403,6 +406,8 @@ def main() -> None:
     ap.add_argument("--pods-csv", type=Path, default=bundled(DEFAULT_PODS))
     ap.add_argument("--no-sim", action="store_true", help="leave out the simulator's figures")
     ap.add_argument("--timeout", type=float, default=120, help="seconds a pod may take to be decided")
+    ap.add_argument("--window", type=int, default=None,
+                    help="devshare-scheduler's percentageOfNodesToScore (default: as deploy/ ships it, adaptive)")
     ap.add_argument("--uniform", type=int, default=0,
                     help="instead: this many nvidia.com/gpu: 1 pods on --nodes nodes of 8 GPUs, created at once")
     args = ap.parse_args()

@@ -130,12 +130,14 @@ def test_the_extender_places_a_trace_where_the_simulator_does(
                 if node is not None:  # bound by another scheduler: the extender learns of it from the watch
                     obj["spec"]["nodeName"] = node
                     asyncio.run_coroutine_threadsafe(put(obj), srv.loop).result(10)
-                    until(lambda: f"openb/{p.name}" in runtime.state.plain, f"counted {p.name}")
+                    key = f"openb/{p.name}"
+                    until(lambda key=key: key in runtime.state.plain, f"counted {p.name}")
                     cpu_used[node] += p.cpu_milli
                 continue
             sim = lifecycle.schedule(pod_request(p), now=0.0)
             asyncio.run_coroutine_threadsafe(put(obj), srv.loop).result(10)
-            until(lambda: runtime.sync.pending_pod(f"openb/{p.name}") is not None, f"saw {p.name}")
+            key = f"openb/{p.name}"
+            until(lambda key=key: runtime.sync.pending_pod(key) is not None, f"saw {p.name}")
             args = {"Pod": obj, "Nodes": None, "NodeNames": names}
             passed = post(srv.port, "/filter", args)["NodeNames"] or []
             if sim is None:
