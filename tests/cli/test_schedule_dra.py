@@ -39,8 +39,10 @@ def run(tmp_path: Path, cluster: list[dict[str, Any]], pods: list[dict[str, Any]
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all(cluster))
     (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all(pods))
     result = runner.invoke(app, ["schedule", "--cluster", str(tmp_path / "cluster.yaml"), str(tmp_path / "pods.yaml")])
-    assert result.exit_code == 0, result.output
-    return list(json.loads(result.stdout)["placements"])
+    placements = list(json.loads(result.stdout)["placements"])
+    # the exit codes of devshare schedule: 0 every pod placed, 1 some fit nowhere
+    assert result.exit_code == (1 if any(p["node"] is None for p in placements) else 0), result.output
+    return placements
 
 
 def test_a_claim_template_for_30_percent_is_allocated_like_an_extended_resource_pod(tmp_path: Path) -> None:

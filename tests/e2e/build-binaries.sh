@@ -22,7 +22,10 @@ OUT="$CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-helm-$HELM_VERSION"
 BIN="$OUT/bin"
 WANT=(kube-apiserver kube-scheduler kubectl etcd helm)
 
-have_all() { for b in "${WANT[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done; }
+# helm built as its release is (HELM_STAMP below): a helm built without those flags assumes Kubernetes
+# v1.20 for `helm template` and refuses a chart needing more
+HELM_STAMP="$BIN/helm.release-ldflags"
+have_all() { for b in "${WANT[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done; [[ -f "$HELM_STAMP" ]]; }
 if have_all; then echo "$BIN"; exit 0; fi
 
 command -v go >/dev/null || { echo "error: the e2e suite needs a Go toolchain (go) on PATH to build Kubernetes" >&2; exit 1; }
@@ -85,13 +88,20 @@ if [[ ! -x "$BIN/etcd" ]]; then
 fi
 
 # --- helm ----------------------------------------------------------------------------------------
-if [[ ! -x "$BIN/helm" ]]; then
+if [[ ! -x "$BIN/helm" || ! -f "$HELM_STAMP" ]]; then
   log "building helm $HELM_VERSION"
   d="$WORK/helm"; mkdir -p "$d"; cd "$d"
   printf 'module devshare.local/e2e-helm\n\ngo 1.24\n' > go.mod
   go get "helm.sh/helm/v3@$HELM_VERSION" >&2
-  go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" -o "$BIN/helm.tmp" helm.sh/helm/v3/cmd/helm >&2
+  # as helm's Makefile does: the Kubernetes version `helm template` assumes is 1.<client-go's minor>
+  kminor="$(go list -f '{{.Version}}' -m k8s.io/client-go)"; kminor="${kminor#v0.}"; kminor="${kminor%%.*}"
+  ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in pkg/lint/rules pkg/chartutil; do
+    ldflags="$ldflags -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$kminor"
+  done
+  go build -trimpath -ldflags "$ldflags" -o "$BIN/helm.tmp" helm.sh/helm/v3/cmd/helm >&2
   mv "$BIN/helm.tmp" "$BIN/helm"
+  echo "$ldflags" > "$HELM_STAMP"
 fi
 
 have_all || { echo "error: the build finished but a binary is missing from $BIN" >&2; exit 1; }

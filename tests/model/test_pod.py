@@ -147,6 +147,24 @@ def test_group_incomplete_or_bad_count() -> None:
 # --- node resources, init containers
 
 
+def test_gang_keys_as_labels_are_refused_with_the_fix() -> None:
+    """Issue 40: gang keys written as labels placed two of three members with no warning. They are
+    refused, saying to use annotations (and group keys written as annotations, to use labels)."""
+    gang_as_labels = {names.GANG_NAME: "job", names.GANG_MIN_AVAILABLE: "3"}
+    msgs = problems_of(pod(GPU50, labels=gang_as_labels))
+    assert len(msgs) == 2
+    assert all("is a label here, but gang keys are read from annotations: move it to metadata.annotations" in m
+               for m in msgs)
+    with pytest.raises(InvalidRequest, match="gang keys are read from annotations"):
+        parse_pod(pod(GPU50, labels=gang_as_labels))
+    group_as_annotations = {names.GROUP_NAME: "job", names.GROUP_REPLICA: "3"}
+    (msg, _) = problems_of(pod(GPU50, annotations=group_as_annotations))
+    assert "group keys are read from labels: move it to metadata.labels" in msg
+    # written in both places (some tools copy labels to annotations): read as usual
+    both = parse_pod(pod(GPU50, labels=gang_as_labels, annotations=gang_as_labels))
+    assert both.group == GroupRef(name="job", replicas=3, gang_name="job", min_available=3)
+
+
 def test_cpu_and_memory_sum_with_init_containers() -> None:
     p = pod({"cpu": "500m", "memory": "1Gi"}, {"cpu": "1.5", "memory": "512Mi"})
     req = parse_pod(p)

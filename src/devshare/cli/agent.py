@@ -14,7 +14,8 @@ import typer
 
 from devshare.agent.client import AgentClient
 from devshare.agent.inventory import Backend
-from devshare.cli.common import emit, fail, user_errors
+from devshare.cli.common import LogLevelOption, emit, fail, user_errors
+from devshare.cli.common import log_level as parse_log_level
 from devshare.model.errors import InvalidInput
 
 agent_app = typer.Typer(name="agent", help="The node agent: device reporter and kubelet device plugin.",
@@ -22,7 +23,8 @@ agent_app = typer.Typer(name="agent", help="The node agent: device reporter and 
 
 NodeOpt = Annotated[str, typer.Option("--node", help="Node name (default: $NODE_NAME, else the host name).")]
 FakeOpt = Annotated[Path | None, typer.Option("--fake", help="Fake device description (YAML/JSON) instead of NVML; "
-                                               "a shared/topologies file works.")]
+                                               "a topology file of examples/topologies/ works (its GPUs and links; "
+                                               "other fields defaulted).")]
 DevicesOpt = Annotated[Path | None, typer.Option("--devices", help="RDMA/FPGA configuration file (YAML/JSON).")]
 BandwidthOpt = Annotated[Path | None, typer.Option("--bandwidth", help="Measured bandwidth matrix (a topology file "
                                                     "with bandwidth_gbps) overriding the link model.")]
@@ -169,12 +171,14 @@ def run(
         "--dra/--no-dra", help="Also publish this node's ResourceSlice (driver gpu.devshare.io) and serve the DRA "
         "kubelet plugin, preparing claims through CDI specs (docs/dra.md).")] = False,
     cdi_dir: Annotated[Path, typer.Option("--cdi-dir", help="CDI spec directory (with --dra).")] = Path("/var/run/cdi"),
+    log_level: LogLevelOption = "info",
 ) -> None:
     """Run the agent: the reporter and the kubelet device plugins."""
     from devshare.agent.resources import PLUGIN_RESOURCES
     from devshare.agent.run import Agent
 
     with user_errors():
+        level = parse_log_level(log_level)
         chosen = list(PLUGIN_RESOURCES)
         if resources:
             wanted = [r.strip() for r in resources.split(",") if r.strip()]
@@ -197,7 +201,7 @@ def run(
         except BaseException:
             backend.close()
             raise
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     agent.start()
     if dra:  # DRA (issue 38): the kubelet plugin and the node's ResourceSlice, from the reporter's inventory
         from devshare.agent.dra.node import DraNode, LightkubeNodeApi
@@ -213,4 +217,4 @@ def run(
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(agent_app, name="agent")
+    app.add_typer(agent_app, name="agent", short_help="The node agent: devices, device plugin.")

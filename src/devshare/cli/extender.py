@@ -13,10 +13,15 @@ from devshare.cli.common import (
     ContextOption,
     EventLoopOption,
     KubeconfigOption,
+    LogLevelOption,
     check_event_loop,
+    connect_live,
     fail,
     load_cluster,
     user_errors,
+)
+from devshare.cli.common import (
+    log_level as parse_log_level,
 )
 
 
@@ -117,7 +122,7 @@ def extender(
                      "scheduling gate) with the same engine and accounting, and publish ResourceSlices for "
                      "Device objects no devshare agent publishes (docs/dra.md). Needs resource.k8s.io/v1."),
     ] = True,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: LogLevelOption = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
     /healthz, /readyz."""
@@ -152,9 +157,7 @@ def extender(
         from devshare.config import load_config, with_overrides
 
         cfg = with_overrides(load_config(config), policy=policy, core_weight=core_weight, assume_ttl=assume_ttl)
-        level = getattr(logging, log_level.upper(), None)
-        if not isinstance(level, int):
-            raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
+        level = parse_log_level(log_level)
         if (tls_cert is None) != (tls_key is None):
             raise fail("--tls-cert and --tls-key go together: give both (or neither, on 127.0.0.1)")
         if tls_client_ca is not None and tls_cert is None:
@@ -197,9 +200,7 @@ def extender(
                 options.save = cluster_saver(memory, save)
             options.leader_election = bool(leader_elect)
         else:
-            from devshare.kube.live import LiveBackend
-
-            backend = LiveBackend.connect(kubeconfig, context=context, namespace=namespace, direct=api_lane)
+            backend = connect_live(kubeconfig, context=context, namespace=namespace, direct=api_lane)
             if dra:  # DRA (issue 38)
                 from devshare.kube.dra import LiveDraApi
 
@@ -216,4 +217,4 @@ def extender(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("extender")(extender)
+    app.command("extender", short_help="The kube-scheduler extender (filter, bind, /ui).")(extender)

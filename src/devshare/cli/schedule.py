@@ -10,7 +10,18 @@ from typing import Annotated, Any
 
 import typer
 
-from devshare.cli.common import ConfigOption, emit, fail, load_cluster, load_yaml_documents, user_errors
+from devshare.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_UNSCHEDULABLE,
+    ConfigOption,
+    emit,
+    fail,
+    load_cluster,
+    load_yaml_documents,
+    table_console,
+    user_errors,
+)
 from devshare.config import load_config, refuse_disabled, refuse_pod, with_overrides
 from devshare.engine.dra.dryrun import KINDS as DRA_KINDS
 from devshare.engine.dra.dryrun import DryRun
@@ -60,6 +71,7 @@ class Placer:
         self.planner = GroupPlanner(scheduler, lifecycle=self.lifecycle)
         self.results: dict[str, dict[str, Any]] = {}
         self.order: list[str] = []
+        self.invalid: set[str] = set()  # pods the webhook would refuse (bad input), not merely unschedulable
         self.clock = 0.0
         self.now_ns = time.time_ns()
         # DRA (issue 38): ResourceSlices, DeviceClasses, ResourceClaims(Templates) of the cluster file
@@ -91,16 +103,16 @@ class Placer:
         try:
             pod = parse_pod(obj)
         except InvalidInput as e:
-            self._record(key, None, str(e))
+            self._invalid(key, str(e))
             return
         refused = (refuse_disabled([d.type for c in pod.containers for d in c.devices], self.disabled)
                    or refuse_pod(obj, disabled_dialects=self.disabled_dialects,
                                  device_types=frozenset(self.state.tables)))
         if refused:
-            self._record(key, None, refused)
+            self._invalid(key, refused)
             return
         if key in self.state.pods:
-            self._record(key, None, f"pod {key} already holds devices on {self.state.pods[key].allocation.node}")
+            self._invalid(key, f"pod {key} already holds devices on {self.state.pods[key].allocation.node}")
             return
         nodes = None
         claims: dict[str, Any] = {}
@@ -125,6 +137,18 @@ class Placer:
             self._record(key, None, self.scheduler.why_unschedulable(pod, nodes))
             return
         self._record(key, placed.node, annotations=self._annotate(pod, placed.allocation), claims=claims)
+
+    def _invalid(self, key: str, reason: str) -> None:
+        self.invalid.add(key)
+        self._record(key, None, reason)
+
+    def exit_code(self) -> int:
+        """2 when a pod was bad input (the webhook would refuse it), else 1 when a pod fits nowhere, else 0."""
+        if self.invalid:
+            return EXIT_BAD_INPUT
+        if any(r["node"] is None for r in self.results.values()):
+            return EXIT_UNSCHEDULABLE
+        return EXIT_OK
 
     def _place_member(self, pod: PodRequest) -> None:
         decision = self.planner.schedule(pod, now=self.clock)
@@ -163,7 +187,6 @@ def _devices(annotations: dict[str, str]) -> str:
 
 
 def _table(data: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table()
@@ -174,7 +197,7 @@ def _table(data: dict[str, Any]) -> None:
             table.add_row(p["pod"], "-", f"[red]{p['reason']}[/red]")
             continue
         table.add_row(p["pod"], p["node"], _devices(p["annotations"]))
-    Console().print(table)
+    table_console().print(table)
 
 
 def schedule(
@@ -186,7 +209,10 @@ def schedule(
     config: ConfigOption = None,
 ) -> None:
     """Place the pods of PODS.yaml in order on the cluster of --cluster, and print for each pod the
-    node (or null and why not) and every annotation devshare would write."""
+    node (or null and why not) and every annotation devshare would write.
+
+    Exit code: 0 every pod placed; 1 some pods fit nowhere; 2 a pod is invalid (the webhook would
+    refuse it) or the input is bad. Every placement is printed in each case."""
     with user_errors():
         if output not in ("json", "yaml", "table"):
             raise fail(f"unknown output format {output!r}: use json, yaml or table")
@@ -206,6 +232,7 @@ def schedule(
         for obj in pod_objs:
             placer.place(obj)
         emit({"placements": placer.finish()}, output, _table)
+    raise typer.Exit(placer.exit_code())
 
 
 def load_cluster_with_dra(path: Path) -> tuple[Any, list[tuple[str, Any]]]:
@@ -229,4 +256,4 @@ def load_cluster_with_dra(path: Path) -> tuple[Any, list[tuple[str, Any]]]:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("schedule")(schedule)
+    app.command("schedule", short_help="Place pods on a cluster file: where and why.")(schedule)

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import quote, urlencode
 
 from devshare.kube.backend import ListResult, WatchEvent, meta
-from devshare.kube.errors import BackendError
+from devshare.kube.errors import BackendError, NotFound
 from devshare.kube.rest import ApiRequests
 
 DraKind = Literal["resourceslices", "resourceclaims", "deviceclasses", "resourceclaimtemplates", "pods"]
@@ -94,7 +94,8 @@ class LiveDraApi:
                 q["continue"] = cont
             page = await self.api.get(f"{path_of(kind)}?{urlencode(q)}")
             if page is None:
-                raise BackendError(f"{path_of(kind)}: the API server does not serve it (is resource.k8s.io/v1 on?)")
+                raise NotFound(f"{path_of(kind)}: the API server does not serve it "
+                               "(Kubernetes 1.34+ serves resource.k8s.io/v1)")
             items.extend(page.get("items") or [])
             m = meta(page)
             cont = str(m.get("continue") or "")

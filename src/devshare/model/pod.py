@@ -16,7 +16,8 @@
   model), for the GPUs of every dialect (:class:`~devshare.model.request.GpuSelection`).
 - Group: labels ``gputopology.scheduling.koordinator.sh/name`` + ``/replica`` (seed 003); gang:
   annotations ``gang.scheduling.koordinator.sh/name`` + ``/min-available``. With both, they must
-  agree. A gang alone makes a group of that name and size.
+  agree. A gang alone makes a group of that name and size. A gang key written as a label (or a
+  group key as an annotation) is refused with the fix rather than ignored.
 - ``cpu_milli``/``memory_bytes``: what kube-scheduler counts for the node (:func:`node_requests`:
   app containers, sidecars, init containers, pod-level resources, overhead; rounded up).
 
@@ -248,6 +249,10 @@ def _group(labels: dict[str, str], annotations: dict[str, str], problems: Proble
                 return None, None
         return name, count
 
+    misplaced = validation.group_keys_misplaced(labels, annotations)
+    if misplaced:
+        problems.extend("group", misplaced)
+        return None
     name, replicas = pair(labels, names.GROUP_NAME, names.GROUP_REPLICA, "label")
     gang, min_available = pair(annotations, names.GANG_NAME, names.GANG_MIN_AVAILABLE, "annotation")
     msgs = validation.group_consistent(name, replicas, gang, min_available)

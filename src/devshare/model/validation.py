@@ -99,6 +99,22 @@ def group_consistent(
     return out
 
 
+def group_keys_misplaced(labels: dict[str, str], annotations: dict[str, str]) -> list[str]:
+    """Seed 003 reads the group from labels and the gang from annotations (as Koordinator does): a key
+    written in the other place would silently be ignored, and the pod placed alone (issue 40: gang
+    keys written as labels placed two of three members), so it is refused with the fix."""
+    out: list[str] = []
+    for key in (names.GANG_NAME, names.GANG_MIN_AVAILABLE):
+        if key in labels and key not in annotations:
+            out.append(f"{key} is a label here, but gang keys are read from annotations: move it to "
+                       "metadata.annotations (as a label it would be ignored and the pod placed alone)")
+    for key in (names.GROUP_NAME, names.GROUP_REPLICA):
+        if key in annotations and key not in labels:
+            out.append(f"{key} is an annotation here, but group keys are read from labels: move it to "
+                       "metadata.labels (as an annotation it would be ignored and the pod placed alone)")
+    return out
+
+
 def group_complete(name: str | None, count: str | None, name_key: str, count_key: str) -> str | None:
     """A group (or gang) needs both its name and its count (the raw label/annotation values)."""
     if (name is None) == (count is None):

@@ -18,6 +18,7 @@ from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.kube.dra import LiveDraApi
+from devshare.kube.errors import BackendError, NotFound
 from devshare.kube.rest import ApiRequests
 from devshare.model import dra
 from devshare.model.dra import parse_claim, slice_object
@@ -254,3 +255,30 @@ async def test_a_fence_that_fails_writes_nothing_and_holds_nothing(fake_api: Fak
         assert not any(k.endswith("resourceclaim:c1") for k in life.state.pods)  # the assumption was dropped
     finally:
         await ctl.stop()
+
+
+async def test_a_cluster_without_resource_k8s_io_turns_dra_off_at_once() -> None:
+    """Before Kubernetes 1.34 the API server serves no resource.k8s.io/v1: the allocator says so once
+    and stops, instead of retrying a list that cannot work (the extender schedules the rest as ever)."""
+
+    class Unserved:
+        lists = 0
+
+        async def list(self, kind: str) -> Any:
+            self.lists += 1
+            raise NotFound(f"{kind}: the API server does not serve it")
+
+    api = Unserved()
+    controller = DraController(api, engine())  # type: ignore[arg-type]
+    await asyncio.wait_for(controller.run(), 5)
+    assert controller.off and not controller.synced.is_set() and api.lists == 1
+
+
+async def test_without_dras_rbac_the_allocator_says_what_to_install_and_stops(caplog: pytest.LogCaptureFixture) -> None:
+    class Refused:
+        async def list(self, kind: str) -> Any:
+            raise BackendError(f"{kind}: forbidden", code=403)
+
+    controller = DraController(Refused(), engine())  # type: ignore[arg-type]
+    await asyncio.wait_for(controller.run(), 5)
+    assert controller.off and "kubectl apply -k deploy/dra" in caplog.text

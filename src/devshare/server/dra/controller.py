@@ -86,6 +86,7 @@ class DraController:
         self.pods: dict[str, dict[str, Any]] = {}  # pods not bound yet
         self.versions: dict[DraKind, str] = {}
         self.synced = asyncio.Event()
+        self.off = False  # the API server serves no resource.k8s.io/v1: nothing to allocate
         self._queue: dict[str, None] = {}
         self._wake = asyncio.Event()
         self._waiting: set[str] = set()  # gated pods refused for now: tried again every `retry` seconds
@@ -118,8 +119,18 @@ class DraController:
     async def run(self) -> None:
         if self.ready is not None:
             await self.ready()
-        for kind in DRA_KINDS:
-            await self._list(kind, initial=True)
+        try:
+            for kind in DRA_KINDS:
+                await self._list(kind, initial=True)
+        except BackendError as e:
+            # a cluster before Kubernetes 1.34 serves no resource.k8s.io/v1; or deploy/dra (the DeviceClasses
+            # and the allocator's RBAC) is not installed: nothing to allocate until a restart after it is
+            why = ("the API server does not serve resource.k8s.io/v1: claims need Kubernetes 1.34 or later"
+                   if isinstance(e, NotFound) else
+                   "its RBAC is not installed (kubectl apply -k deploy/dra, or the chart's dra.enabled), then restart")
+            log.warning("DRA is off: %s (%s; docs/dra.md). Extended-resource pods are scheduled as ever", why, e)
+            self.off = True
+            return
         self.synced.set()
         log.info("DRA synced: %d slices, %d claims, %d pending pods", len(self.slices), len(self.claims),
                  len(self.pods))
@@ -136,6 +147,8 @@ class DraController:
                 result = await self.api.list(kind)
                 break
             except BackendError as e:
+                if initial and (isinstance(e, NotFound) or e.code == 403):
+                    raise  # the API group is not served, or DRA's RBAC not installed: run() turns DRA off
                 delay = backoff.next_delay()
                 log.warning("listing %s failed (%s); retrying in %.1fs", kind, e, delay)
                 await asyncio.sleep(delay)
