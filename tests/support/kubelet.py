@@ -5,7 +5,10 @@ ListAndWatch, and admits pods as kubelet does: one pod at a time, container by c
 containers first), each device-plugin resource of a container in turn (in map order: any order),
 picking free device ids from the plugin's list, calling ``Allocate`` on the plugin's socket, and
 writing its checkpoint (``kubelet_internal_checkpoint``, the NUMA-keyed format) after each
-container, before the next one. What every container got is kept in :attr:`Kubelet.got`.
+container, before the next one, and after every ListAndWatch update (as kubelet v1.37's device
+manager does: on a fresh node the file appears with the first device list, before any Allocate;
+tests/e2e/test_kubelet_*.py run the real code). What every container got is kept in
+:attr:`Kubelet.got`.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class Kubelet(pb_grpc.RegistrationServicer):
                     with self._lock:
                         self.devices[request.resource_name] = [d.ID for d in response.devices
                                                                if d.health == "Healthy"]
+                    self.write_checkpoint()  # kubelet's genericDeviceUpdateCallback
                     first.set()
             except grpc.RpcError:
                 pass
@@ -129,10 +133,12 @@ class Kubelet(pb_grpc.RegistrationServicer):
                 self.write_checkpoint()  # after the container, before the next one (kubelet's devicemanager)
 
     def write_checkpoint(self) -> None:
-        data = {"Data": {"PodDeviceEntries": self.entries, "RegisteredDevices": {}}, "Checksum": 0}
-        tmp = self.directory / f".{CHECKPOINT}.tmp"
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.directory / CHECKPOINT)
+        with self._lock:
+            data = {"Data": {"PodDeviceEntries": list(self.entries), "RegisteredDevices": dict(self.devices)},
+                    "Checksum": 0}
+            tmp = self.directory / f".{CHECKPOINT}.{threading.get_ident()}.tmp"
+            tmp.write_text(json.dumps(data))
+            tmp.replace(self.directory / CHECKPOINT)
 
     def stop(self) -> None:
         self.server.stop(None)

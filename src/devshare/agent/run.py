@@ -63,7 +63,8 @@ class Agent:
         self._ticking = threading.Event()
         self._ticker: threading.Thread | None = None
         self.plugins = DevicePlugins(serve, self.allocator, lambda: self.reporter.inventory, plugin_dir=plugin_dir,
-                                     kubelet_socket=kubelet_socket, watch_interval=watch_interval)
+                                     kubelet_socket=kubelet_socket, watch_interval=watch_interval,
+                                     on_kubelet_restart=self.allocator.kubelet_restarted)
 
     def start(self) -> None:
         self.reporter.sync()

@@ -26,9 +26,10 @@ FakeOpt = Annotated[Path | None, typer.Option("--fake", help="Fake device descri
 DevicesOpt = Annotated[Path | None, typer.Option("--devices", help="RDMA/FPGA configuration file (YAML/JSON).")]
 BandwidthOpt = Annotated[Path | None, typer.Option("--bandwidth", help="Measured bandwidth matrix (a topology file "
                                                     "with bandwidth_gbps) overriding the link model.")]
-CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="kubelet's device plugin checkpoint "
-                                                    "(default: /var/lib/kubelet/device-plugins/"
-                                                    "kubelet_internal_checkpoint when it exists).")]
+CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="kubelet's device plugin checkpoint, "
+                                                    "read whenever needed: it need not exist yet (default: "
+                                                    "kubelet_internal_checkpoint in kubelet's device plugin "
+                                                    "directory).")]
 LabelOpt = Annotated[bool, typer.Option("--node-labels/--no-node-labels",
                                          help="Put the GPU model, driver version and vendor on the Node as labels.")]
 XidsOpt = Annotated[str, typer.Option("--ignore-xids", help="XIDs that do not make a GPU unhealthy (comma list).")]
@@ -69,14 +70,18 @@ def _override(bandwidth: Path | None) -> list[list[float]] | None:
     return load_topology_file(bandwidth).matrix
 
 
-def _checkpoint(path: Path | None) -> Path | None:
+def _checkpoint(path: Path | None, plugin_dir: Path | None = None) -> Path:
+    """kubelet's checkpoint: the given file, else the one in kubelet's device plugin directory. It
+    need not exist yet: kubelet writes it once a device plugin has listed its devices, and the agent
+    reads it again whenever it needs it (a fresh node has none when the agent starts)."""
     from devshare.agent.checkpoint import DEFAULT_PATH
 
     if path is not None:
-        if not path.exists():
-            raise InvalidInput("no such file", field=f"--checkpoint {path}")
+        if path.is_dir() or not path.parent.is_dir():
+            raise InvalidInput("give kubelet's checkpoint file, in an existing folder (kubelet's device plugin "
+                               "directory, mounted)", field=f"--checkpoint {path}")
         return path
-    return DEFAULT_PATH if DEFAULT_PATH.exists() else None
+    return (plugin_dir or DEFAULT_PATH.parent) / DEFAULT_PATH.name
 
 
 def _journal(path: Path | None) -> Path | None:
@@ -188,7 +193,8 @@ def run(
         backend = _backend(fake, devices, name, ignore_xids, watch_health=True)
         try:
             agent = Agent(backend, name, _client(), resources=chosen, plugin_dir=plugin_dir,
-                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint), label_node=node_labels,
+                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint, plugin_dir),
+                          label_node=node_labels,
                           journal=journal)
         except BaseException:
             backend.close()

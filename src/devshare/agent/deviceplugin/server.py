@@ -128,8 +128,10 @@ class DevicePlugins:
         plugin_dir: Path = DEFAULT_DIR,
         kubelet_socket: Path | None = None,
         watch_interval: float = 1.0,
+        on_kubelet_restart: Callable[[], None] | None = None,
     ) -> None:
         self.resources = list(resources)
+        self.on_kubelet_restart = on_kubelet_restart  # before registering again: no Allocate can come yet
         self.allocator = allocator
         self.inventory = inventory
         self.plugin_dir = plugin_dir
@@ -221,6 +223,11 @@ class DevicePlugins:
                 continue
             if ident != self._kubelet_id or ours_gone or pending:
                 log.info("kubelet restarted (its socket was recreated): serving and registering again")
+                if ident != self._kubelet_id and self.on_kubelet_restart is not None:
+                    try:
+                        self.on_kubelet_restart()
+                    except Exception:
+                        log.exception("settling what the previous kubelet left failed; registering anyway")
                 self._kubelet_id = ident
                 if ours_gone or not pending:
                     self._stop_servers()
