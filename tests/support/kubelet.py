@@ -3,7 +3,8 @@
 It serves kubelet's Registration service on ``kubelet.sock``, follows each registered plugin's
 ListAndWatch, and admits pods as kubelet does: one pod at a time, container by container (init
 containers first), each device-plugin resource of a container in turn (in map order: any order),
-picking free device ids from the plugin's list, calling ``Allocate`` on the plugin's socket, and
+picking free device ids from the plugin's list (asking ``GetPreferredAllocation`` first when the
+plugin offers it, keeping only offered ids), calling ``Allocate`` on the plugin's socket, and
 writing its checkpoint (``kubelet_internal_checkpoint``, the NUMA-keyed format) after each
 container, before the next one, and after every ListAndWatch update (as kubelet v1.37's device
 manager does: on a fresh node the file appears with the first device list, before any Allocate;
@@ -46,6 +47,7 @@ class Kubelet(pb_grpc.RegistrationServicer):
         self.endpoints: dict[str, str] = {}  # resource -> socket file name
         self.entries: list[dict[str, Any]] = []  # the checkpoint's PodDeviceEntries
         self.got: dict[tuple[str, str], dict[str, str]] = {}  # (pod uid, container) -> envs handed to it
+        self.picked: dict[tuple[str, str, str], list[str]] = {}  # (pod uid, container, resource) -> ids
         self.calls = 0
         self._channels: list[grpc.Channel] = []
         self._lock = threading.Lock()
@@ -94,6 +96,17 @@ class Kubelet(pb_grpc.RegistrationServicer):
             free = [i for i in self.devices.get(resource, []) if i not in used]
         if len(free) < n:
             raise Refused(f"kubelet: {n} {resource} asked, {len(free)} free")
+        self.rng.shuffle(free)  # Go set order
+        res = resource_named(resource)
+        assert res is not None
+        with grpc.insecure_channel(f"unix://{self.directory / res.socket_name()}") as channel:
+            stub = pb_grpc.DevicePluginStub(channel)
+            options = stub.GetDevicePluginOptions(pb.Empty(), timeout=30, wait_for_ready=True)
+            if options.get_preferred_allocation_available:
+                out = stub.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
+                    pb.ContainerPreferredAllocationRequest(available_deviceIDs=free, allocation_size=n)]), timeout=30)
+                preferred = [i for i in out.container_responses[0].deviceIDs if i in set(free)]
+                free = list(dict.fromkeys(preferred + free))  # kubelet: preferred ∩ available, then the rest
         return free[:n]
 
     def allocate(self, resource: str, ids: list[str]) -> pb.ContainerAllocateResponse:
@@ -125,6 +138,7 @@ class Kubelet(pb_grpc.RegistrationServicer):
                     between()
                 response = self.allocate(resource, ids)
                 envs.update(response.envs)
+                self.picked[(uid, c["name"], resource)] = ids
                 self.entries.append({"PodUID": uid, "ContainerName": c["name"], "ResourceName": resource,
                                      "DeviceIDs": {"0": ids},
                                      "AllocResp": base64.b64encode(response.SerializeToString()).decode()})

@@ -23,6 +23,7 @@ from typing import Any
 
 from devshare.agent.checkpoint import CheckpointEntry, read_checkpoint
 from devshare.agent.client import AgentClient, WriteRefused
+from devshare.agent.deviceplugin.preferred import preferred_ids
 from devshare.agent.envs import ContainerDevices, container_devices
 from devshare.agent.inventory import Inventory
 from devshare.agent.journal import MARK, Handout, Journal, Write
@@ -38,6 +39,7 @@ from devshare.agent.matching import (
 )
 from devshare.agent.resources import PluginResource
 from devshare.model import trade
+from devshare.model.allocation import DeviceGrant
 from devshare.model.dialects import aliyun
 from devshare.model.errors import InvalidInput
 
@@ -160,19 +162,48 @@ class Allocator:
         return out
 
     # ------------------------------------------------------------------ Allocate
+    def _prepare(self, resource: PluginResource) -> tuple[list[PendingPod], Served, set[str]]:
+        """What a call for ``resource`` is matched against: the pending pods (as the writes owed leave
+        them), what was allocated, and the pods kubelet is in the middle of. Settles first what
+        kubelet's checkpoint shows of earlier handouts (the trades are written before anything else)."""
+        api = self.client.list_node_pods(self.node)
+        entries = self._entries()
+        resolved = self._resolve(entries, self._overlaid(api))
+        raw = self._overlaid(api)  # the pods as the writes owed leave them
+        if resolved:
+            self.journal.save()  # a trade's two writes are owed before the first is made
+            self._flush()  # the trade's writes first: the webhook checks each against the API's pods
+        self._drop_stale(resource.name)
+        served, started = self._progress(entries)
+        return self._pending(raw), served, started
+
+    def preferred(self, resource: PluginResource, requests: list[tuple[list[str], list[str], int]]) -> list[list[str]]:
+        """kubelet's GetPreferredAllocation: per container request (available ids, ids it must
+        include, how many), the ids to pick: those of the devices the container's allocation names,
+        as many of each as its share of each (:func:`~devshare.agent.deviceplugin.preferred.preferred_ids`),
+        so that kubelet's checkpoint and its pod-resources API name the cards the container really
+        gets. The container is the one the following Allocate will be matched to (the same rules,
+        nothing recorded); when none matches, kubelet's own pick (the Allocate will say why)."""
+        with self._lock:
+            pods, served, started = self._prepare(resource)
+            inv = self.inventory()
+            out: list[list[str]] = []
+            for available, must, size in requests:
+                grants: list[DeviceGrant] = []
+                try:
+                    m = match(resource.name, size, pods, served, started, standins=self.standins and self.readable)
+                    grants = [g for c in m.pod.allocation.containers if c.name == m.container for g in c.devices
+                              if g.type == resource.device_type]
+                    served = served | {(m.pod.uid, m.container, resource.name)}
+                except AllocateError:
+                    pass
+                out.append(preferred_ids(resource, inv, grants, available, must, size))
+            return out
+
     def allocate(self, resource: PluginResource, requests: list[list[str]]) -> list[ContainerDevices]:
         """One answer per container request of the call; raises AllocateError (nothing is handed out)."""
         with self._lock:
-            api = self.client.list_node_pods(self.node)
-            entries = self._entries()
-            resolved = self._resolve(entries, self._overlaid(api))
-            raw = self._overlaid(api)  # the pods as the writes owed leave them
-            if resolved:
-                self.journal.save()  # a trade's two writes are owed before the first is made
-                self._flush()  # the trade's writes first: the webhook checks each against the API's pods
-            self._drop_stale(resource.name)
-            pods = self._pending(raw)
-            served, started = self._progress(entries)
+            pods, served, started = self._prepare(resource)
             inv = self.inventory()
             answers: list[ContainerDevices] = []
             done: list[tuple[str, str, str]] = []
