@@ -144,3 +144,127 @@ class Kubelet:
                 return alloc
             time.sleep(0.2)
         raise HarnessError(f"allocatable is {alloc}, want {want}:\n{self.tail()}")
+
+
+# ---------------------------------------------------------------------------------------------------
+class NodeSide:
+    """One node's node side: devshare's agent (``devshare agent run``, with the identity of
+    deploy/agent's ServiceAccount bound to the node, a fake GPU description whose cards are the ones
+    the test's Device object names) and kubelet's device manager (:class:`Kubelet`), over one
+    device plugin directory. Pods are made and scheduled through the real control plane."""
+
+    def __init__(self, cluster: Any, root: Path, node: str, *, gpus: int = 2, memory_gib: int = 16,
+                 labels: dict[str, str] | None = None, rdma: int = 0, resources: list[str] | None = None) -> None:
+        import yaml
+
+        from e2e.cluster import binaries
+
+        self.cluster = cluster
+        self.node = node
+        self.root = root
+        cluster.node(node, gpus=gpus, memory_gib=memory_gib, labels=labels, rdma=rdma)
+        fake: dict[str, Any] = {"model": "Tesla-T4", "memory": f"{memory_gib}Gi",
+                                "gpus": [{"minor": i, "uuid": self.uuid(i)} for i in range(gpus)]}
+        if rdma:
+            fake["rdma"] = [{"id": f"mlx5_{i}", "minor": i, "paths": [f"/dev/infiniband/uverbs{i}"]}
+                            for i in range(rdma)]
+        self.fake = root / "node.yaml"
+        self.fake.write_text(yaml.safe_dump(fake))
+        self.resources = resources
+        self.kubelet = Kubelet(binaries() / HARNESS, root)
+        self.journal = root / "agent-checkpoint.json"
+        self.agent: Any = None
+
+    def uuid(self, minor: int) -> str:
+        return f"GPU-{self.node}-{minor}"  # what tests/e2e/conftest.py's Device objects name
+
+    # ------------------------------------------------------------------ the agent
+    def start_agent(self) -> Any:
+        from e2e.cluster import DEVSHARE
+
+        cfg = self.cluster.cp.token_kubeconfig("devshare-agent", on_node=self.node)
+        extra = ["--resources", ",".join(self.resources)] if self.resources else []
+        # no --checkpoint: the default is kubelet's, in the plugin directory (deploy/agent passes the same)
+        self.agent = self.cluster.cp.spawn(f"agent-{self.node}", [
+            *DEVSHARE, "agent", "run", "--fake", str(self.fake), "--node", self.node,
+            "--plugin-dir", str(self.kubelet.plugin_dir), "--agent-checkpoint", str(self.journal),
+            "--interval", "1", "--metrics-port", "0", *extra],
+            env={**os.environ, "KUBECONFIG": str(cfg), "PYTHONUNBUFFERED": "1"})
+        return self.agent
+
+    def stop_agent(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+
+    def close(self) -> None:
+        self.stop_agent()
+        self.kubelet.stop()
+
+    def wait_registered(self, want: dict[str, int], timeout: float = 90) -> None:
+        try:
+            self.kubelet.wait_allocatable(want, timeout=timeout)
+        except HarnessError as e:
+            raise HarnessError(f"{e}\n--- agent ---\n{self.agent.tail() if self.agent else ''}") from None
+
+    # ------------------------------------------------------------------ pods
+    def admit(self, name: str) -> dict[str, Any]:
+        """kubelet admits the pod as the API serves it now; then, as kubelet would, its phase becomes
+        Running (admitted) or Failed (refused)."""
+        pod = self.cluster.get_pod(name)
+        result = self.kubelet.admit(pod)
+        result["uid"] = pod["metadata"]["uid"]
+        self.cluster.set_phase(name, "Running" if result["admitted"] else "Failed")
+        return result
+
+    def settle(self, names: list[str], timeout: float = 60) -> dict[str, dict[str, Any]]:
+        """Wait until every pod is marked assigned and the agent owes nothing (no handout unresolved,
+        no trade unwritten); the pods as the API serves them then."""
+        from e2e.cluster import wait_until
+
+        def done() -> dict[str, dict[str, Any]] | None:
+            pods = {n: self.cluster.get_pod(n) for n in names}
+            if any(p["metadata"]["annotations"].get("devshare.io/assigned") != "true" for p in pods.values()):
+                return None
+            if self.journal.exists():
+                state = json.loads(self.journal.read_text())
+                if state.get("handouts") or [w for w in state.get("writes", []) if w.get("why") != "assigned"]:
+                    return None
+            return pods
+        try:
+            out: dict[str, dict[str, Any]] = wait_until(done, timeout=timeout, interval=0.3,
+                                                        what="every pod assigned, nothing owed")
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n--- agent ---\n{self.agent.tail(80) if self.agent else ''}") from None
+        return out
+
+
+def promised_envs(pod: dict[str, Any], container: str, uuid: Any, card_memory: int) -> dict[str, str]:
+    """What docs/agent.md ("What a container gets") promises ``container`` of ``pod`` (as the API
+    serves it now), from its final ``devshare.io/allocation``: ``uuid(minor)`` names a card."""
+    alloc = json.loads(pod["metadata"]["annotations"]["devshare.io/allocation"])
+    grants = next(c["devices"] for c in alloc["containers"] if c["name"] == container)
+    gpus = [g for g in grants if g["type"] == "gpu"]
+    envs: dict[str, str] = {}
+    if gpus:
+        envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuid(g["minor"]) for g in gpus)
+
+        def memory(g: dict[str, Any]) -> int:
+            return int(g.get("memory") or card_memory * (g.get("memoryRatio") or g["core"]) // 100)
+        if any(g["core"] < 100 or memory(g) < card_memory for g in gpus):
+            envs["DEVSHARE_GPU_MEMORY_LIMIT"] = ",".join(str(memory(g)) for g in gpus)
+            envs["DEVSHARE_GPU_CORE_LIMIT"] = ",".join(f"{g['core']:g}" for g in gpus)
+            for i, g in enumerate(gpus):
+                envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{memory(g) // 2**20}m"
+            envs["CUDA_DEVICE_SM_LIMIT"] = str(int(max(g["core"] for g in gpus)))
+    spec = [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+    limits = next(c for c in spec if c["name"] == container).get("resources", {}).get("limits", {})
+    if "aliyun.com/gpu-mem" in limits:
+        envs["ALIYUN_COM_GPU_MEM_IDX"] = ",".join(str(g["minor"]) for g in gpus)
+        envs["ALIYUN_COM_GPU_MEM_POD"] = str(sum(int(c.get("resources", {}).get("limits", {}).get(
+            "aliyun.com/gpu-mem", 0)) for c in pod["spec"]["containers"]))
+        envs["ALIYUN_COM_GPU_MEM_CONTAINER"] = str(limits["aliyun.com/gpu-mem"])
+        envs["ALIYUN_COM_GPU_MEM_DEV"] = str(card_memory // 2**20)
+    rdma = [g for g in grants if g["type"] == "rdma"]
+    if rdma:
+        envs["DEVSHARE_RDMA_DEVICES"] = ",".join(g["id"] for g in rdma)
+    return envs

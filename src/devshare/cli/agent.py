@@ -170,6 +170,15 @@ def run(
     agent_checkpoint: Annotated[Path | None, typer.Option(
         "--agent-checkpoint", help="The agent's own checkpoint: devices handed out for identical pods and the "
         "trades it owes (default: /var/lib/devshare/agent-checkpoint.json when /var/lib/devshare exists).")] = None,
+    usage_interval: Annotated[float, typer.Option("--usage-interval", help="Seconds between readings of what each "
+                                                  "container uses of its GPUs (0: off).")] = 10.0,
+    usage_report_interval: Annotated[float, typer.Option("--usage-report-interval", help="Seconds between "
+                                                         "refreshes of the usage in the Device's status.")] = 60.0,
+    proc_root: Annotated[Path, typer.Option("--proc-root", help="The host's /proc (run with hostPID), to find each "
+                                            "GPU process's pod and container from its cgroup.")] = Path("/proc"),
+    metrics_port: Annotated[int, typer.Option("--metrics-port", help="Port of the agent's /metrics (per-container "
+                                              "GPU usage; 0: none).")] = 9402,
+    metrics_address: Annotated[str, typer.Option("--metrics-address", help="Address /metrics listens on.")] = "0.0.0.0",
 ) -> None:
     """Run the agent: the reporter and the kubelet device plugins."""
     from devshare.agent.resources import PLUGIN_RESOURCES
@@ -189,13 +198,20 @@ def run(
             raise InvalidInput("not a directory (mount kubelet's device plugin directory here)",
                                field=f"--plugin-dir {plugin_dir}")
         journal = _journal(agent_checkpoint)
+        if usage_interval < 0 or usage_report_interval <= 0:
+            raise InvalidInput("--usage-interval must be >= 0 (0: off) and --usage-report-interval > 0")
+        if not 0 <= metrics_port <= 65535:
+            raise InvalidInput(f"--metrics-port must be a port number (0: none), got {metrics_port}")
+        if usage_interval and not proc_root.is_dir():
+            raise InvalidInput("not a directory (the host's /proc)", field=f"--proc-root {proc_root}")
         name = _node(node)
         backend = _backend(fake, devices, name, ignore_xids, watch_health=True)
         try:
             agent = Agent(backend, name, _client(), resources=chosen, plugin_dir=plugin_dir,
                           override=_override(bandwidth), checkpoint=_checkpoint(checkpoint, plugin_dir),
-                          label_node=node_labels,
-                          journal=journal)
+                          label_node=node_labels, journal=journal, usage_interval=usage_interval,
+                          usage_publish_interval=usage_report_interval, proc_root=proc_root,
+                          metrics_port=metrics_port if usage_interval else 0, metrics_address=metrics_address)
         except BaseException:
             backend.close()
             raise
