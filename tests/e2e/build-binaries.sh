@@ -62,7 +62,8 @@ k8s_ldflags() {
 if [[ ! -x "$BIN/kube-apiserver" || ! -x "$BIN/kube-scheduler" || ! -x "$BIN/kubectl" ]]; then
   log "building kube-apiserver, kube-scheduler, kubectl $K8S_VERSION (cold: ~25 min)"
   d="$WORK/k8s"; mkdir -p "$d"; cd "$d"
-  k8s_gomod devshare.local/e2e-k8s > go.mod
+  k8s_gomod devshare.local/e2e-k8s > go.mod.new  # not into go.mod: the function runs go in this folder
+  mv go.mod.new go.mod
   cat > tools.go <<'EOF'
 //go:build tools
 
@@ -109,7 +110,9 @@ fi
 if ! harness_built; then
   log "building kubelet-harness (kubelet's device manager, $K8S_VERSION)"
   d="$WORK/kubelet-harness"; mkdir -p "$d"; cd "$d"
-  k8s_gomod devshare.local/kubelet-harness > go.mod
+  rm -f go.mod
+  k8s_gomod devshare.local/kubelet-harness > go.mod.new
+  mv go.mod.new go.mod
   cp "$HARNESS_SRC" main.go
   go get "k8s.io/kubernetes@$K8S_VERSION" >&2
   go mod tidy >&2

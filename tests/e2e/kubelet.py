@@ -179,16 +179,18 @@ class NodeSide:
         return f"GPU-{self.node}-{minor}"  # what tests/e2e/conftest.py's Device objects name
 
     # ------------------------------------------------------------------ the agent
-    def start_agent(self) -> Any:
+    def start_agent(self, extra: list[str] | None = None) -> Any:
         from e2e.cluster import DEVSHARE
 
         cfg = self.cluster.cp.token_kubeconfig("devshare-agent", on_node=self.node)
-        extra = ["--resources", ",".join(self.resources)] if self.resources else []
+        extra = list(extra or ["--metrics-port", "0"])
+        if self.resources:
+            extra += ["--resources", ",".join(self.resources)]
         # no --checkpoint: the default is kubelet's, in the plugin directory (deploy/agent passes the same)
         self.agent = self.cluster.cp.spawn(f"agent-{self.node}", [
             *DEVSHARE, "agent", "run", "--fake", str(self.fake), "--node", self.node,
             "--plugin-dir", str(self.kubelet.plugin_dir), "--agent-checkpoint", str(self.journal),
-            "--interval", "1", "--metrics-port", "0", *extra],
+            "--interval", "1", *extra],
             env={**os.environ, "KUBECONFIG": str(cfg), "PYTHONUNBUFFERED": "1"})
         return self.agent
 

@@ -185,15 +185,19 @@ func (h *harness) admit(pod *v1.Pod) map[string]any {
 		}
 	}
 	attrs := &lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: h.activePods(), Operation: lifecycle.AddOperation}
-	res := h.topo.Admit(h.ctx, attrs)
-	if !res.Admit {
-		// kubelet rejects the pod (phase Failed); its partial allocations are freed at the next
-		// allocation, when the device manager sees it is not active
-		return map[string]any{"ok": true, "admitted": false, "reason": res.Reason, "message": res.Message}
-	}
+	// kubelet adds the pod to its pod manager before admitting it, so it is one of the active pods
+	// while its containers are allocated (the device manager frees the devices of inactive pods
+	// before each container's allocation)
 	h.mu.Lock()
 	h.pods = append(h.pods, pod)
 	h.mu.Unlock()
+	res := h.topo.Admit(h.ctx, attrs)
+	if !res.Admit {
+		// kubelet rejects the pod (phase Failed, no longer active); its partial allocations are freed
+		// at the next allocation
+		h.remove(string(pod.UID))
+		return map[string]any{"ok": true, "admitted": false, "reason": res.Reason, "message": res.Message}
+	}
 	if err := h.save(); err != nil {
 		return map[string]any{"ok": false, "error": err.Error()}
 	}
