@@ -206,7 +206,7 @@ class NodeSide:
         try:
             self.kubelet.wait_allocatable(want, timeout=timeout)
         except HarnessError as e:
-            raise HarnessError(f"{e}\n--- agent ---\n{self.agent.tail() if self.agent else ''}") from None
+            raise HarnessError(f"{e}\n--- agent ---\n{self.agent_log()}") from None
 
     # ------------------------------------------------------------------ pods
     def admit(self, name: str) -> dict[str, Any]:
@@ -236,8 +236,17 @@ class NodeSide:
             out: dict[str, dict[str, Any]] = wait_until(done, timeout=timeout, interval=0.3,
                                                         what="every pod assigned, nothing owed")
         except TimeoutError as e:
-            raise AssertionError(f"{e}\n--- agent ---\n{self.agent.tail(80) if self.agent else ''}") from None
+            unmarked = [n for n in names
+                        if self.cluster.get_pod(n)["metadata"]["annotations"].get("devshare.io/assigned") != "true"]
+            raise AssertionError(f"{e}; not assigned: {unmarked}\n--- agent ---\n{self.agent_log()}") from None
         return out
+
+    def agent_log(self, n: int = 60) -> str:
+        """The agent's log without its HTTP client's request lines."""
+        if self.agent is None:
+            return ""
+        lines = [line for line in self.agent.log.read_text(errors="replace").splitlines() if " httpx" not in line]
+        return "\n".join(lines[-n:])
 
 
 def promised_envs(pod: dict[str, Any], container: str, uuid: Any, card_memory: int) -> dict[str, str]:
@@ -261,12 +270,46 @@ def promised_envs(pod: dict[str, Any], container: str, uuid: Any, card_memory: i
     spec = [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
     limits = next(c for c in spec if c["name"] == container).get("resources", {}).get("limits", {})
     if "aliyun.com/gpu-mem" in limits:
+        from devshare.model.quantity import quantity_int  # the API server spells 1000 as 1k
+
         envs["ALIYUN_COM_GPU_MEM_IDX"] = ",".join(str(g["minor"]) for g in gpus)
-        envs["ALIYUN_COM_GPU_MEM_POD"] = str(sum(int(c.get("resources", {}).get("limits", {}).get(
+        envs["ALIYUN_COM_GPU_MEM_POD"] = str(sum(quantity_int(c.get("resources", {}).get("limits", {}).get(
             "aliyun.com/gpu-mem", 0)) for c in pod["spec"]["containers"]))
-        envs["ALIYUN_COM_GPU_MEM_CONTAINER"] = str(limits["aliyun.com/gpu-mem"])
+        envs["ALIYUN_COM_GPU_MEM_CONTAINER"] = str(quantity_int(limits["aliyun.com/gpu-mem"]))
         envs["ALIYUN_COM_GPU_MEM_DEV"] = str(card_memory // 2**20)
     rdma = [g for g in grants if g["type"] == "rdma"]
     if rdma:
         envs["DEVSHARE_RDMA_DEVICES"] = ",".join(g["id"] for g in rdma)
     return envs
+
+
+def check_containers(side: NodeSide, names: list[str], results: dict[str, dict[str, Any]], *,
+                     card_memory: int) -> dict[str, dict[str, Any]]:
+    """Once every pod is settled: each container got exactly what its pod's final annotation records,
+    as docs/agent.md promises (the whole environment from the plugins, nothing else), and the device
+    ids kubelet recorded for it are of those devices (GetPreferredAllocation). Returns the pods."""
+    pods = side.settle(names)
+    for name in names:
+        assert results[name]["admitted"], results[name]
+        pod = pods[name]
+        alloc = {c["name"]: c["devices"] for c in
+                 json.loads(pod["metadata"]["annotations"]["devshare.io/allocation"])["containers"]}
+        for c in results[name]["containers"]:
+            want = promised_envs(pod, c["name"], side.uuid, card_memory) if alloc.get(c["name"]) else {}
+            assert c["envs"] == want, (name, c["name"])
+            for resource, ids in c["devices"].items():
+                kind = next((t for t in ("rdma", "fpga") if resource.endswith("/" + t)), "gpu")
+                held = {d["minor"] for d in alloc.get(c["name"], []) if d["type"] == kind}
+                recorded = {_minor(i, kind) for i in ids}
+                assert recorded == held, (name, c["name"], resource, ids)
+    return pods
+
+
+def _minor(device_id: str, kind: str) -> int:
+    """The device a plugin's id stands for: ``<minor>-<k>`` and ``rdma<minor>-<k>`` (shares), a GPU's
+    UUID (``GPU-<node>-<minor>`` here), an RDMA device's id (``mlx5_<minor>`` here)."""
+    if device_id.startswith("GPU-"):
+        return int(device_id.rsplit("-", 1)[1])
+    if device_id.startswith("mlx5_"):
+        return int(device_id.split("_")[1])
+    return int(device_id.split("-")[0].removeprefix(kind))

@@ -6,12 +6,11 @@ records; across an agent restart too. Pods that differ are refused with the agen
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from e2e.conftest import Cluster
-from e2e.kubelet import NodeSide, promised_envs
+from e2e.kubelet import NodeSide, check_containers
 
 GIB = 2**30
 ASK = {"koordinator.sh/gpu-core": "30", "koordinator.sh/gpu-memory-ratio": "30"}
@@ -19,21 +18,7 @@ SERVED = {"koordinator.sh/gpu-core": 200, "koordinator.sh/gpu-memory-ratio": 200
 
 
 def check(side: NodeSide, names: list[str], results: dict[str, dict[str, Any]]) -> None:
-    """Every container got what its pod's final annotation records, as docs/agent.md promises, and
-    kubelet recorded ids of those cards."""
-    pods = side.settle(names)
-    for name in names:
-        assert results[name]["admitted"], results[name]
-        pod = pods[name]
-        for c in results[name]["containers"]:
-            want = promised_envs(pod, c["name"], side.uuid, 16 * GIB)
-            assert {k: v for k, v in c["envs"].items() if k in want} == want, (name, c["name"])
-            assert set(c["envs"]) == set(want), (name, c["name"], c["envs"])
-            alloc = next(a for a in json.loads(pod["metadata"]["annotations"]["devshare.io/allocation"])["containers"]
-                         if a["name"] == c["name"])
-            minors = {d["minor"] for d in alloc["devices"]}
-            for resource, ids in c["devices"].items():
-                assert {int(i.split("-")[0]) for i in ids} == minors, (name, c["name"], resource, ids)
+    check_containers(side, names, results, card_memory=16 * GIB)
 
 
 def test_identical_replicas_on_a_fresh_node_all_start(cluster: Cluster, tmp_path: Path) -> None:
