@@ -46,6 +46,7 @@ from devshare.model.codecs import decode_allocation
 from devshare.model.errors import InvalidInput
 from devshare.model.quantity import MIB
 from devshare.model.request import WHOLE
+from devshare.model.usage import ContainerUse, GpuUse, NodeUsage, usage_status
 
 log = logging.getLogger("devshare.agent.usage")
 
@@ -248,9 +249,9 @@ def over_share_event(r: ContainerUsage, message: str, *, node: str, at: float) -
 
 
 def summary(rows: Iterable[ContainerUsage], inv: Inventory, at: float) -> dict[str, Any]:
-    """The Device object's ``status.usage``: per GPU what its processes use, and per container its
-    use beside its share. Memory is rounded to MiB and utilization to hundredths, so an idle node
-    publishes the same block again (no write)."""
+    """The Device object's ``status.usage`` (:mod:`devshare.model.usage`): per GPU what its processes
+    use, and per container its use beside its share. Memory is rounded to MiB and utilization to
+    hundredths, so an idle node publishes the same block again (no write)."""
     per_gpu: dict[str, list[ContainerUsage]] = {}
     for r in rows:
         per_gpu.setdefault(r.uuid, []).append(r)
@@ -258,19 +259,16 @@ def summary(rows: Iterable[ContainerUsage], inv: Inventory, at: float) -> dict[s
     for g in inv.gpus:
         mine = per_gpu.get(g.uuid, [])
         utils = [r.utilization for r in mine if r.utilization is not None]
-        gpus.append({
-            "minor": g.minor, "id": g.uuid,
-            "memoryUsed": sum(r.memory_used for r in mine) // MIB * MIB,
-            "utilization": round(min(sum(utils), 1.0), 2) if utils or not mine else None,
-            "containers": [{
-                "pod": f"{r.namespace}/{r.pod}", "container": r.container,
-                "memoryUsed": r.memory_used // MIB * MIB, "memoryAllocated": r.memory_allocated,
-                "utilization": None if r.utilization is None else round(r.utilization, 2),
-                "coreAllocated": round(r.core_allocated, 3),
-            } for r in mine],
-        })
+        gpus.append(GpuUse(
+            minor=g.minor, id=g.uuid, memory_used=sum(r.memory_used for r in mine) // MIB * MIB,
+            utilization=round(min(sum(utils), 1.0), 2) if utils or not mine else None,
+            containers=tuple(ContainerUse(
+                pod=f"{r.namespace}/{r.pod}", container=r.container, memory_used=r.memory_used // MIB * MIB,
+                memory_allocated=r.memory_allocated,
+                utilization=None if r.utilization is None else round(r.utilization, 2),
+                core_allocated=round(r.core_allocated, 3)) for r in mine)))
     stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"at": stamp, "gpus": gpus}
+    return usage_status(NodeUsage(at=stamp, gpus=tuple(gpus)))
 
 
 class UsageMonitor:
