@@ -194,6 +194,12 @@ class NodeSide:
             env={**os.environ, "KUBECONFIG": str(cfg), "PYTHONUNBUFFERED": "1"})
         return self.agent
 
+    def start(self, want: dict[str, int], *, agent_args: list[str] | None = None) -> None:
+        """kubelet, then the agent; until kubelet shows ``want`` allocatable (the plugins registered)."""
+        self.kubelet.start()
+        self.start_agent(agent_args)
+        self.wait_registered(want)
+
     def stop_agent(self) -> None:
         if self.agent is not None:
             self.agent.stop()

@@ -18,9 +18,7 @@ GIB = 2**30
 def test_several_containers_and_init_containers(cluster: Cluster, tmp_path: Path) -> None:
     side = NodeSide(cluster, tmp_path, "multi-1", gpus=2)
     try:
-        side.kubelet.start()
-        side.start_agent()
-        side.wait_registered({"koordinator.sh/gpu-core": 200, "koordinator.sh/gpu-memory-ratio": 200})
+        side.start({"koordinator.sh/gpu-core": 200, "koordinator.sh/gpu-memory-ratio": 200})
         same = {"koordinator.sh/gpu-core": "40", "koordinator.sh/gpu-memory-ratio": "40"}
         other = {"koordinator.sh/gpu-core": "20", "koordinator.sh/gpu-memory": "2Gi"}
         obj = cluster.pod("multi", [same, same, other, {}], names=["a", "b", "c", "plain"], create=False)

@@ -20,10 +20,8 @@ def test_every_dialect(cluster: Cluster, tmp_path: Path) -> None:
                     labels={"devshare.io/multi-gpu-share": "true",
                             "devshare.io/gpu-compute-policy": "native-burst-share"})
     try:
-        side.kubelet.start()
-        side.start_agent()
-        side.wait_registered({"koordinator.sh/gpu-core": 400, "nvidia.com/gpu": 4, "aliyun.com/gpu-mem": 4 * 4096,
-                              "vke.volcengine.com/mgpu-core": 400, "koordinator.sh/rdma": 100})
+        side.start({"koordinator.sh/gpu-core": 400, "nvidia.com/gpu": 4, "aliyun.com/gpu-mem": 4 * 4096,
+                    "vke.volcengine.com/mgpu-core": 400, "koordinator.sh/rdma": 100})
         pods = {
             "koord-ratio": ({"koordinator.sh/gpu-core": "25", "koordinator.sh/gpu-memory-ratio": "25",
                              "koordinator.sh/rdma": "50"}, {}),

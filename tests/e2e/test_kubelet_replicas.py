@@ -49,9 +49,7 @@ def test_identical_replicas_on_a_fresh_node_all_start(cluster: Cluster, tmp_path
 def test_replicas_of_two_containers_across_an_agent_restart(cluster: Cluster, tmp_path: Path) -> None:
     side = NodeSide(cluster, tmp_path, "restart-1", gpus=2)
     try:
-        side.kubelet.start()
-        side.start_agent()
-        side.wait_registered(SERVED)
+        side.start(SERVED)
         names = [f"t{i}" for i in range(3)]
         for n in names:
             cluster.pod(n, [ASK, {"koordinator.sh/gpu-core": "20", "koordinator.sh/gpu-memory-ratio": "20"}])
@@ -73,9 +71,7 @@ def test_pods_that_differ_are_refused_with_the_agents_reason(cluster: Cluster, t
     pod with UnexpectedAdmissionError and the agent's message (what the pod's event shows)."""
     side = NodeSide(cluster, tmp_path, "differ-1", gpus=2)
     try:
-        side.kubelet.start()
-        side.start_agent()
-        side.wait_registered(SERVED)
+        side.start(SERVED)
         cluster.pod("a", ASK)
         cluster.pod("b", [ASK, {}], names=["c0", "sidecar"])
         for n in ("a", "b"):

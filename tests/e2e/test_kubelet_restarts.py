@@ -21,9 +21,7 @@ SERVED = {"koordinator.sh/gpu-core": 200, "koordinator.sh/gpu-memory-ratio": 200
 def test_kubelet_restarts_reload_its_checkpoint(cluster: Cluster, tmp_path: Path) -> None:
     side = NodeSide(cluster, tmp_path, "kubelet-restart-1", gpus=2)
     try:
-        side.kubelet.start()
-        side.start_agent()
-        side.wait_registered(SERVED)
+        side.start(SERVED)
         results: dict[str, dict[str, Any]] = {}
 
         def batch(names: list[str]) -> None:

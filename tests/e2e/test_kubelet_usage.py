@@ -37,10 +37,9 @@ def test_usage_beside_the_share_and_an_event_over_it(cluster: Cluster, tmp_path:
     proc = tmp_path / "proc"
     proc.mkdir()
     try:
-        side.kubelet.start()
-        side.start_agent(extra=["--usage-interval", "0.5", "--usage-report-interval", "1", "--metrics-port", str(port),
-                                "--metrics-address", "127.0.0.1", "--proc-root", str(proc)])
-        side.wait_registered({"koordinator.sh/gpu-core": 100})
+        side.start({"koordinator.sh/gpu-core": 100}, agent_args=[
+            "--usage-interval", "0.5", "--usage-report-interval", "1", "--metrics-port", str(port),
+            "--metrics-address", "127.0.0.1", "--proc-root", str(proc)])
         cluster.pod("use", {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory": "4Gi"})
         cluster.wait_bound("use", timeout=60)
         result = side.admit("use")

@@ -288,7 +288,7 @@ class UsageMonitor:
         self.wall = wall
         self.over = OverShare()
         self.rows: list[ContainerUsage] = []
-        self.read_seconds = 0.0  # CPU-independent wall time of the last round
+        self.read_seconds = 0.0  # how long the last round took (wall clock)
         self.failures = 0
         self.status: dict[str, Any] | None = None  # the Device's status.usage
         self._published_at: float | None = None
