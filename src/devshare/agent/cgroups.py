@@ -28,6 +28,7 @@ The container ID found here is the one the API shows in ``status.containerStatus
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -78,8 +79,14 @@ def parse_cgroup(text: str) -> CgroupRef | None:
 
 def read_cgroup(proc: Path, pid: int) -> CgroupRef | None:
     """The pod and container of process ``pid`` (``proc`` is the host's ``/proc``). Raises OSError when
-    the file cannot be read (the process ended, or ``proc`` is not the host's)."""
-    return parse_cgroup((proc / str(pid) / "cgroup").read_text(errors="replace"))
+    the file cannot be read (the process ended, or ``proc`` is not the host's). One open and read (a
+    third of what ``Path.read_text`` costs: the reader does this for every GPU process, every round)."""
+    fd = os.open(f"{proc}/{pid}/cgroup", os.O_RDONLY)
+    try:
+        data = os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+    return parse_cgroup(data.decode(errors="replace"))
 
 
 def container_id(status_id: str) -> str:
