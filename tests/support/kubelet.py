@@ -81,11 +81,11 @@ class Kubelet(pb_grpc.RegistrationServicer):
                 pass
 
         threading.Thread(target=follow, daemon=True).start()
-        first.wait(10)
+        first.wait(120)  # generous: the machine may be loaded; the wait ends with the first list
         self.registered.put(request.resource_name)
         return pb.Empty()
 
-    def wait_registered(self, n: int, timeout: float = 10) -> set[str]:
+    def wait_registered(self, n: int, timeout: float = 120) -> set[str]:
         return {self.registered.get(timeout=timeout) for _ in range(n)}
 
     # ------------------------------------------------------------------ admission
@@ -101,10 +101,10 @@ class Kubelet(pb_grpc.RegistrationServicer):
         assert res is not None
         with grpc.insecure_channel(f"unix://{self.directory / res.socket_name()}") as channel:
             stub = pb_grpc.DevicePluginStub(channel)
-            options = stub.GetDevicePluginOptions(pb.Empty(), timeout=30, wait_for_ready=True)
+            options = stub.GetDevicePluginOptions(pb.Empty(), timeout=120, wait_for_ready=True)
             if options.get_preferred_allocation_available:
                 out = stub.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
-                    pb.ContainerPreferredAllocationRequest(available_deviceIDs=free, allocation_size=n)]), timeout=30)
+                    pb.ContainerPreferredAllocationRequest(available_deviceIDs=free, allocation_size=n)]), timeout=120)
                 preferred = [i for i in out.container_responses[0].deviceIDs if i in set(free)]
                 free = list(dict.fromkeys(preferred + free))  # kubelet: preferred ∩ available, then the rest
         return free[:n]
@@ -116,7 +116,7 @@ class Kubelet(pb_grpc.RegistrationServicer):
             stub = pb_grpc.DevicePluginStub(channel)
             try:
                 out = stub.Allocate(pb.AllocateRequest(container_requests=[
-                    pb.ContainerAllocateRequest(devices_ids=ids)]), timeout=30, wait_for_ready=True)
+                    pb.ContainerAllocateRequest(devices_ids=ids)]), timeout=120, wait_for_ready=True)
             except grpc.RpcError as e:
                 raise Refused(e.details() or str(e)) from None
         self.calls += 1

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from devshare.agent.envs import memory_limit
 from devshare.agent.inventory import Inventory
-from devshare.agent.resources import PluginResource, fake_devices
+from devshare.agent.resources import PluginResource, owners
 from devshare.model import names
 from devshare.model.allocation import DeviceGrant
 from devshare.model.dialects.koordinator import KOORD_GPU_MEMORY_RATIO
@@ -79,19 +79,19 @@ def preferred_ids(resource: PluginResource, inv: Inventory, grants: Sequence[Dev
     chosen = list(dict.fromkeys(must_include))[:size]
     taken = set(chosen)
     if grants:
-        owner = {d.id: d.device_id for d in fake_devices(resource, inv)}
+        owner = owners(resource, inv)
         quota: dict[str, int] = {}
         for g, n in zip(grants, _split(size, [_units(resource, g, inv) for g in grants]), strict=True):
             dev = _device_id(g, inv)
             quota[dev] = quota.get(dev, 0) + n
         for i in chosen:
-            dev = owner.get(i, "")
+            dev = owner(i)
             if dev in quota:
                 quota[dev] -= 1
         for i in available:
             if len(chosen) >= size:
                 break
-            dev = owner.get(i, "")
+            dev = owner(i)
             if i not in taken and quota.get(dev, 0) > 0:
                 chosen.append(i)
                 taken.add(i)
