@@ -12,9 +12,9 @@
 #   K8S_VERSION          Kubernetes release (default below); staging modules are pinned to v0.MINOR.PATCH
 #   ETCD_VERSION, HELM_VERSION
 #
-# A cold build takes about 14-35 minutes on 2 cores (most of it kube-apiserver), kubelet-harness a few
-# more (README: "End-to-end tests"); later runs take under a second. Needs only the Go toolchain and
-# the Go module proxy.
+# A cold build takes about 14-35 minutes on 2 cores (most of it kube-apiserver), kubelet-harness about
+# 20 s more (it shares its packages with them; README); later runs take under a second. Needs only the
+# Go toolchain and the Go module proxy.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.37.2}"

@@ -21,7 +21,7 @@
 //	{"op": "start", "uid": U, "container": C}   -> {"container": {...}}  (what a (re)started container gets)
 //	{"op": "remove", "uid": U}                  -> {}                    (the pod terminated or was deleted)
 //	{"op": "capacity"}                          -> {"capacity", "allocatable", "inactive"}
-//	{"op": "pods"}                              -> {"pods": [{"uid", "containers": [...]}]}
+//	{"op": "pods"}                              -> {"pods": [{"uid", "containers": [...]}]}  (devices only)
 //
 // Every answer carries "ok": true, or "ok": false and "error". The pods admitted and not removed
 // are kept in --state, so a restarted harness knows what was running.
@@ -136,14 +136,20 @@ func containerID(pod *v1.Pod, name string) string {
 	return "harness://" + string(pod.UID) + "/" + name
 }
 
-// describe is what kubelet would give the container when it starts it.
-func (h *harness) describe(pod *v1.Pod, c *v1.Container, init bool) containerOut {
+// describe is what kubelet would give the container when it starts it (withOptions: the runtime
+// options, which may make the device manager call Allocate again for a container it holds nothing
+// for, as kubelet does at a container's start; else only the devices it holds).
+func (h *harness) describe(pod *v1.Pod, c *v1.Container, init bool, withOptions bool) containerOut {
 	out := containerOut{Name: c.Name, Init: init, Devices: map[string][]string{}, Envs: map[string]string{},
 		Mounts: []map[string]any{}, DeviceFiles: []map[string]string{}, Annotations: map[string]string{},
 		CDIDevices: []string{}}
-	opts, err := h.dm.GetDeviceRunContainerOptions(h.ctx, pod, c)
-	if err != nil {
-		out.Error = err.Error()
+	var opts *devicemanager.DeviceRunContainerOptions
+	if withOptions {
+		var err error
+		opts, err = h.dm.GetDeviceRunContainerOptions(h.ctx, pod, c)
+		if err != nil {
+			out.Error = err.Error()
+		}
 	}
 	if opts != nil {
 		for _, e := range opts.Envs {
@@ -203,10 +209,10 @@ func (h *harness) admit(pod *v1.Pod) map[string]any {
 	}
 	containers := []containerOut{}
 	for i := range pod.Spec.InitContainers {
-		containers = append(containers, h.describe(pod, &pod.Spec.InitContainers[i], true))
+		containers = append(containers, h.describe(pod, &pod.Spec.InitContainers[i], true, true))
 	}
 	for i := range pod.Spec.Containers {
-		containers = append(containers, h.describe(pod, &pod.Spec.Containers[i], false))
+		containers = append(containers, h.describe(pod, &pod.Spec.Containers[i], false, true))
 	}
 	return map[string]any{"ok": true, "admitted": true, "containers": containers}
 }
@@ -227,12 +233,12 @@ func (h *harness) start(uid, name string) map[string]any {
 	}
 	for i := range pod.Spec.InitContainers {
 		if pod.Spec.InitContainers[i].Name == name {
-			return map[string]any{"ok": true, "container": h.describe(pod, &pod.Spec.InitContainers[i], true)}
+			return map[string]any{"ok": true, "container": h.describe(pod, &pod.Spec.InitContainers[i], true, true)}
 		}
 	}
 	for i := range pod.Spec.Containers {
 		if pod.Spec.Containers[i].Name == name {
-			return map[string]any{"ok": true, "container": h.describe(pod, &pod.Spec.Containers[i], false)}
+			return map[string]any{"ok": true, "container": h.describe(pod, &pod.Spec.Containers[i], false, true)}
 		}
 	}
 	return map[string]any{"ok": false, "error": fmt.Sprintf("pod %s has no container %s", uid, name)}
@@ -273,10 +279,10 @@ func (h *harness) podsOut() map[string]any {
 	for _, p := range h.activePods() {
 		cs := []containerOut{}
 		for i := range p.Spec.InitContainers {
-			cs = append(cs, h.describe(p, &p.Spec.InitContainers[i], true))
+			cs = append(cs, h.describe(p, &p.Spec.InitContainers[i], true, false))
 		}
 		for i := range p.Spec.Containers {
-			cs = append(cs, h.describe(p, &p.Spec.Containers[i], false))
+			cs = append(cs, h.describe(p, &p.Spec.Containers[i], false, false))
 		}
 		out = append(out, map[string]any{"uid": string(p.UID), "namespace": p.Namespace, "name": p.Name,
 			"containers": cs})
