@@ -160,7 +160,10 @@ class NodeSide:
         from e2e.cluster import binaries
 
         self.cluster = cluster
-        self.node = node
+        self.node = node  # Nodes are cluster-wide and tests share the control plane: a name no other test uses
+        taken = cluster.cp.kubectl("get", "node", node, "--ignore-not-found", "-o", "name").stdout.strip()
+        if taken:
+            raise AssertionError(f"node {node} exists already: another test uses that name")
         self.root = root
         cluster.node(node, gpus=gpus, memory_gib=memory_gib, labels=labels, rdma=rdma)
         fake: dict[str, Any] = {"model": "Tesla-T4", "memory": f"{memory_gib}Gi",

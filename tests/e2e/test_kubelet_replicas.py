@@ -47,7 +47,7 @@ def test_identical_replicas_on_a_fresh_node_all_start(cluster: Cluster, tmp_path
 
 
 def test_replicas_of_two_containers_across_an_agent_restart(cluster: Cluster, tmp_path: Path) -> None:
-    side = NodeSide(cluster, tmp_path, "restart-1", gpus=2)
+    side = NodeSide(cluster, tmp_path, "agent-restart-1", gpus=2)
     try:
         side.start(SERVED)
         names = [f"t{i}" for i in range(3)]
