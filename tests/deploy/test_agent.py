@@ -15,7 +15,10 @@ def test_manifests() -> None:
     role = docs[("ClusterRole", "devshare-agent")]
     rules = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert rules == {("", "nodes"): {"patch"}, ("", "nodes/status"): {"patch"}, ("", "pods"): {"list", "patch"},
-                     ("devshare.io", "devices"): {"get", "create", "update"}, ("", "events"): {"create"}}
+                     ("devshare.io", "devices"): {"get", "create", "update"}, ("", "events"): {"create"},
+                     # DRA (agent run --dra): the node's ResourceSlice, the claims it prepares
+                     ("resource.k8s.io", "resourceslices"): {"get", "create", "update"},
+                     ("resource.k8s.io", "resourceclaims"): {"get"}}
     ds = docs[("DaemonSet", "devshare-agent")]["spec"]["template"]["spec"]
     assert ds["serviceAccountName"] == "devshare-agent"
     assert ds["nodeSelector"]

@@ -179,6 +179,10 @@ def run(
     metrics_port: Annotated[int, typer.Option("--metrics-port", help="Port of the agent's /metrics (per-container "
                                               "GPU usage; 0: none).")] = 9402,
     metrics_address: Annotated[str, typer.Option("--metrics-address", help="Address /metrics listens on.")] = "0.0.0.0",
+    dra: Annotated[bool, typer.Option(  # DRA (issue 38)
+        "--dra/--no-dra", help="Also publish this node's ResourceSlice (driver gpu.devshare.io) and serve the DRA "
+        "kubelet plugin, preparing claims through CDI specs (docs/dra.md).")] = False,
+    cdi_dir: Annotated[Path, typer.Option("--cdi-dir", help="CDI spec directory (with --dra).")] = Path("/var/run/cdi"),
 ) -> None:
     """Run the agent: the reporter and the kubelet device plugins."""
     from devshare.agent.resources import PLUGIN_RESOURCES
@@ -217,7 +221,17 @@ def run(
             raise
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     agent.start()
-    agent.run_until(_stop_on_signals(), interval=interval)
+    if dra:  # DRA (issue 38): the kubelet plugin and the node's ResourceSlice, from the reporter's inventory
+        from devshare.agent.dra.node import DraNode, LightkubeNodeApi
+
+        dra_node = DraNode(name, LightkubeNodeApi(), lambda: agent.reporter.inventory,
+                           lambda: agent.reporter.previous, cdi_dir=cdi_dir)
+        dra_node.start(interval=interval)
+    try:
+        agent.run_until(_stop_on_signals(), interval=interval)
+    finally:
+        if dra:
+            dra_node.stop()
 
 
 def register(app: typer.Typer) -> None:

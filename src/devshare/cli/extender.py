@@ -110,6 +110,13 @@ def extender(
                      "pod read) over kept-alive HTTP/1.1 connections of the extender's own, when no proxy is set "
                      "(less CPU per pod; docs/extender.md). --no-api-lane: through the full HTTP client."),
     ] = True,
+    dra: Annotated[  # DRA (issue 38): devshare allocates the claims of its DeviceClasses (docs/dra.md)
+        bool,
+        typer.Option("--dra/--no-dra",
+                     help="Allocate the ResourceClaims of devshare's DeviceClasses (pods held by the webhook's "
+                     "scheduling gate) with the same engine and accounting, and publish ResourceSlices for "
+                     "Device objects no devshare agent publishes (docs/dra.md). Needs resource.k8s.io/v1."),
+    ] = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
@@ -193,6 +200,10 @@ def extender(
             from devshare.kube.live import LiveBackend
 
             backend = LiveBackend.connect(kubeconfig, context=context, namespace=namespace, direct=api_lane)
+            if dra:  # DRA (issue 38)
+                from devshare.kube.dra import LiveDraApi
+
+                options.dra_api = LiveDraApi(backend.api)
             options.leader_election = True if leader_elect is None else leader_elect
             if follow_lease is not None:
                 options.leader_election = False

@@ -12,6 +12,8 @@ import typer
 
 from devshare.cli.common import ConfigOption, emit, fail, load_cluster, load_yaml_documents, user_errors
 from devshare.config import load_config, refuse_disabled, refuse_pod, with_overrides
+from devshare.engine.dra.dryrun import KINDS as DRA_KINDS
+from devshare.engine.dra.dryrun import DryRun
 from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.policies import LIVE_NAMES
@@ -19,6 +21,7 @@ from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation
 from devshare.model.annotations import encode_annotations
+from devshare.model.dra import pod_claims
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import parse_pod
 from devshare.model.request import PodRequest
@@ -47,7 +50,8 @@ class Placer:
     :class:`Lifecycle`, so the policy learns of each pod as it does there), recording each result."""
 
     def __init__(self, state: ClusterState, scheduler: Scheduler, disabled: frozenset[str] = frozenset(),
-                 disabled_dialects: frozenset[str] = frozenset()) -> None:
+                 disabled_dialects: frozenset[str] = frozenset(), dra_objects: list[tuple[str, Any]] | None = None
+                 ) -> None:
         self.state = state
         self.disabled = disabled  # device types the configuration switches off
         self.disabled_dialects = disabled_dialects  # and dialects (dialects.mgpu: false is MGPUEnable: false)
@@ -58,15 +62,22 @@ class Placer:
         self.order: list[str] = []
         self.clock = 0.0
         self.now_ns = time.time_ns()
+        # DRA (issue 38): ResourceSlices, DeviceClasses, ResourceClaims(Templates) of the cluster file
+        self.dra = DryRun(self.lifecycle)
+        for where, obj in dra_objects or []:
+            self.dra.add(obj, where)
+        self.dra.start()
 
     def _record(self, key: str, node: str | None, reason: str = "",
-                annotations: dict[str, str] | None = None) -> None:
+                annotations: dict[str, str] | None = None, claims: dict[str, Any] | None = None) -> None:
         if key not in self.results:
             self.order.append(key)
         entry: dict[str, Any] = {"pod": key, "node": node}
         if node is None:
             entry["reason"] = reason
         entry["annotations"] = annotations or {}
+        if claims:  # DRA: the status.allocation devshare would write on each of the pod's claims
+            entry["claims"] = claims
         self.results[key] = entry
 
     def _annotate(self, pod: PodRequest, alloc: PodAllocation, visible: list[int] | None = None) -> dict[str, str]:
@@ -91,16 +102,29 @@ class Placer:
         if key in self.state.pods:
             self._record(key, None, f"pod {key} already holds devices on {self.state.pods[key].allocation.node}")
             return
+        nodes = None
+        claims: dict[str, Any] = {}
+        if pod_claims(obj):  # DRA (issue 38): its claims are allocated first, as the gate makes it so
+            got = self.dra.place(obj, cpu_milli=pod.cpu_milli, memory_bytes=pod.memory_bytes)
+            if got.node is None:
+                self._record(key, None, got.reason)
+                return
+            claims = got.claims
+            if not pod.has_devices():
+                self._record(key, got.node or None, "" if got.node else "no node: its claims are not devshare's",
+                             claims=claims)
+                return
+            nodes = [got.node] if got.node else None
         if pod.group is not None:
             self.lifecycle.arrived(pod)
             self._place_member(pod)
             return
-        # kube-scheduler asks the extender only about pods that ask for a device it manages
-        placed = self.lifecycle.schedule(pod, now=self.clock, arrives=pod.has_devices())
+        # kube-scheduler asks the extender about every pod of devshare's profile, asking for a device or not
+        placed = self.lifecycle.schedule(pod, now=self.clock, nodes=nodes)
         if placed is None:
-            self._record(key, None, self.scheduler.why_unschedulable(pod))
+            self._record(key, None, self.scheduler.why_unschedulable(pod, nodes))
             return
-        self._record(key, placed.node, annotations=self._annotate(pod, placed.allocation))
+        self._record(key, placed.node, annotations=self._annotate(pod, placed.allocation), claims=claims)
 
     def _place_member(self, pod: PodRequest) -> None:
         decision = self.planner.schedule(pod, now=self.clock)
@@ -173,13 +197,35 @@ def schedule(
         cfg = with_overrides(load_config(config), policy=policy)
         cfg.register()
         pod_objs = pods_of(pods)
-        state = asyncio.run(load_state(load_cluster(cluster), state=cfg.state()))
+        backend, dra_objects = load_cluster_with_dra(cluster)
+        state = asyncio.run(load_state(backend, state=cfg.state()))
         placer = Placer(state, Scheduler(state, policy=cfg.policy(), settings=cfg.settings(),
                                          quotas=cfg.namespace_quotas()),
-                        disabled=cfg.device_types.disabled(), disabled_dialects=cfg.disabled_dialects())
+                        disabled=cfg.device_types.disabled(), disabled_dialects=cfg.disabled_dialects(),
+                        dra_objects=dra_objects)
         for obj in pod_objs:
             placer.place(obj)
         emit({"placements": placer.finish()}, output, _table)
+
+
+def load_cluster_with_dra(path: Path) -> tuple[Any, list[tuple[str, Any]]]:
+    """The cluster file's Node, Device and Pod objects as a backend, and its DRA objects (issue 38) apart."""
+    docs = load_yaml_documents(path)
+    dra_objects: list[tuple[str, Any]] = []
+    rest: list[Any] = []
+    for i, doc in enumerate(docs, start=1):
+        items = doc.get("items") or [] if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]
+        for j, obj in enumerate(items):
+            where = f"{path}, document {i}" + (f", items[{j}]" if len(items) > 1 else "")
+            (dra_objects if isinstance(obj, dict) and obj.get("kind") in DRA_KINDS else rest).append(
+                (where, obj) if isinstance(obj, dict) and obj.get("kind") in DRA_KINDS else obj)
+    if not dra_objects:
+        return load_cluster(path), []
+    from devshare.kube.memory import MemoryBackend
+
+    if not rest:
+        raise InvalidInput("no Node, Device or Pod object in the file", field=str(path))
+    return MemoryBackend.from_objects(rest, source=str(path)), dra_objects
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from devshare.cli.common import fail, user_errors
-from devshare.engine.policies import NAMES
+from devshare.engine.policies import DRA_BASELINE, NAMES
 from devshare.model.errors import InvalidInput
 from devshare.sim.optimum import FLOOR_PCT, Offline, Packing, offline
 from devshare.sim.replay import MAX_ARRIVED, RunResult
@@ -110,17 +110,24 @@ def simulate(
         help="model kube-scheduler's percentageOfNodesToScore: each pod's candidates are the nodes its "
              "rotating walk finds (P percent of the nodes, at least 100; 'default': its adaptive formula), "
              "retried window after window until every node was walked; 'all' (the default): every node"),
+    dra_baseline: bool = typer.Option(  # DRA (issue 38)
+        False, "--dra-baseline",
+        help="also replay with stock kube-scheduler's own DRA allocation (policy dra-baseline): first-fit device "
+             "by index, node by LeastAllocated + BalancedAllocation on CPU and memory with random ties, within "
+             "its window of GPU-feasible nodes (adaptive percentageOfNodesToScore unless --window says)"),
 ) -> None:
     """Replay an openb trace as the FGD paper does and report unallocated GPU % at 100% arrival."""
     console = Console(stderr=True)
     out = Console()
     bare = (nodes is None and pods is None and not policy and json_out is None and plot_out is None
-            and window == "all")
+            and window == "all" and not dra_baseline)
     with user_errors():
         nodes_csv = nodes or bundled(DEFAULT_NODES)
         pods_csv = pods or bundled(DEFAULT_PODS)
         names = list(dict.fromkeys(policy or DEFAULT_POLICIES))
-        unknown = [n for n in names if n not in NAMES]
+        if dra_baseline:
+            names.append(DRA_BASELINE)
+        unknown = [n for n in names if n not in (*NAMES, DRA_BASELINE)]
         if unknown:
             raise InvalidInput(f"unknown policy {', '.join(unknown)}; choose from {', '.join(NAMES)}",
                                field="--policy")

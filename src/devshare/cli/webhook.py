@@ -63,6 +63,9 @@ def webhook(
                      "of one node (repeatable; default: the node agent, "
                      "system:serviceaccount:devshare-system:devshare-agent)."),
     ] = None,
+    dra: Annotated[bool, typer.Option(  # DRA (issue 38)
+        "--dra/--no-dra", help="Gate pods whose ResourceClaims use devshare's DeviceClasses until devshare's "
+        "allocator (devshare extender --dra) has allocated them (docs/dra.md).")] = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     config_file: ConfigOption = None,
     event_loop: EventLoopOption = "auto",
@@ -105,6 +108,7 @@ def webhook(
             raise fail("give --cluster or --kubeconfig/--in-cluster, not both")
         source: DeviceTypes | None = None
         pods: PodSource | None = None  # where a Binding's pod and a trade's partner are read
+        dra_claims = None
         if cluster is not None:
             from devshare.kube.memory import MemoryBackend
 
@@ -116,6 +120,10 @@ def webhook(
 
             backend = LiveBackend.connect(kubeconfig)
             source, pods = WatchedDeviceTypes(backend), backend
+            from devshare.kube.dra import LiveDraApi  # DRA (issue 38): claims read to decide the gate
+            from devshare.server.webhook.dra_gate import ApiClaims
+
+            dra_claims = ApiClaims(LiveDraApi(backend.api))
         config = WebhookConfig(
             disabled_types=settings.device_types.disabled(),
             disabled_dialects=settings.disabled_dialects(),
@@ -123,6 +131,8 @@ def webhook(
             replace_schedulers=tuple(replace_scheduler) if replace_scheduler else REPLACEABLE_SCHEDULERS,
             cluster=source,
             pods=pods,
+            dra_claims=dra_claims,
+            dra=dra,
         )
         if allocation_writer:
             bad = [w for w in allocation_writer if not w.strip()]

@@ -50,6 +50,7 @@ from devshare.kube.trades import DEFAULT_TIMEOUT, Trades
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import decode_allocation
 from devshare.model.device import parse_device
+from devshare.model.dra import is_claim_record
 from devshare.model.errors import InvalidInput
 from devshare.model.names import ALLOCATION, GANG_NAME, GROUP_NAME
 from devshare.model.node import parse_node
@@ -269,7 +270,9 @@ class StateSync:
                     self._absent(key)
                 for key in [k for k in self.pending if k not in present]:
                     del self.pending[key]
-                vanished = [k for k, r in self.state.pods.items() if k not in present and r.phase != "assumed"]
+                # (DRA: a claim's record is the DRA controller's to keep, never a vanished pod's)
+                vanished = [k for k, r in self.state.pods.items()
+                            if k not in present and r.phase != "assumed" and not is_claim_record(k)]
                 if release_vanished:
                     for key in vanished:
                         self.state.release(key)

@@ -86,3 +86,22 @@ async def test_a_leader_deposed_while_evicting_deletes_nothing_more() -> None:
         await asyncio.gather(*preemptor.tasks)
         assert backend.store.get("pods", "default/low-node-0-0") is not None  # not deleted
         assert preemptor.evicted == 0
+
+
+async def test_a_claims_devices_are_never_preempted() -> None:
+    """DRA (issue 38): a claim's record is no pod: a high-priority pod does not evict it (docs/dra.md)."""
+    from devshare.engine.dra.allocate import record_request
+    from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
+    from devshare.model.dra import parse_claim
+
+    backend = cluster(1, gpus=1)
+    async with running(backend) as (client, runtime):
+        await settle(runtime, backend)
+        claim = parse_claim({"metadata": {"name": "c", "namespace": "default"}, "spec": {"devices": {}}})
+        grant = DeviceGrant(type="gpu", minor=0, id="", core_milli=1000, memory=0, memory_ratio_milli=1000)
+        runtime.state.add_bound(record_request(claim), PodAllocation(
+            node="node-0", containers=(ContainerAllocation(name="gpu", devices=(grant,)),)))
+        vip = pod("vip", gpus=1, priority=1000)
+        out = await post(client, "/filter", names_body(vip, ["node-0"]))
+        assert out["NodeNames"] == []
+        assert "default/vip" not in runtime.extender.preemptor.nominations

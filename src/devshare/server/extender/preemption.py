@@ -39,6 +39,7 @@ from typing import Any
 from devshare.engine.scheduler import Scheduler
 from devshare.kube.backend import Backend
 from devshare.kube.errors import BackendError, NotFound
+from devshare.model.dra import is_claim_record
 from devshare.model.request import PodRequest
 from devshare.server.extender.preempt import needed_victims
 
@@ -96,7 +97,8 @@ class Preemptor:
         where every pod has the same priority, costs no scan per filter."""
         state = self.scheduler.state
         if self._lowest[0] != state.version:
-            self._lowest = (state.version, min((r.pod.priority for r in state.pods.values()), default=None))
+            self._lowest = (state.version, min((r.pod.priority for k, r in state.pods.items()
+                                                if not is_claim_record(k)), default=None))
         return self._lowest[1]
 
     def choose(self, pod: PodRequest, nodes: list[str]) -> tuple[str, list[str]] | None:
@@ -104,7 +106,8 @@ class Preemptor:
         state = self.scheduler.state
         by_node: dict[str, list[tuple[int, str]]] = {}
         for key, rec in state.pods.items():
-            if rec.pod.priority < pod.priority and rec.phase == "bound":
+            # (DRA: a claim's record is no pod to evict: claim pods are not preempted, docs/dra.md)
+            if rec.pod.priority < pod.priority and rec.phase == "bound" and not is_claim_record(key):
                 by_node.setdefault(rec.allocation.node, []).append((rec.pod.priority, key))
         best: tuple[tuple[int, int, int], str, list[str]] | None = None
         tried = 0

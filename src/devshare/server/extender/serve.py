@@ -31,11 +31,14 @@ from devshare.engine.policies import make_policy
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
 from devshare.kube.backend import Backend
+from devshare.kube.dra import DraApi
 from devshare.kube.leader import LeaderElector, LeaseFollower
 from devshare.kube.ledger import ClaimLedger
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.persist import SnapshotWriter
 from devshare.kube.sync import StateSync
+from devshare.server.dra.controller import DraController
+from devshare.server.dra.metrics import DraCollector
 from devshare.server.eventloop import StallWatch, new_event_loop
 from devshare.server.extender.app import VERBS, make_app
 from devshare.server.extender.claims import Claims, replica_identity
@@ -83,6 +86,8 @@ class ExtenderOptions:
     # serve kube-scheduler's verbs off the socket on a plain-HTTP port (devshare.server.extender.lane);
     # False: every request through aiohttp
     lane: bool = True
+    # DRA (issue 38): allocate the claims of devshare's DeviceClasses on this state (devshare.server.dra)
+    dra_api: DraApi | None = None
 
 
 @dataclass
@@ -94,6 +99,7 @@ class Runtime:
     extender: Extender
     elector: LeaderElector | LeaseFollower | None
     claims: Claims | None = None
+    dra: DraController | None = None  # DRA (issue 38)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stalls: StallWatch = field(default_factory=lambda: StallWatch("extender"))
 
@@ -138,6 +144,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         shortlist=cfg.scheduling.shortlist if cfg is not None else 0,
         pending_pod=sync.pending_pod,
         refuse=lambda pod, _: refuse_pod(pod, disabled_dialects=off_dialects, device_types=frozenset(state.tables)),
+        scheduler_name=opts.scheduler_name,
     )
     sync.on_change = extender.pod_changed
     claims: Claims | None = None
@@ -159,6 +166,12 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
     if opts.save is not None:
         metrics.registry.register(_SaveCollector(opts.save))
     runtime = Runtime(state, sync, extender, elector, claims)
+    if opts.dra_api is not None:  # DRA (issue 38): the same lifecycle, so claims and pods share one accounting
+        runtime.dra = DraController(opts.dra_api, extender.lifecycle,
+                                    is_leader=elector.may_write if elector is not None else (lambda: True),
+                                    fence=elector.check if elector is not None else None,
+                                    ready=sync.synced.wait, assume_ttl=opts.assume_ttl, publish_slices=True)
+        metrics.registry.register(DraCollector(runtime.dra))
     metrics.registry.register(_StallCollector(runtime.stalls))
     app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
@@ -167,6 +180,8 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
 
     async def start(app: web.Application) -> None:
         runtime.tasks.append(sync.start())
+        if runtime.dra is not None:  # DRA (issue 38)
+            runtime.tasks.append(runtime.dra.start())
         if elector is not None:
             runtime.tasks.append(asyncio.create_task(elector.run(), name="devshare-leader-election"))
         runtime.tasks.append(asyncio.create_task(extender.expire_forever(opts.expire_interval),
