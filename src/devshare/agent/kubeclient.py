@@ -9,7 +9,7 @@ from typing import Any
 
 from lightkube import ApiError, Client
 from lightkube.generic_resource import create_global_resource
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from devshare.agent.client import WriteRefused
@@ -82,3 +82,6 @@ class LightkubeClient:
             if code in (400, 403, 422):
                 raise WriteRefused(str(e.status.message)) from None
             raise
+
+    def record_event(self, namespace: str, event: dict[str, Any]) -> None:
+        self.client.create(Event.from_dict(event), namespace=namespace)  # type: ignore[call-overload]
