@@ -712,30 +712,12 @@ class Extender:
             # a pod of this scheduler waiting for a node: its request is read now, while nothing waits on
             # it, rather than in its filter, which kube-scheduler waits for (cached by uid and version)
             self._judged_from_api(obj)
-        if kind == "pods" and type_ != "DELETED":
-            self._learn_bound_elsewhere(obj)
         self.requeue.changed(kind, type_, obj)
         if kind == "pods" and type_ == "DELETED":
             self.members.deleted(object_key(obj))
             self.preemptor.done(object_key(obj))
             if self.planner.plans:
                 self.drop_missing_members()
-
-    def _learn_bound_elsewhere(self, obj: dict[str, Any]) -> None:
-        """A pod bound without devshare (it asks for no device, or another scheduler placed it) is told to
-        the policy once, as the simulator's policy learns of every pod: the CPU it takes is part of the
-        task mix devshare's policy packs against (issue 41)."""
-        key = object_key(obj)
-        plain = self.state.plain.get(key)
-        uid = str(meta(obj).get("uid") or "")
-        if plain is None or self.lifecycle.has_arrived(key, uid):
-            return
-        try:
-            pod = parse_pod(obj)
-        except InvalidInput:
-            ns, _, name = key.partition("/")
-            pod = PodRequest(namespace=ns, name=name, uid=uid, cpu_milli=plain[1], memory_bytes=plain[2])
-        self.lifecycle.arrived(pod)
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
