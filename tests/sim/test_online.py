@@ -40,3 +40,12 @@ def test_dra_baseline_replays_within_kube_schedulers_window(small_trace: tuple[P
     result = replay(trace, make_policy("dra-baseline", seed=42), 42)
     assert result.extra["window_cycles_per_pod"] >= 1.0  # the GPU-aware window was walked
     assert result.pods_placed > 0
+
+
+def test_steering_and_the_window_are_replayed(small_trace: tuple[Path, Path]) -> None:
+    """bench/bench_replay.py --cpu-pods default-scheduler's model: GPU pods through kube-scheduler's
+    window, CPU-only pods steered by devshare's taint; a replay either way."""
+    trace = load_trace(*small_trace)
+    for steered in (False, True):
+        result = replay_online(trace, make_policy("devshare"), 42, window=0, steered=steered)
+        assert 0 < result.pods_placed <= result.pods_arrived

@@ -1,4 +1,5 @@
-"""The trace replay as devshare's DRA allocator meets it in a live cluster (issue 38, bench/bench_dra.py).
+"""The trace replay as devshare meets it in a live cluster where the pods asking no device go to another
+scheduler (issue 38's bench/bench_dra.py, issue 41's bench/bench_replay.py ``--cpu-pods default-scheduler``).
 
 Online, devshare allocates the claims of GPU pods, but a pod asking no device never reaches it: stock
 kube-scheduler places it (LeastAllocated + BalancedAllocation on CPU and memory, within its window),
@@ -18,22 +19,27 @@ from devshare.engine.scheduler import Scheduler
 from devshare.sim.dra import DraWindow
 from devshare.sim.replay import MAX_ARRIVED, RunResult, arrival_order, build_state, pod_request
 from devshare.sim.trace import Trace
-from devshare.sim.window import schedule
+from devshare.sim.window import Window, schedule
 
 
-def replay_online(trace: Trace, policy: Policy, seed: int) -> RunResult:
-    """The replay as devshare's DRA allocator meets it online: a GPU pod's claim is placed by devshare's
-    engine and ``policy`` over every node (the allocator is not windowed), a CPU-only pod by stock
-    kube-scheduler (:class:`DraBaselinePolicy` within its window: devshare is never asked about it, and
-    its policy never sees it arrive), both on one state. ``devshare simulate`` places every pod with the
-    policy; this is what the live comparison of issue 38 is checked against."""
+def replay_online(trace: Trace, policy: Policy, seed: int, *, window: int | None = None,
+                  steered: bool = False) -> RunResult:
+    """The replay as devshare meets it online when the pods asking no device go to another scheduler: a
+    GPU pod is placed by devshare's engine and ``policy``, a CPU-only pod by stock kube-scheduler's default
+    profile (:class:`DraBaselinePolicy` within its window: devshare is never asked about it, and its
+    policy never sees it arrive), both on one state. ``window``: GPU pods among kube-scheduler's window
+    of candidates (the extender's case, bench/bench_replay.py ``--cpu-pods default-scheduler``; 0: its
+    adaptive one); None: over every node (devshare's DRA allocator, issue 38). ``steered``: the nodes
+    devshare marks with its PreferNoSchedule taint (:mod:`devshare.engine.steering`) are scored so by
+    kube-scheduler. ``devshare simulate`` places every pod with the policy."""
     started = time.perf_counter()
     state = build_state(trace)
     # node ranks stay in creation order, as in the live extender (the replay permutes them by seed)
     settings = Settings(topology=False)
     ours = Lifecycle(Scheduler(state, policy=policy, settings=settings))
-    stock = Lifecycle(Scheduler(state, policy=DraBaselinePolicy(seed), settings=settings))
+    stock = Lifecycle(Scheduler(state, policy=DraBaselinePolicy(seed, steered=steered), settings=settings))
     win = DraWindow(state, stock.scheduler)
+    gpu_window = None if window is None else Window(state, window)
     cap = trace.gpu_capacity
     curve = [0.0] * (MAX_ARRIVED + 1)
     recorded = -1
@@ -41,7 +47,12 @@ def replay_online(trace: Trace, policy: Policy, seed: int) -> RunResult:
     for name, tp in arrival_order(trace, seed):
         pod = pod_request(tp, name)
         n += 1
-        where = ours.schedule(pod, now=0.0) if pod.has_devices() else schedule(stock, win, pod)
+        if not pod.has_devices():
+            where = schedule(stock, win, pod)
+        elif gpu_window is None:
+            where = ours.schedule(pod, now=0.0)
+        else:
+            where = schedule(ours, gpu_window, pod)
         if where is not None:
             allocated += tp.gpu_total
             placed += 1

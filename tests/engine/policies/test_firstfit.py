@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from devshare.engine.policies.firstfit import DraBaselinePolicy, balanced, least_allocated
+from devshare.engine.policies.firstfit import DraBaselinePolicy, balanced, least_allocated, taint_toleration
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.node import NodeInfo
@@ -49,3 +49,22 @@ def test_ties_are_broken_at_random() -> None:
         assert placed is not None
         winners.add(placed.node)
     assert len(winners) > 1
+
+
+def test_taint_toleration_is_reverse_normalised_as_kube_scheduler_does() -> None:
+    assert taint_toleration(np.array([0, 1, 2])).tolist() == [100, 50, 0]
+    assert taint_toleration(np.array([0, 0])).tolist() == [100, 100]
+
+
+def test_steered_kube_scheduler_puts_a_cpu_only_pod_where_no_gpu_is_wholly_free() -> None:
+    """devshare's PreferNoSchedule taint (engine.steering) on the node with a free GPU outweighs the
+    CPU it has free, as TaintToleration (weight 3) outweighs LeastAllocated (weight 1)."""
+    state = ClusterState()
+    for name in ("gpus-free", "gpus-taken"):
+        add_node(state, name, 1)
+        state.upsert_node(NodeInfo(name=name, cpu_milli=64_000, memory_bytes=256 * 2**30))
+    bound(state, "busy", "gpus-taken", 0, core=1000)
+    state.cpu_used[state.row_of["gpus-taken"]] = 32_000
+    cpu_only = pod("p", cpu_milli=1000)
+    assert Scheduler(state, policy=DraBaselinePolicy()).place(cpu_only).node == "gpus-free"  # type: ignore[union-attr]
+    assert Scheduler(state, policy=DraBaselinePolicy(steered=True)).place(cpu_only).node == "gpus-taken"  # type: ignore[union-attr]

@@ -24,6 +24,7 @@ import numpy as np
 
 from devshare.engine.policies.base import Floats, Ints, empty_choice, lowest_columns
 from devshare.engine.policies.protocol import Choice, FitView, StatelessPolicy
+from devshare.engine.steering import whole_gpu_free
 
 MAX_NODE_SCORE = 100
 DEFAULT_MILLI_CPU = 100  # schedutil.DefaultMilliCPURequest
@@ -40,6 +41,18 @@ def least_allocated(alloc: Ints, used: Ints, ask: int) -> Ints:
     requested = used + ask
     score = _div((alloc - requested) * MAX_NODE_SCORE, alloc)
     return np.where((alloc == 0) | (requested > alloc), 0, score)
+
+
+TAINT_TOLERATION_WEIGHT = 3  # the default profile's weight of TaintToleration (NodeResourcesFit's is 1)
+
+
+def taint_toleration(intolerable: Ints) -> Ints:
+    """kube-scheduler's TaintToleration score: per node, its PreferNoSchedule taints the pod does not
+    tolerate, normalised in reverse over the nodes scored (the fewest: 100, the most: 0; all equal: 100)."""
+    top = int(intolerable.max()) if intolerable.size else 0
+    if top == 0:
+        return np.full(intolerable.shape[0], MAX_NODE_SCORE, np.int64)
+    return MAX_NODE_SCORE - _div(intolerable * MAX_NODE_SCORE, np.full_like(intolerable, top))
 
 
 def balanced(cpu_alloc: Ints, cpu_used: Ints, mem_alloc: Ints, mem_used: Ints, cpu: int, mem: int) -> Ints:
@@ -62,8 +75,11 @@ class DraBaselinePolicy(StatelessPolicy):
     name = "dra-baseline"
     row_local = False  # the tie-break draws change from pod to pod
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, *, steered: bool = False) -> None:
         self.rng = np.random.default_rng([seed, 38])
+        # the nodes devshare marks with its PreferNoSchedule taint (devshare.engine.steering) carry it:
+        # kube-scheduler's TaintToleration scores them lower (weight 3; the pods placed here tolerate none)
+        self.steered = steered
 
     def node_scores(self, view: FitView) -> Floats:
         state, rows, pod = view.state, view.rows, view.pod
@@ -74,7 +90,10 @@ class DraBaselinePolicy(StatelessPolicy):
         la = _div(least_allocated(cpu_alloc, cpu_used, cpu) + least_allocated(mem_alloc, mem_used, mem),
                   np.full(len(rows), 2, np.int64))
         ba = balanced(cpu_alloc, cpu_used, mem_alloc, mem_used, pod.cpu_milli, pod.memory_bytes)
-        return np.asarray(la + ba, np.float64) + self.rng.random(len(rows)) * 0.5
+        score = la + ba
+        if self.steered:
+            score = score + TAINT_TOLERATION_WEIGHT * taint_toleration(whole_gpu_free(state, rows).astype(np.int64))
+        return np.asarray(score, np.float64) + self.rng.random(len(rows)) * 0.5
 
     def choose(self, view: FitView) -> Choice:
         if len(view.rows) == 0:
