@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 import numpy as np
 
-from devshare.engine.admit import Ask, Card, Reason, card_reason, describe, is_whole
+from devshare.engine.admit import Ask, Card, Reason, card_reason, describe
 from devshare.engine.caches import EngineCaches
 from devshare.engine.table import DeviceTable
 from devshare.model import names
@@ -287,22 +287,22 @@ class ClusterState:
         self.row_version[row] += 1
         self.cpu_used[row] += sign * rec.pod.cpu_milli
         self.mem_used[row] += sign * rec.pod.memory_bytes
-        for _, g in rec.allocation.grants():
-            t = self.tables.get(g.type)
+        for u in rec.allocation.usage():
+            t = self.tables.get(u.type)
             if t is None:
                 continue
-            col = t.column_of(row, g.minor)
+            col = t.column_of(row, u.minor)
             if col < 0:
                 continue  # the device is gone; the record stays, nothing to count
-            t.add_usage(row, col, g.core_milli, g.memory, sign)
+            t.add_usage(row, col, u.core_milli, u.memory, sign, u.slots)
 
     def _count(self, rec: PodRecord, sign: int) -> None:
         """Add (sign +1) or take back (-1) a record's GPU compute and memory in its namespace's sum."""
         core = memory = 0
-        for _, g in rec.allocation.grants():
-            if g.type == names.GPU:
-                core += g.core_milli
-                memory += g.memory
+        for u in rec.allocation.usage():
+            if u.type == names.GPU:
+                core += u.core_milli
+                memory += u.memory
         if not core and not memory:
             return
         acc = self.namespace_gpu.setdefault(rec.pod.namespace, [0, 0])
@@ -336,15 +336,9 @@ class ClusterState:
             return f"node {alloc.node}: not enough memory"
         # per card: what the allocation adds (compute, memory, containers, whole), judged by the
         # filter's own predicate (devshare.engine.admit)
-        extra: dict[tuple[str, int], list[int]] = {}
-        for _, g in alloc.grants():
-            acc = extra.setdefault((g.type, g.minor), [0, 0, 0, 0])
-            acc[0] += g.core_milli
-            acc[1] += g.memory
-            acc[2] += 1
-            acc[3] |= is_whole(g.core_milli, g.memory_ratio_milli, g.memory)
         back = self.pods.get(ignore) if ignore else None
-        for (dtype, minor), (core, mem, slots, whole) in extra.items():
+        for u in alloc.usage():
+            dtype, minor, core, mem, slots, whole = u.type, u.minor, u.core_milli, u.memory, u.slots, u.whole
             t = self.tables.get(dtype)
             col = t.column_of(row, minor) if t is not None else -1
             if t is None or col < 0:
@@ -354,11 +348,11 @@ class ClusterState:
             used_mem = int(t.used_mem[row, col])
             used_slots = int(t.used_slots[row, col])
             if back is not None and back.allocation.node == alloc.node:
-                for _, bg in back.allocation.grants():
-                    if bg.type == dtype and bg.minor == minor:
-                        used_core -= bg.core_milli
-                        used_mem -= bg.memory
-                        used_slots -= 1
+                for bu in back.allocation.usage():
+                    if bu.type == dtype and bu.minor == minor:
+                        used_core -= bu.core_milli
+                        used_mem -= bu.memory
+                        used_slots -= bu.slots
             total_core, total_mem = int(t.total_core[row, col]), int(t.total_mem[row, col])
             sel = pod.gpu_selection if dtype == names.GPU else None
             excluded = sel is not None and not sel.allows(t.ids[row][col], self.card_model(t, row, col))
@@ -446,23 +440,19 @@ class ClusterState:
         row = self.row_of.get(alloc.node)
         if row is None:
             return None
-        extra: dict[tuple[str, int], list[int]] = {}
-        for _, g in alloc.grants():
-            acc = extra.setdefault((g.type, g.minor), [0, 0])
-            acc[0] += g.core_milli
-            acc[1] += g.memory
         back = self.pods.get(ignore) if ignore else None
-        for (dtype, minor), (core, mem) in extra.items():
+        for u in alloc.usage():
+            dtype, minor, core, mem = u.type, u.minor, u.core_milli, u.memory
             t = self.tables.get(dtype)
             col = t.column_of(row, minor) if t is not None else -1
             if t is None or col < 0:
                 continue
             used_core, used_mem = int(t.used_core[row, col]), int(t.used_mem[row, col])
             if back is not None and back.allocation.node == alloc.node:
-                for _, bg in back.allocation.grants():
-                    if bg.type == dtype and bg.minor == minor:
-                        used_core -= bg.core_milli
-                        used_mem -= bg.memory
+                for bu in back.allocation.usage():
+                    if bu.type == dtype and bu.minor == minor:
+                        used_core -= bu.core_milli
+                        used_mem -= bu.memory
             total_core, total_mem = int(t.total_core[row, col]), int(t.total_mem[row, col])
             if used_core + core > total_core or (total_mem and used_mem + mem > total_mem):
                 return (f"{dtype} {minor} of node {alloc.node} would hold {(used_core + core) / 10:g}% compute and "
