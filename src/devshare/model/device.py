@@ -163,21 +163,22 @@ def parse_device(obj: Any) -> NodeDevices:
                 bandwidth = parse_topology_matrix(
                     entry.get("topology", ""), field=f"Device {name}: spec.topologies.gpu", size=n_gpus
                 )
-    held: tuple[str, ...] = ()
+    held: list[str] = []
     annotations = meta.get("annotations") or {}
-    raw = annotations.get(names.DEVICE_CHECKPOINTS) if isinstance(annotations, dict) else None
-    if raw:
+    for key in (names.DEVICE_CHECKPOINTS, names.GPU_CHECKPOINTS):
+        raw = annotations.get(key) if isinstance(annotations, dict) else None
+        if not raw:
+            continue
         try:
             entries = json.loads(raw)
-            held = tuple(str(i) for e in entries for i in (e.get("deviceIDs") or []))
+            # a shared card's replica id (GPU-x::3, NVIDIA's time-slicing) holds the card itself
+            held += [str(i).split("::", 1)[0] for e in entries for i in (e.get("deviceIDs") or [])]
         except (json.JSONDecodeError, AttributeError, TypeError) as e:
-            raise InvalidDevice(
-                f"annotation {names.DEVICE_CHECKPOINTS} must be a JSON list of checkpoint entries",
-                field=f"Device {name}",
-            ) from e
+            raise InvalidDevice(f"annotation {key} must be a JSON list of checkpoint entries",
+                                field=f"Device {name}") from e
     labels = meta.get("labels") or {}
     model = labels.get(names.NODE_GPU_MODEL, "") if isinstance(labels, dict) else ""
-    return NodeDevices(node=name, devices=tuple(devices), gpu_bandwidth=bandwidth, held_outside=held,
+    return NodeDevices(node=name, devices=tuple(devices), gpu_bandwidth=bandwidth, held_outside=tuple(dict.fromkeys(held)),
                        gpu_model=model if isinstance(model, str) else "")
 
 
