@@ -48,6 +48,10 @@ class PodRecord(msgspec.Struct, kw_only=True):
     phase: Phase
     expires_at: float | None = None
     hold: str | None = None  # a group plan's hold (the group key): devices kept for a member to come, no pod
+    # placed by another scheduler (taking over a running cluster): whose annotations it was read from,
+    # and what of it is counted conservatively (a card as full), for the log and /inspect
+    peer: str | None = None
+    problems: tuple[str, ...] = ()
 
 
 FINISHED_KEPT = 4096  # pods remembered as gone or finished (a late bind confirmation is checked against them)
@@ -83,6 +87,8 @@ class StateView(msgspec.Struct, frozen=True):
     columns: list[DeviceColumns]  # every device, by type (sorted)
     pods: list[tuple[str, PodAllocation, Phase]]  # every record holding devices: key, allocation, phase
     max_containers: int
+    # pods placed by other schedulers: key, node, whose annotations, what is counted conservatively
+    peers: list[tuple[str, str, str, tuple[str, ...]]] = []
 
 
 def inspect_view(view: StateView) -> dict[str, Any]:
@@ -110,7 +116,11 @@ def inspect_view(view: StateView) -> dict[str, Any]:
                 "type": t, "minor": minor, "id": id_, "health": healthy, "heldOutside": held,
                 "total": total, "used": used, "pods": sorted(by_device.get((node, t, minor), [])),
             })
-    return {"nodes": [{"name": name, "devices": devices_of[name]} for name in view.nodes]}
+    out: dict[str, Any] = {"nodes": [{"name": name, "devices": devices_of[name]} for name in view.nodes]}
+    if view.peers:  # taking over: the pods other schedulers placed, and what of them is counted conservatively
+        out["placedByPeers"] = [{"pod": key, "node": node, "by": by, "problems": list(problems)}
+                                for key, node, by, problems in sorted(view.peers)]
+    return out
 
 
 class ClusterState:
@@ -431,6 +441,28 @@ class ClusterState:
         self.version += 1
         return reason
 
+    def add_placed(self, pod: PodRequest, alloc: PodAllocation, *, peer: str, problems: tuple[str, ...] = ()) -> str | None:
+        """Record a pod another scheduler placed (its allocation read from that scheduler's annotations,
+        :mod:`devshare.model.peers`). It is counted whole, never refused: the pod runs on those cards,
+        so a card it over-books is counted beyond its capacity, that is as full, and nothing more is
+        placed there until enough of it is freed. Returns the over-booking, if any (kept in the
+        record's problems with the reading's own)."""
+        old = self.pods.get(pod.key)
+        if old is not None and old.allocation == alloc and old.peer == peer:
+            old.problems = problems + tuple(p for p in old.problems if p.startswith("over-books:"))
+            return None
+        if old is not None:
+            self.release(pod.key)
+        reason = self.overbooking(alloc)
+        if reason is not None:
+            problems = (*problems, f"over-books: {reason}; counted in full (the card is full)")
+        rec = PodRecord(pod=pod, allocation=alloc, phase="bound", peer=peer, problems=problems)
+        self.pods[pod.key] = rec
+        self._apply(rec, +1)
+        self._count(rec, +1)
+        self.version += 1
+        return reason
+
     def overbooking(self, alloc: PodAllocation, *, ignore: str | None = None) -> str | None:
         """Whether ``alloc``, added to what is counted now, would book a card beyond its compute or
         memory (None when it would not, or when its node or cards are unknown: nothing to judge
@@ -488,7 +520,10 @@ class ClusterState:
         wanted = set(keep)
         for rec in self.pods.values():
             if rec.allocation.node in wanted:
-                out.add_bound(rec.pod, rec.allocation)
+                if rec.peer is not None:
+                    out.add_placed(rec.pod, rec.allocation, peer=rec.peer, problems=rec.problems)
+                else:
+                    out.add_bound(rec.pod, rec.allocation)
         return out
 
     # ------------------------------------------------------------------ node indexes
@@ -569,7 +604,9 @@ class ClusterState:
         """A copy of what the views over every device read (:class:`StateView`)."""
         return StateView(nodes=sorted(self.row_of), columns=self.device_columns(),
                          pods=[(key, rec.allocation, rec.phase) for key, rec in self.pods.items()],
-                         max_containers=self.max_containers)
+                         max_containers=self.max_containers,
+                         peers=[(key, rec.allocation.node, rec.peer, rec.problems) for key, rec in self.pods.items()
+                                if rec.peer is not None])
 
     def inspect(self) -> dict[str, Any]:
         """DESIGN.md's inspect JSON (:func:`inspect_view` of :meth:`view`)."""

@@ -26,7 +26,6 @@ A source that is malformed is skipped with a reason (the next one is used), neve
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -49,7 +48,7 @@ def koordinator_device(obj: Any) -> NodeDevices:
     """Koordinator's Device, read into devshare's terms. Raises :class:`InvalidDevice` naming the field."""
     if not isinstance(obj, dict):
         raise InvalidDevice("a Koordinator Device must be a mapping with metadata and spec")
-    doc = copy.deepcopy(obj)
+    doc = json.loads(json.dumps(obj))  # a copy (the caller's object is not changed)
     spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
     devices = spec.get("devices") or []
     if not isinstance(devices, list):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from devshare.model import dialects, names, validation
+from devshare.model import dialects, names, prefixes, validation
 from devshare.model.dialects import Dialect
 from devshare.model.errors import InvalidInput
 from devshare.model.problems import Problems
@@ -56,7 +56,6 @@ def requests_devices(pod: Any) -> bool:
     spec = pod.get("spec") if isinstance(pod, dict) else None
     if not isinstance(spec, dict):
         return False
-    device_names = dialects.resource_names()
     for key in ("containers", "initContainers"):
         containers = spec.get(key)
         if not isinstance(containers, list):
@@ -69,7 +68,8 @@ def requests_devices(pod: Any) -> bool:
                 d = res.get(part)
                 if isinstance(d, dict):
                     for k, v in d.items():
-                        if k in device_names and v not in _ZERO:
+                        # a name a dialect reads, or one under a dialect's prefix to refuse (a misspelling)
+                        if isinstance(k, str) and v not in _ZERO and prefixes.judged(k):
                             return True
     return False
 
@@ -297,6 +297,7 @@ def _container_rows(spec: dict[str, Any], problems: Problems) -> list[Row]:
             name = f"#{i}"
         where = f"container {name!r}"
         resources = container_resources(c, where, problems)
+        problems.extend(where, prefixes.refusals(k for k, v in resources.items() if v not in _ZERO))
         asked, readers = dialects.dialects_in(resources)
         msg = validation.one_dialect(asked, "container")
         if msg:
@@ -342,6 +343,7 @@ def _init_containers(spec: dict[str, Any], problems: Problems, cpu: int,
         name = c.get("name") if isinstance(c.get("name"), str) and c.get("name") else f"#{i}"
         where = f"init container {name!r}"
         resources = container_resources(c, where, problems)
+        problems.extend(where, prefixes.refusals(k for k, v in resources.items() if v not in _ZERO))
         asked, readers = dialects.dialects_in(resources)
         msg = validation.one_dialect(asked, "container")
         if msg:

@@ -25,10 +25,10 @@ allocating`` + the oldest ``volcano.sh/vgpu-time``, and takes container *i*'s de
 **gpushare** (Volcano's ``volcano-sh/devices`` plugin): ``volcano.sh/gpu-memory`` (MiB on one card, no
 compute claimed); the pod's amount is the larger of its largest init container and the sum of its
 app containers (``pkg/scheduler/api/devices/nvidia/gpushare/share.go``, ``getGPUMemoryOfPod``), on one
-card. Annotations (``gpuIndexAnnotations``): ``volcano.sh/gpu-index: "1"`` and
+card; ``volcano.sh/gpu-number``: whole cards (``getGPUNumberOfPod``). Annotations
+(``gpuIndexAnnotations``): ``volcano.sh/gpu-index: "1"`` (``"0,1"`` for whole cards) and
 ``volcano.sh/predicate-time`` (unix nanoseconds); the device plugin serves the pending pod of the
-oldest predicate time and sets ``volcano.sh/gpu-assigned: "true"``. ``volcano.sh/gpu-number`` (whole
-cards, same annotations) is read on pods Volcano placed.
+oldest predicate time and sets ``volcano.sh/gpu-assigned: "true"``.
 """
 
 from __future__ import annotations
@@ -164,12 +164,21 @@ class VolcanoVgpuDialect(Dialect):
 
 def read_gpushare(resources: dict[str, Any], where: str, problems: Problems) -> list[DeviceRequest]:
     mem = read_whole(resources, GPUSHARE_MEMORY, where, problems, "MiB")
-    if mem is None:
+    count = read_whole(resources, GPUSHARE_NUMBER, where, problems, "GPUs")
+    msgs = []
+    if mem is not None and mem < 0:
+        msgs.append(f"{GPUSHARE_MEMORY} is {mem}; it must be above 0 (MiB of memory on one card)")
+    if count is not None and count < 0:
+        msgs.append(f"{GPUSHARE_NUMBER} is {count}; it must be the number of whole cards, 1 or more")
+    if not msgs and mem and count:
+        msgs.append(f"{GPUSHARE_MEMORY} and {GPUSHARE_NUMBER} both ask for cards (Volcano then reads the memory "
+                    f"alone): keep {GPUSHARE_MEMORY} for a share of one card, or {GPUSHARE_NUMBER} for whole cards")
+    if msgs:
+        problems.extend(where, msgs)
         return []
-    if mem < 0:
-        problems.add(where, f"{GPUSHARE_MEMORY} is {mem}; it must be above 0 (MiB of memory on one card)")
-        return []
-    if mem == 0:
+    if count:
+        return [DeviceRequest(type=names.GPU, count=count, core_milli=WHOLE, memory_ratio_milli=WHOLE)]
+    if not mem:
         return []
     return [DeviceRequest(type=names.GPU, count=1, core_milli=0, memory=mem * MIB)]
 
@@ -207,8 +216,8 @@ def encode_gpushare(alloc: PodAllocation, now_ns: int) -> dict[str, str]:
 
 class VolcanoGpushareDialect(Dialect):
     name = "volcano-gpushare"
-    resource_names = frozenset({GPUSHARE_MEMORY})
-    managed_resources = (GPUSHARE_MEMORY,)
+    resource_names = frozenset({GPUSHARE_MEMORY, GPUSHARE_NUMBER})
+    managed_resources = (GPUSHARE_MEMORY, GPUSHARE_NUMBER)
     allocation_annotations = frozenset({GPUSHARE_INDEX})
     multi_card_share_needs_label = False
     one_card_per_pod = True
