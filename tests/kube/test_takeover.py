@@ -142,3 +142,51 @@ async def test_koordinators_device_kind_is_optional(tmp_path: Path) -> None:
     finally:
         await backend.close()
         await server.stop()
+
+
+def _nvidia_plugin_pod(uid: str) -> dict[str, Any]:
+    """A pod kube-scheduler placed and NVIDIA's device plugin served: nothing on it names its card."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "legacy", "namespace": "default", "uid": uid},
+            "spec": {"nodeName": "n1", "containers": [{"name": "cuda",
+                                                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Running"}}
+
+
+def _device_with_checkpoint(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    d = device("n1", gpus=2)
+    d["metadata"]["annotations"] = {"node.koordinator.sh/devices-checkpoints": json.dumps(entries)}
+    return d
+
+
+async def test_migration_order_the_nvidia_plugins_cards_are_never_handed_out_again() -> None:
+    """Issue 36, item 7 (docs/migrate.md, "Plain NVIDIA"): NVIDIA's device plugin's pods carry no record
+    of their cards. While the node agent reports them from kubelet's checkpoint (it does not serve
+    nvidia.com/gpu yet), exactly those cards are held; once it serves nvidia.com/gpu itself (NVIDIA's
+    plugin taken away) and reports them no more, every GPU of the node counts as held until the pod
+    ends. Never a card kubelet gave that pod is placed again."""
+    from devshare.engine.scheduler import Scheduler
+    from devshare.model.pod import parse_pod
+
+    entry = {"podUID": "uid-legacy", "containerName": "cuda", "resourceName": "nvidia.com/gpu",
+             "deviceIDs": ["GPU-n1-1"]}
+    mb = MemoryBackend.from_objects([node("n1"), _device_with_checkpoint([entry]), _nvidia_plugin_pod("uid-legacy")])
+    whole = parse_pod({"metadata": {"name": "new", "namespace": "default"},
+                       "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    async with syncing(mb) as sync:
+        # step 1: the agent reports the card NVIDIA's plugin handed out: that card, and only it, is held
+        assert sync.state.pods["default/legacy"].problems == ()
+        placed = Scheduler(sync.state).place(whole)
+        assert placed is not None and [g.minor for _, g in placed.allocation.grants()] == [0]
+        n = next(n for n in sync.state.inspect()["nodes"] if n["name"] == "n1")
+        assert [d["heldOutside"] for d in n["devices"]] == [False, True]
+        # step 2: NVIDIA's plugin gone, devshare's agent serves nvidia.com/gpu and reports the card no more
+        mb.apply(_device_with_checkpoint([]))
+        await eventually(lambda: bool(sync.state.pods["default/legacy"].problems))
+        assert Scheduler(sync.state).place(whole) is None
+        assert "every GPU of the node counts as held" in sync.state.pods["default/legacy"].problems[0]
+        # the pod ends: its node is free again
+        done = _nvidia_plugin_pod("uid-legacy")
+        done["status"] = {"phase": "Succeeded"}
+        mb.apply(done)
+        await eventually(lambda: Scheduler(sync.state).place(whole) is not None)

@@ -133,7 +133,7 @@ class PeerPods:
         self.objects.setdefault(node, {})[key] = obj
 
     def _count(self, key: str, obj: dict[str, Any], node: str, found: list[Any]) -> None:
-        reading = peers.resolve(found, node, self.state.devices.get(node))
+        reading = peers.resolve(found, node, self.state.devices.get(node), str(meta(obj).get("uid") or ""))
         if reading is None:
             return
         pod = self._request(obj)

@@ -12,7 +12,10 @@ counted conservatively, the card as full:
   on the node counts as held by the pod, until the inventory names it;
 - an amount beyond the card (more compute or memory than it has), not recorded, or not readable:
   the card counts as full;
-- a record that cannot be read at all: every card of its type on the node counts as held.
+- a record that cannot be read at all: every card of its type on the node counts as held;
+- no record at all, for a pod asking ``nvidia.com/gpu`` (kube-scheduler and NVIDIA's device plugin
+  placed it): its cards are those kubelet's checkpoint names for it, when the node's Device reports
+  them (by pod UID); until then every GPU of its node counts as held.
 
 Each such case is a problem of the reading (a sentence naming the pod's annotation), which the
 caller logs and shows in ``/inspect``. Several peers' records on one pod (Koordinator's and HAMi's,
@@ -47,9 +50,10 @@ def readings(pod: Any) -> list[PlacedReading]:
     """Every dialect's reading of ``pod`` (a v1 Pod dict); empty when no peer placed it. Never raises."""
     meta = pod.get("metadata") if isinstance(pod, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    if not isinstance(annotations, dict) or not annotations:
+    if not isinstance(pod, dict):
         return []
-    ann = {str(k): v if isinstance(v, str) else str(v) for k, v in annotations.items()}
+    ann = {str(k): v if isinstance(v, str) else str(v) for k, v in annotations.items()} \
+        if isinstance(annotations, dict) else {}
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     out = []
     for d in dialects.DIALECTS.values():
@@ -60,6 +64,8 @@ def readings(pod: Any) -> list[PlacedReading]:
                               problems=(f"its {d.name} annotations could not be read ({type(e).__name__}: {e})",))
         if r is not None:
             out.append(r)
+    if len(out) > 1:  # a scheduler recorded its cards: kubelet's checkpoint is not needed to know them
+        out = [r for r in out if not r.in_checkpoint]
     return out
 
 
@@ -139,11 +145,16 @@ def _merge(node: str, allocs: list[PodAllocation]) -> PodAllocation:
     return PodAllocation(node=node, containers=(ContainerAllocation(name=POD, devices=tuple(best.values())),))
 
 
-def resolve(found: list[PlacedReading], node: str, devices: NodeDevices | None) -> PeerAllocation | None:
+def resolve(found: list[PlacedReading], node: str, devices: NodeDevices | None,
+            uid: str = "") -> PeerAllocation | None:
     """What a pod bound to ``node`` holds, from its peers' ``found`` readings, on the node's ``devices``
-    (None: not known yet, the reading waits). None when no peer placed it."""
+    (None: not known yet, the reading waits). None when no peer placed it. ``uid``: the pod's, for a
+    pod whose cards only kubelet's checkpoint names."""
     if not found:
         return None
+    if devices is not None and uid and all(r.in_checkpoint for r in found) and uid in devices.held_pods:
+        # its cards are held outside devshare already, by the checkpoint the node's agent reported
+        return PeerAllocation(dialect=found[0].dialect, allocation=PodAllocation(node=node))
     dialect = "+".join(r.dialect for r in found)
     problems: list[str] = []
     for r in found:
@@ -164,4 +175,6 @@ def resolve(found: list[PlacedReading], node: str, devices: NodeDevices | None) 
 
 def read(pod: Any, node: str, devices: NodeDevices | None) -> PeerAllocation | None:
     """:func:`resolve` of :func:`readings` of ``pod``."""
-    return resolve(readings(pod), node, devices)
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    uid = str(meta.get("uid") or "") if isinstance(meta, dict) else ""
+    return resolve(readings(pod), node, devices, uid)

@@ -56,6 +56,9 @@ class PlacedReading(msgspec.Struct, frozen=True, kw_only=True):
     problems: tuple[str, ...] = ()  # what could not be read as the peer writes it (the count is conservative)
     # device types whose record could not be read at all: every card of the type on the node counts as held
     unreadable: tuple[str, ...] = ()
+    # the pod records nothing; kubelet's checkpoint (the node's Device, seed 001's devices-checkpoints)
+    # names its cards when the node agent reports them: then they are counted there, not again
+    in_checkpoint: bool = False
 
 
 class Dialect(ABC):
