@@ -30,7 +30,8 @@ KOORD_CRD = {
     "spec": {"group": "scheduling.koordinator.sh", "scope": "Cluster",
              "names": {"plural": "devices", "singular": "device", "kind": "Device", "listKind": "DeviceList"},
              "versions": [{"name": "v1alpha1", "served": True, "storage": True,
-                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
 # new pods, every dialect in turn (sized to fill the small clusters in a few dozen pods)
 EVERY_DIALECT = [
     ("koordinator", {"koordinator.sh/gpu-core": "30", "koordinator.sh/gpu-memory": "6Gi"}),

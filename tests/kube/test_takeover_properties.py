@@ -147,10 +147,11 @@ def test_rebuilt_state_never_oversubscribes_nor_frees_a_held_card(kind: str, pla
         objects.append(obj)
         mine[pod.key] = placement.allocation
     # devshare never takes more of a card than it has left beside the peers' pods
+    table, row = state.tables["gpu"], state.row_of["n"]
     total = {int(m): (int(c), int(t)) for m, c, t in zip(
-        state.tables["gpu"].minor[state.row_of["n"]].tolist(), state.tables["gpu"].total_core[state.row_of["n"]].tolist(),
-        state.tables["gpu"].total_mem[state.row_of["n"]].tolist(), strict=False) if m >= 0}
-    after, ours = per_card(state), per_card(state, set(mine))
+        table.minor[row].tolist(), table.total_core[row].tolist(), table.total_mem[row].tolist(), strict=True)
+        if m >= 0}
+    ours = per_card(state, set(mine))
     for minor, (core, mem) in ours.items():
         was = before.get(minor, [0, 0])
         assert was[0] + core <= max(total[minor][0], was[0]) and (core == 0 or was[0] + core <= total[minor][0])

@@ -101,6 +101,6 @@ def test_the_pod_holds_at_least_each_phase_and_never_more_than_both(init: list[i
             for g in c.devices:
                 app_sum[g.minor] = app_sum.get(g.minor, 0) + g.core_milli
     assert all(usage[m] >= v for m, v in app_sum.items())
-    asked = sum(v * 10 if v < 100 else v * 10 for v in init) + sum(v * 10 for v in apps)
+    asked = sum(v * 10 for v in init) + sum(v * 10 for v in apps)
     assert sum(usage.values()) <= asked
     assert all(v <= 1000 for v in usage.values())

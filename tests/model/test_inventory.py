@@ -51,7 +51,8 @@ def test_hamis_register_json_and_older_list() -> None:
     nd = inventory.hami_register(node({"hami.io/node-nvidia-register": js}))
     assert nd is not None
     assert [(d.minor, d.id, d.health, d.memory, d.model) for d in nd.devices] == [
-        (0, "GPU-a", True, 40960 * MIB, "NVIDIA A100-SXM4-40GB"), (1, "GPU-b", False, 40960 * MIB, "NVIDIA A100-SXM4-40GB")]
+        (0, "GPU-a", True, 40960 * MIB, "NVIDIA A100-SXM4-40GB"),
+        (1, "GPU-b", False, 40960 * MIB, "NVIDIA A100-SXM4-40GB")]
     old = "GPU-c,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:GPU-d,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:"
     nd = inventory.hami_register(node({"hami.io/node-nvidia-register": old}))
     assert nd is not None and [(d.minor, d.id) for d in nd.devices] == [(0, "GPU-c"), (1, "GPU-d")]
@@ -66,7 +67,8 @@ def test_hamis_register_json_and_older_list() -> None:
 def test_volcano_register_and_gpushare_capacity() -> None:
     reg = "GPU-a,10,40960,NVIDIA A100-SXM4-40GB,true,hami-core:GPU-b,10,40960,NVIDIA A100-SXM4-40GB,false,hami-core:"
     nd = inventory.volcano_register(node({"volcano.sh/node-vgpu-register": reg}))
-    assert nd is not None and [(d.minor, d.id, d.health) for d in nd.devices] == [(0, "GPU-a", True), (1, "GPU-b", False)]
+    assert nd is not None
+    assert [(d.minor, d.id, d.health) for d in nd.devices] == [(0, "GPU-a", True), (1, "GPU-b", False)]
     nd = inventory.capacity_devices(node({"volcano.sh/gpu-unhealthy-ids": "1"},
                                          {"volcano.sh/gpu-memory": "49152", "volcano.sh/gpu-number": "2"}))
     assert nd is not None and [(d.id, d.memory, d.health) for d in nd.devices] == [

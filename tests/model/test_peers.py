@@ -119,8 +119,9 @@ FULL = (1000, 16 * GiB)
                                      '"koordinator.sh/gpu-memory-ratio":"10"}}]}'),
      {0: FULL, 1: FULL}, ["gpu 7", "not a device"]),
     ("more memory than the card", hami("GPU-1,NVIDIA,99999,10:;"), {1: FULL}, ["more than it has"]),
-    ("more compute than the card", koord('{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"250",'
-                                         '"koordinator.sh/gpu-memory-ratio":"10"}}]}'), {0: FULL}, ["more than it has"]),
+    ("more compute than the card",
+     koord('{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"250","koordinator.sh/gpu-memory-ratio":"10"}}]}'),
+     {0: FULL}, ["more than it has"]),
     ("a negative share", koord('{"gpu":[{"minor":0,"resources":{"koordinator.sh/gpu-core":"-50",'
                                '"koordinator.sh/gpu-memory-ratio":"10"}}]}'), {0: FULL}, ["below 0"]),
     ("an absurd ratio", koord('{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-core":"10",'

@@ -441,7 +441,8 @@ class ClusterState:
         self.version += 1
         return reason
 
-    def add_placed(self, pod: PodRequest, alloc: PodAllocation, *, peer: str, problems: tuple[str, ...] = ()) -> str | None:
+    def add_placed(self, pod: PodRequest, alloc: PodAllocation, *, peer: str,
+                   problems: tuple[str, ...] = ()) -> str | None:
         """Record a pod another scheduler placed (its allocation read from that scheduler's annotations,
         :mod:`devshare.model.peers`). It is counted whole, never refused: the pod runs on those cards,
         so a card it over-books is counted beyond its capacity, that is as full, and nothing more is

@@ -88,9 +88,9 @@ class PodAllocation(msgspec.Struct, frozen=True, kw_only=True):
                     acc[4] += g.memory_ratio_milli
                 acc[3] |= whole
         out: list[CardUsage] = []
-        for key, (core, memory, slots, whole, ratio) in apps.items():
+        for key, (core, memory, slots, any_whole, ratio) in apps.items():
             i = inits.get(key, (0, 0, 0, 0, 0))
             out.append(CardUsage(type=key[0], minor=key[1], core_milli=max(core, i[0]), memory=max(memory, i[1]),
-                                 slots=max(slots, i[2]), whole=bool(whole or i[3]),
+                                 slots=max(slots, i[2]), whole=bool(any_whole or i[3]),
                                  memory_ratio_milli=max(ratio, i[4]), id=ids.get(key, "")))
         return out

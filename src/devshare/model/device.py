@@ -182,8 +182,8 @@ def parse_device(obj: Any) -> NodeDevices:
                                 field=f"Device {name}") from e
     labels = meta.get("labels") or {}
     model = labels.get(names.NODE_GPU_MODEL, "") if isinstance(labels, dict) else ""
-    return NodeDevices(node=name, devices=tuple(devices), gpu_bandwidth=bandwidth, held_outside=tuple(dict.fromkeys(held)),
-                       held_pods=tuple(dict.fromkeys(held_pods)),
+    return NodeDevices(node=name, devices=tuple(devices), gpu_bandwidth=bandwidth,
+                       held_outside=tuple(dict.fromkeys(held)), held_pods=tuple(dict.fromkeys(held_pods)),
                        gpu_model=model if isinstance(model, str) else "")
 
 

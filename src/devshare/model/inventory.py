@@ -73,8 +73,8 @@ def koordinator_device(obj: Any) -> NodeDevices:
             d["model"] = str(labels.get("model") or labels.get("type") or "")
     spec.pop("topologies", None)  # Koordinator's Device has no bandwidth matrix
     doc["spec"] = {"devices": devices}
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    meta = _mapping(doc.get("metadata"))
+    labels = _mapping(meta.get("labels"))
     if names.KOORD_NODE_GPU_MODEL in labels and names.NODE_GPU_MODEL not in labels:
         labels[names.NODE_GPU_MODEL] = labels[names.KOORD_NODE_GPU_MODEL]
         meta["labels"] = labels
@@ -84,11 +84,14 @@ def koordinator_device(obj: Any) -> NodeDevices:
         raise InvalidDevice(f"Koordinator Device: {e.message}", field=e.field) from None
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _node_meta(node: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    meta = node.get("metadata") if isinstance(node, dict) and isinstance(node.get("metadata"), dict) else {}
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    status = node.get("status") if isinstance(node, dict) and isinstance(node.get("status"), dict) else {}
-    return str(meta.get("name") or ""), ann, status
+    obj = _mapping(node)
+    meta = _mapping(obj.get("metadata"))
+    return str(meta.get("name") or ""), _mapping(meta.get("annotations")), _mapping(obj.get("status"))
 
 
 def _hami_entries(text: str) -> list[dict[str, Any]]:
@@ -129,7 +132,8 @@ def hami_register(node: Any) -> NodeDevices | None:
                                       id=str(e["id"]), health=bool(e.get("health")), core_milli=core * 10,
                                       memory=mem * MIB, model=str(e.get("type") or "")))
     except (ValueError, TypeError, json.JSONDecodeError) as e:
-        raise InvalidDevice(f"annotation {HAMI_REGISTER} is not HAMi's device list ({e})", field=f"Node {name}") from None
+        raise InvalidDevice(f"annotation {HAMI_REGISTER} is not HAMi's device list ({e})",
+                            field=f"Node {name}") from None
     return NodeDevices(node=name, devices=tuple(sorted(devices, key=lambda d: d.minor)))
 
 

@@ -54,7 +54,8 @@ def readings(pod: Any) -> list[PlacedReading]:
         return []
     ann = {str(k): v if isinstance(v, str) else str(v) for k, v in annotations.items()} \
         if isinstance(annotations, dict) else {}
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    raw_spec = pod.get("spec")
+    spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
     out = []
     for d in dialects.DIALECTS.values():
         try:
@@ -127,7 +128,8 @@ def _resolve_one(r: PlacedReading, node: str, nd: NodeDevices) -> tuple[PodAlloc
         containers[(POD, False)] = [gr for gr in containers.get((POD, False), []) if gr.type != dtype] + [
             _full(c) for c in nd.of_type(dtype)]
     alloc = PodAllocation(node=node, containers=tuple(
-        ContainerAllocation(name=name, devices=tuple(grants), init=init) for (name, init), grants in containers.items()))
+        ContainerAllocation(name=name, devices=tuple(grants), init=init)
+        for (name, init), grants in containers.items()))
     return alloc, problems
 
 

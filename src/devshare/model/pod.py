@@ -340,7 +340,8 @@ def _init_containers(spec: dict[str, Any], problems: Problems, cpu: int,
         if not isinstance(c, dict):
             problems.add(f"spec.initContainers[{i}]", "must be a mapping with name and resources")
             continue
-        name = c.get("name") if isinstance(c.get("name"), str) and c.get("name") else f"#{i}"
+        raw_name = c.get("name")
+        name = raw_name if isinstance(raw_name, str) and raw_name else f"#{i}"
         where = f"init container {name!r}"
         resources = container_resources(c, where, problems)
         problems.extend(where, prefixes.refusals(k for k, v in resources.items() if v not in _ZERO))

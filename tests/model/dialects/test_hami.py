@@ -20,7 +20,8 @@ GiB = 2**30
 
 def pod(*containers: dict[str, str], init: list[dict[str, str]] | None = None,
         annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": f"c{i}", "resources": {"limits": c}} for i, c in enumerate(containers)]}
+    spec: dict[str, Any] = {"containers": [{"name": f"c{i}", "resources": {"limits": c}}
+                                           for i, c in enumerate(containers)]}
     if init is not None:
         spec["initContainers"] = [{"name": f"i{i}", "resources": {"limits": c}} for i, c in enumerate(init)]
     return {"metadata": {"name": "p", "namespace": "ns", "annotations": annotations or {}}, "spec": spec}

@@ -156,8 +156,8 @@ def test_above_100_in_whole_multiples_is_whole_cards_on_any_node() -> None:
 
     st = ClusterState()
     st.upsert_node(node_info_from_labels("plain"))  # no mGPU multi-card label
-    st.set_devices(NodeDevices(node="plain", devices=tuple(DeviceInfo(type="gpu", minor=i, id=f"G{i}", memory=40 * 2**30)
-                                                           for i in range(2))))
+    st.set_devices(NodeDevices(node="plain", devices=tuple(
+        DeviceInfo(type="gpu", minor=i, id=f"G{i}", memory=40 * 2**30) for i in range(2))))
     pod = parse_pod(_pod36({"koordinator.sh/gpu-core": "200", "koordinator.sh/gpu-memory": "64Gi"}))
     placed = Scheduler(st).place(pod)
     assert placed is not None and all(u.whole for u in placed.allocation.usage())

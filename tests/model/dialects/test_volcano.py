@@ -18,14 +18,16 @@ from devshare.model.request import DeviceRequest
 
 
 def pod(*containers: dict[str, str], init: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": f"c{i}", "resources": {"limits": c}} for i, c in enumerate(containers)]}
+    spec: dict[str, Any] = {"containers": [{"name": f"c{i}", "resources": {"limits": c}}
+                                           for i, c in enumerate(containers)]}
     if init is not None:
         spec["initContainers"] = [{"name": f"i{i}", "resources": {"limits": c}} for i, c in enumerate(init)]
     return {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
 
 
 def test_vgpu_requests() -> None:
-    req = parse_pod(pod({"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "8000", "volcano.sh/vgpu-cores": "25"}))
+    req = parse_pod(pod({"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "8000",
+                         "volcano.sh/vgpu-cores": "25"}))
     assert req.dialect == "volcano-vgpu"
     assert req.containers[0].devices == (DeviceRequest(type="gpu", count=2, core_milli=250, memory=8000 * MIB),)
     # vgpu-memory alone: one card (ExtractResourceRequest's singledevice)
@@ -65,7 +67,8 @@ def test_vgpu_annotations_one_entry_per_app_container() -> None:
 
 
 def test_reading_a_pod_volcano_placed_names_the_containers_that_asked() -> None:
-    spec = {"containers": [{"name": "proxy"}, {"name": "model", "resources": {"limits": {"volcano.sh/vgpu-number": "1"}}}]}
+    spec = {"containers": [{"name": "proxy"},
+                           {"name": "model", "resources": {"limits": {"volcano.sh/vgpu-number": "1"}}}]}
     r = dialects.dialect_of("volcano-vgpu").read_placed({"volcano.sh/vgpu-ids-new": "GPU-a,NVIDIA,8000,25:",
                                                           "volcano.sh/vgpu-node": "vc-1"}, spec)
     assert r is not None and r.problems == () and r.node == "vc-1"

@@ -168,14 +168,15 @@ def spec_containers(spec: Any) -> tuple[list[tuple[str, dict[str, Any]]], list[t
         for i, c in enumerate(items if isinstance(items, list) else []):
             if not isinstance(c, dict):
                 continue
-            name = c.get("name") if isinstance(c.get("name"), str) else f"#{i}"
-            res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+            raw_name, raw_res = c.get("name"), c.get("resources")
+            name = raw_name if isinstance(raw_name, str) else f"#{i}"
+            res: dict[str, Any] = raw_res if isinstance(raw_res, dict) else {}
             merged: dict[str, Any] = {}
             for sub in ("limits", "requests"):
                 d = res.get(sub)
                 if isinstance(d, dict):
                     merged.update({str(k): v for k, v in d.items()})
-            out[part].append((str(name), merged))
+            out[part].append((name, merged))
     return out
 
 

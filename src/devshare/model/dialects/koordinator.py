@@ -238,7 +238,7 @@ def _shared(asked: dict[str, tuple[str, int]], where: str, problems: Problems) -
     """gpu.shared: N cards, the amounts given in all and split evenly (current Koordinator)."""
     name, n = asked["gpu.shared"]
     memory, ratio = asked.get("gpu-memory"), asked.get("gpu-memory-ratio")
-    msgs = shared_needs(name, asked)
+    msgs: list[str | None] = [*shared_needs(name, asked)]
     msgs.append(memory_or_ratio(memory[0] if memory else None, ratio[0] if ratio else None))
     if memory is not None:
         msgs.append(memory_split(memory[0], memory[1], n))
@@ -544,8 +544,8 @@ def read_placed(annotations: dict[str, str], spec: Any) -> PlacedReading | None:
             problems.append(f"{FIELD}: {dtype} is not a list of devices: every {dtype} of the node is counted as held")
             unreadable.append(str(dtype))
             continue
-        for i, e in enumerate(entries):
-            grant, msgs = _placed_entry(str(dtype), i, e)
+        for i, entry in enumerate(entries):
+            grant, msgs = _placed_entry(str(dtype), i, entry)
             problems += [f"{FIELD}: {m}" for m in msgs]
             if grant is not None:
                 grants.append(grant)

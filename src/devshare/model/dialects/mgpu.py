@@ -331,7 +331,8 @@ def read_placed(annotations: dict[str, str], spec: Any) -> PlacedReading | None:
         if not refs:
             continue
         res = resources.get(name)
-        core, memory = (whole_quantity(res.get(MGPU_CORE)), whole_quantity(res.get(MGPU_MEMORY))) if res else (None, None)
+        core = whole_quantity(res.get(MGPU_CORE)) if res else None
+        memory = whole_quantity(res.get(MGPU_MEMORY)) if res else None
         k = len(refs)
         if res is None or core is None or core <= 0 or (memory is not None and memory < 0):
             problems.append(f"annotation {MGPU_INDEX_PREFIX}{name} names {k} GPU(s) but container {name!r} asks for no "

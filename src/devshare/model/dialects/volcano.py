@@ -95,10 +95,9 @@ def read_vgpu(resources: dict[str, Any], where: str, problems: Problems) -> list
             msgs.append(f"{name} is {v}; it must be from 0 to 100 (percent of one card's {what})")
     if not msgs and (mem or 0) > 0 and (pct or 0) > 0:
         msgs.append(f"{VGPU_MEMORY}={mem} and {VGPU_MEMORY_PERCENTAGE}={pct} both ask for the card's memory: keep one")
-    if not msgs and not n and (mem or pct or cores):
-        if not mem:
-            msgs.append(f"{VGPU_NUMBER} is not given: Volcano reads a container without it only from {VGPU_MEMORY} "
-                        f"(one card); add {VGPU_NUMBER} (the number of cards)")
+    if not msgs and not n and (mem or pct or cores) and not mem:
+        msgs.append(f"{VGPU_NUMBER} is not given: Volcano reads a container without it only from {VGPU_MEMORY} "
+                    f"(one card); add {VGPU_NUMBER} (the number of cards)")
     if msgs:
         problems.extend(where, msgs)
         return []
