@@ -6,7 +6,7 @@ kubelet admits them: one pod at a time, a call per resource, kubelet's checkpoin
 container. Three orders:
 
 - ``distinct``: the pods are not identical (each asks another amount): every call is matched
-  unambiguously, as before this issue (the baseline);
+  unambiguously (the baseline);
 - ``in-order``: identical, kubelet admits them in binding order: every first call is served by a
   stand-in that turns out right (a handout journaled, resolved, no trade);
 - ``reverse``: identical, admitted last bound first: every stand-in is wrong, every pod trades

@@ -192,13 +192,14 @@ def test_config_values_become_the_configmap_and_are_validated() -> None:
 
 @needs_helm
 def test_a_configured_device_type_is_routed_to_the_extender() -> None:
-    """config.deviceTypes.<type>.resources also become managedResources of kube-scheduler's extender."""
+    """config.deviceTypes.<type>.resources are also ignored by kube-scheduler's resource fit (the
+    extender judges them)."""
     objs = {key(o): o for o in render("config.deviceTypes.npu.resources={koordinator.sh/npu,example.com/npu}")}
     cfg = parse_config(yaml.safe_load(objs[f"ConfigMap/{NAMESPACE}/devshare-config"]["data"]["devshare-config.yaml"]))
     assert cfg.device_types.configured() == {"npu": ("koordinator.sh/npu", "example.com/npu")}
     sched = yaml.safe_load(objs[f"ConfigMap/{NAMESPACE}/devshare-scheduler-config"]["data"]["scheduler-config.yaml"])
-    managed = [m["name"] for m in sched["extenders"][0]["managedResources"]]
-    assert managed[-2:] == ["koordinator.sh/npu", "example.com/npu"]
+    (fit,) = [p["args"] for p in sched["profiles"][0]["pluginConfig"] if p["name"] == "NodeResourcesFit"]
+    assert fit["ignoredResources"][-2:] == ["koordinator.sh/npu", "example.com/npu"]
 
 
 def test_default_values_are_the_default_configuration() -> None:

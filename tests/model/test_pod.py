@@ -11,7 +11,7 @@ from devshare.model import names
 from devshare.model.dialects import aliyun, mgpu, nvidia
 from devshare.model.dialects.koordinator import KOORD_GPU
 from devshare.model.errors import InvalidRequest
-from devshare.model.pod import parse_pod, requests_devices, validate_pod
+from devshare.model.pod import parse_pod, pod_node_requests, requests_devices, validate_pod
 from devshare.model.request import GroupRef
 
 GPU50 = {KOORD_GPU: "50"}
@@ -155,6 +155,24 @@ def test_cpu_and_memory_sum_with_init_containers() -> None:
     assert parse_pod(p).cpu_milli == 4000  # Kubernetes counts the larger of the two
     (msg,) = problems_of(pod({"cpu": "lots"}))
     assert "cpu" in msg and "container 'c0'" in msg
+
+
+def test_cpu_and_memory_as_kube_scheduler_counts_them() -> None:
+    """component-helpers' PodRequests: sidecars (restartable init containers) add to the app containers
+    and to each init container after them; pod-level requests replace the sum; overhead adds."""
+    p = pod({"cpu": "1", "memory": "1Gi"})
+    p["spec"]["initContainers"] = [
+        {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+        {"name": "setup", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}},
+    ]
+    # app + sidecar = 1.5 cores, 2 GiB; setup runs beside the sidecar: 2.5 cores, 2 GiB
+    assert (parse_pod(p).cpu_milli, parse_pod(p).memory_bytes) == (2500, 2 * 2**30)
+    assert pod_node_requests(p) == (2500, 2 * 2**30)
+    p["spec"]["overhead"] = {"cpu": "100m", "memory": "64Mi"}
+    assert pod_node_requests(p) == (2600, 2 * 2**30 + 64 * 2**20)
+    p["spec"]["resources"] = {"requests": {"cpu": "8"}}  # pod-level: CPU replaced, memory kept
+    assert pod_node_requests(p) == (8100, 2 * 2**30 + 64 * 2**20)
+    assert pod_node_requests({"spec": "broken"}) == (0, 0)
 
 
 def test_init_container_asking_for_devices_is_read_as_kubelet_gives_them() -> None:

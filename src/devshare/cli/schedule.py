@@ -95,8 +95,8 @@ class Placer:
             self.lifecycle.arrived(pod)
             self._place_member(pod)
             return
-        # kube-scheduler asks the extender only about pods that ask for a device it manages
-        placed = self.lifecycle.schedule(pod, now=self.clock, arrives=pod.has_devices())
+        # kube-scheduler asks the extender about every pod of devshare's profile, asking for a device or not
+        placed = self.lifecycle.schedule(pod, now=self.clock)
         if placed is None:
             self._record(key, None, self.scheduler.why_unschedulable(pod))
             return

@@ -48,11 +48,21 @@ class Lifecycle:
         return self.scheduler.policy
 
     # ------------------------------------------------------------------ arrival
+    @staticmethod
+    def _digest(key: str, uid: str) -> bytes:
+        # a fixed-size digest: names and uids come from requests and may be of any length
+        return hashlib.blake2b(f"{key}\0{uid}".encode(), digest_size=16).digest()
+
+    def has_arrived(self, key: str, uid: str) -> bool:
+        """Whether the policy was told of the pod ``key`` (of ``uid``) already."""
+        return self._digest(key, uid) in self._seen
+
     def arrived(self, pod: PodRequest) -> None:
         """Tell the policy of the pod once (by key and uid), before it is scored: a learning policy
-        (devshare's) learns the task mix from the pods that arrive."""
-        # a fixed-size digest: names and uids come from requests and may be of any length
-        seen = hashlib.blake2b(f"{pod.key}\0{pod.uid}".encode(), digest_size=16).digest()
+        (devshare's) learns the task mix from the pods that arrive. The extender also tells it of the
+        pods it sees bound by others (pods asking no device, other schedulers' pods): the simulator's
+        policy learns of every pod of the trace, and so does the live one."""
+        seen = self._digest(pod.key, pod.uid)
         if seen in self._seen:
             return
         if len(self._seen) >= SEEN_LIMIT:

@@ -129,6 +129,11 @@ class ClusterState:
         self.nodes: dict[str, NodeInfo] = {}
         self.devices: dict[str, NodeDevices] = {}
         self.pods: dict[str, PodRecord] = {}
+        # the CPU (milli) and memory (bytes) that bound pods holding no record here ask of their node:
+        # pods of other schedulers, pods without devices, pods whose allocation is not counted. Node
+        # CPU and memory are then what kube-scheduler counts, whoever placed what (issue 41)
+        self.plain: dict[str, tuple[str, int, int]] = {}
+        self._plain_of: dict[str, dict[str, tuple[int, int]]] = {}  # node -> key -> (cpu, memory)
         # per namespace, the GPU compute (thousandths) and memory (bytes) its records hold, assumed and
         # bound (the per-namespace quotas of devshare.engine.quotas read it)
         self.namespace_gpu: dict[str, list[int]] = {}
@@ -279,8 +284,7 @@ class ClusterState:
         for t in types:
             devs = nd.of_type(t) if nd is not None else ()
             self.table(t).set_devices(row, devs, nd.held_outside if nd is not None else ())
-        self.cpu_used[row] = 0
-        self.mem_used[row] = 0
+        self.cpu_used[row], self.mem_used[row] = self._plain_sum(name)
         self.bandwidth.pop(name, None)
         if nd is not None and nd.gpu_bandwidth is not None:
             m = np.asarray(nd.gpu_bandwidth, dtype=np.float64)
@@ -288,6 +292,48 @@ class ClusterState:
         for rec in self.pods.values():
             if rec.allocation.node == name:
                 self._apply(rec, +1)
+
+    # ------------------------------------------------------------------ pods that hold no record
+    def set_plain(self, key: str, node: str, cpu_milli: int, memory_bytes: int) -> None:
+        """Count the CPU and memory of the bound pod ``key`` on ``node`` (replacing what was counted for
+        it): a pod that holds no record here (another scheduler's, one asking no device, one whose
+        allocation is not counted). A pod with a record is counted through it, never here too."""
+        old = self.plain.get(key)
+        if old == (node, cpu_milli, memory_bytes):
+            return
+        if old is not None:
+            self.remove_plain(key)
+        self.plain[key] = (node, cpu_milli, memory_bytes)
+        self._plain_of.setdefault(node, {})[key] = (cpu_milli, memory_bytes)
+        self._plain_usage(node, cpu_milli, memory_bytes)
+
+    def remove_plain(self, key: str) -> None:
+        """Stop counting the pod ``key`` set by :meth:`set_plain` (gone, finished, or now holding a record)."""
+        old = self.plain.pop(key, None)
+        if old is None:
+            return
+        node, cpu, memory = old
+        on_node = self._plain_of.get(node)
+        if on_node is not None:
+            on_node.pop(key, None)
+            if not on_node:
+                del self._plain_of[node]
+        self._plain_usage(node, -cpu, -memory)
+
+    def _plain_usage(self, node: str, cpu: int, memory: int) -> None:
+        row = self.row_of.get(node)
+        if row is None:
+            return  # counted when the node comes (_load_devices)
+        self.cpu_used[row] += cpu
+        self.mem_used[row] += memory
+        self.row_version[row] += 1
+        self.version += 1
+
+    def _plain_sum(self, node: str) -> tuple[int, int]:
+        on_node = self._plain_of.get(node)
+        if not on_node:
+            return 0, 0
+        return sum(c for c, _ in on_node.values()), sum(m for _, m in on_node.values())
 
     # ------------------------------------------------------------------ usage accounting
     def _apply(self, rec: PodRecord, sign: int) -> None:
@@ -340,13 +386,18 @@ class ClusterState:
             return f"node {alloc.node} is not known"
         if not self.active[row]:
             return f"node {alloc.node} is unschedulable"
-        if self.cpu_short(row, pod.cpu_milli):
+        back = self.pods.get(ignore) if ignore else None
+        if back is not None and back.allocation.node != alloc.node:
+            back = None  # counted on another node: nothing of it to take back here
+        cpu, memory = pod.cpu_milli, pod.memory_bytes
+        if back is not None:  # the same pod's record: its CPU and memory are counted already
+            cpu, memory = cpu - back.pod.cpu_milli, memory - back.pod.memory_bytes
+        if self.cpu_short(row, cpu):
             return f"node {alloc.node}: not enough CPU"
-        if self.memory_short(row, pod.memory_bytes):
+        if self.memory_short(row, memory):
             return f"node {alloc.node}: not enough memory"
         # per card: what the allocation adds (compute, memory, containers, whole), judged by the
         # filter's own predicate (devshare.engine.admit)
-        back = self.pods.get(ignore) if ignore else None
         for u in alloc.usage():
             dtype, minor, core, mem, slots, whole = u.type, u.minor, u.core_milli, u.memory, u.slots, u.whole
             t = self.tables.get(dtype)
@@ -357,7 +408,7 @@ class ClusterState:
             used_core = int(t.used_core[row, col])
             used_mem = int(t.used_mem[row, col])
             used_slots = int(t.used_slots[row, col])
-            if back is not None and back.allocation.node == alloc.node:
+            if back is not None:
                 for bu in back.allocation.usage():
                     if bu.type == dtype and bu.minor == minor:
                         used_core -= bu.core_milli
@@ -433,6 +484,7 @@ class ClusterState:
                 old.expires_at = None
                 return None
             self.release(pod.key)
+        self.remove_plain(pod.key)  # counted through its record from now on
         reason = self.why_not(pod, alloc) if alloc.node in self.row_of else None
         rec = PodRecord(pod=pod, allocation=alloc, phase="bound")
         self.pods[pod.key] = rec
@@ -525,6 +577,9 @@ class ClusterState:
                     out.add_placed(rec.pod, rec.allocation, peer=rec.peer, problems=rec.problems)
                 else:
                     out.add_bound(rec.pod, rec.allocation)
+        for name in keep:
+            for key, (cpu, memory) in self._plain_of.get(name, {}).items():
+                out.set_plain(key, name, cpu, memory)
         return out
 
     # ------------------------------------------------------------------ node indexes

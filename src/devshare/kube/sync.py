@@ -55,7 +55,7 @@ from devshare.model.errors import InvalidInput
 from devshare.model.inventory import koordinator_device
 from devshare.model.names import ALLOCATION, GANG_NAME, GROUP_NAME
 from devshare.model.node import parse_node
-from devshare.model.pod import parse_pod
+from devshare.model.pod import parse_pod, pod_node_requests
 from devshare.model.request import PodRequest
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class StateSync:
         backend: Backend,
         state: ClusterState,
         *,
-        track_node_resources: bool = False,
+        track_node_resources: bool = True,
         backoff: Callable[[], Backoff] = Backoff,
         on_change: Callable[[str, str, dict[str, Any]], None] | None = None,
         kinds: tuple[Kind, ...] = KINDS,
@@ -319,6 +319,7 @@ class StateSync:
 
     def _absent(self, key: str) -> None:
         self.pods_present.pop(key, None)
+        self.state.remove_plain(key)
         old = self._group_of.pop(key, "")
         if old:
             self._leave(key, old)
@@ -419,6 +420,24 @@ class StateSync:
         self.inventories.set(name, "koordinator", nd)
 
     def _apply_pod(self, type_: str, obj: dict[str, Any]) -> None:
+        self._apply_pod_allocation(type_, obj)
+        self._count_plain(type_, obj)
+
+    def _count_plain(self, type_: str, obj: dict[str, Any]) -> None:
+        """A bound pod that holds no record in the state (another scheduler's, one asking for no device,
+        one whose allocation is not counted) still takes CPU and memory of its node: counted, so that
+        the engine sees each node's CPU and memory as kube-scheduler does (issue 41)."""
+        key = object_key(obj)
+        node = (obj.get("spec") or {}).get("nodeName")
+        if (type_ == "DELETED" or not node or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES
+                or key not in self.pods_present):
+            self.state.remove_plain(key)
+        elif key in self.state.pods:
+            self.state.remove_plain(key)  # counted through its record
+        else:
+            self.state.set_plain(key, str(node), *pod_node_requests(obj))
+
+    def _apply_pod_allocation(self, type_: str, obj: dict[str, Any]) -> None:
         m = meta(obj)
         key = object_key(obj)
         rec = self.state.pods.get(key)
@@ -539,6 +558,8 @@ class StateSync:
             if reason is None:
                 self._refused.pop(key, None)
                 continue
+            if key not in self.state.pods:  # not counted on its cards, but on its node's CPU and memory
+                self.state.set_plain(key, alloc.node, pod.cpu_milli, pod.memory_bytes)
             self._waiting[key] = (obj or {"metadata": {"namespace": pod.namespace, "name": pod.name,
                                                          "uid": pod.uid}}, pod, alloc)
             self._refused_report(key, self._waiting[key][0], reason)

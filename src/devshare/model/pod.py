@@ -20,8 +20,8 @@
 - Group: labels ``gputopology.scheduling.koordinator.sh/name`` + ``/replica`` (seed 003); gang:
   annotations ``gang.scheduling.koordinator.sh/name`` + ``/min-available``. With both, they must
   agree. A gang alone makes a group of that name and size.
-- ``cpu_milli``/``memory_bytes``: what Kubernetes counts for the node, the larger of the sum over
-  app containers and the largest init container (rounded up).
+- ``cpu_milli``/``memory_bytes``: what kube-scheduler counts for the node (:func:`node_requests`:
+  app containers, sidecars, init containers, pod-level resources, overhead; rounded up).
 
 :func:`read_pod` never raises: it returns what it could read and every problem found.
 :func:`parse_pod` raises them (:class:`~devshare.model.errors.InvalidRequest`).
@@ -307,32 +307,26 @@ def _container_rows(spec: dict[str, Any], problems: Problems) -> list[Row]:
     return rows
 
 
-def _app_containers(rows: list[Row], annotations: dict[str, str],
-                    problems: Problems) -> tuple[list[ContainerRequest], int, int]:
+def _app_containers(rows: list[Row], annotations: dict[str, str], problems: Problems) -> list[ContainerRequest]:
     """The containers' requests (with each asked dialect's pod-level input, e.g. mGPU's card counts
-    from the pod's annotation) and their summed CPU and memory."""
+    from the pod's annotation)."""
     contexts: dict[str, Any] = {}
     for _, _, _, readers in rows:
         for d in readers:
             if d.name not in contexts:
                 contexts[d.name] = d.pod_context(annotations, len(rows), problems)
     containers: list[ContainerRequest] = []
-    cpu = memory = 0
     for i, (name, resources, _, readers) in enumerate(rows):
         where = f"container {name!r}"
         devices: list[DeviceRequest] = []
         for d in readers:
             devices += d.read(resources, where, problems, contexts[d.name], i)
         containers.append(ContainerRequest(name=name, devices=tuple(devices)))
-        c_cpu, c_mem = _node_resources(resources, where, problems)
-        cpu, memory = cpu + c_cpu, memory + c_mem
-    return containers, cpu, memory
+    return containers
 
 
-def _init_containers(spec: dict[str, Any], problems: Problems, cpu: int,
-                     memory: int) -> tuple[list[ContainerRequest], list[str], int, int]:
-    """Each init container's requests (read in its dialect, with no pod-level input) and dialects;
-    the pod's CPU and memory are at least the largest one's."""
+def _init_containers(spec: dict[str, Any], problems: Problems) -> tuple[list[ContainerRequest], list[str]]:
+    """Each init container's requests (read in its dialect, with no pod-level input) and dialects."""
     init = spec.get("initContainers")
     out: list[ContainerRequest] = []
     asked_in: list[str] = []
@@ -359,9 +353,58 @@ def _init_containers(spec: dict[str, Any], problems: Problems, cpu: int,
             devices += d.read(resources, where, problems, None, i)
         asked_in += asked if not msg else []
         out.append(ContainerRequest(name=name, devices=tuple(devices), restartable=c.get("restartPolicy") == "Always"))
-        i_cpu, i_mem = _node_resources(resources, where, problems)
-        cpu, memory = max(cpu, i_cpu), max(memory, i_mem)
-    return out, asked_in, cpu, memory
+    return out, asked_in
+
+
+def node_requests(spec: dict[str, Any], problems: Problems) -> tuple[int, int]:
+    """The CPU (milli) and memory (bytes) the pod takes of its node, as kube-scheduler counts them
+    (component-helpers' ``resource.PodRequests``): the app containers summed, with each restartable
+    init container (a sidecar, ``restartPolicy: Always``) added to them; at least each ordinary init
+    container plus the sidecars started before it; pod-level ``spec.resources`` in place of all of it
+    where given; plus ``spec.overhead``."""
+    def each(key: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+        raw = spec.get(key)
+        out = []
+        for i, c in enumerate(raw if isinstance(raw, list) else []):
+            if isinstance(c, dict):
+                where = f"{'init container' if key == 'initContainers' else 'container'} {c.get('name', i)!r}"
+                # the shape of resources is judged where containers are read (_container_rows,
+                # _init_containers); the quantities here
+                out.append((where, c, container_resources(c, where, Problems())))
+        return out
+
+    cpu = memory = 0
+    for where, _, resources in each("containers"):
+        c_cpu, c_mem = _node_resources(resources, where, problems)
+        cpu, memory = cpu + c_cpu, memory + c_mem
+    side_cpu = side_mem = init_cpu = init_mem = 0
+    for where, c, resources in each("initContainers"):
+        c_cpu, c_mem = _node_resources(resources, where, problems)
+        if c.get("restartPolicy") == "Always":
+            cpu, memory = cpu + c_cpu, memory + c_mem
+            side_cpu, side_mem = side_cpu + c_cpu, side_mem + c_mem
+            c_cpu, c_mem = side_cpu, side_mem
+        else:
+            c_cpu, c_mem = c_cpu + side_cpu, c_mem + side_mem
+        init_cpu, init_mem = max(init_cpu, c_cpu), max(init_mem, c_mem)
+    cpu, memory = max(cpu, init_cpu), max(memory, init_mem)
+    pod_level = spec.get("resources")
+    if isinstance(pod_level, dict) and isinstance(pod_level.get("requests"), dict):
+        p_cpu, p_mem = _node_resources(pod_level["requests"], "spec.resources", problems)
+        cpu = p_cpu if "cpu" in pod_level["requests"] else cpu
+        memory = p_mem if "memory" in pod_level["requests"] else memory
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict):
+        o_cpu, o_mem = _node_resources(overhead, "spec.overhead", problems)
+        cpu, memory = cpu + o_cpu, memory + o_mem
+    return cpu, memory
+
+
+def pod_node_requests(pod: Any) -> tuple[int, int]:
+    """:func:`node_requests` of a pod object as the API server has it (it validated the quantities);
+    never raises: what does not read counts as 0 (such a pod never passed the API server)."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    return node_requests(spec, Problems()) if isinstance(spec, dict) else (0, 0)
 
 
 def _pod_dialect(rows: list[Row], init_dialects: list[str], problems: Problems) -> str:
@@ -400,8 +443,9 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
     annotations = _str_map(meta.get("annotations"), "metadata.annotations", problems)
     # the containers' resources and dialects first: the mGPU card counts depend on them
     rows = _container_rows(spec, problems)
-    containers, cpu, memory = _app_containers(rows, annotations, problems)
-    init_containers, init_dialects, cpu, memory = _init_containers(spec, problems, cpu, memory)
+    containers = _app_containers(rows, annotations, problems)
+    init_containers, init_dialects = _init_containers(spec, problems)
+    cpu, memory = node_requests(spec, problems)
     dialect = _pod_dialect(rows, init_dialects, problems)
     msg = validation.one_card_per_pod(dialect, dialects.dialect_of(dialect), containers + init_containers)
     if msg:

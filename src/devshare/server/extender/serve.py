@@ -138,6 +138,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None) -> web.A
         shortlist=cfg.scheduling.shortlist if cfg is not None else 0,
         pending_pod=sync.pending_pod,
         refuse=lambda pod, _: refuse_pod(pod, disabled_dialects=off_dialects, device_types=frozenset(state.tables)),
+        scheduler_name=opts.scheduler_name,
     )
     sync.on_change = extender.pod_changed
     claims: Claims | None = None

@@ -209,8 +209,12 @@ class Extender:
         shortlist: int = 0,
         pending_pod: Callable[[str], dict[str, Any] | None] = lambda key: None,
         refuse: Callable[[dict[str, Any], PodRequest], str | None] | None = None,
+        scheduler_name: str | None = None,
     ) -> None:
         self.state = state
+        # the kube-scheduler profile this extender serves: bind places a pod asking for no device only when
+        # it is that profile's (a caller cannot make it bind another scheduler's pods); None: any
+        self.scheduler_name = scheduler_name
         # the pending pod ``key`` as the state's watch has it (StateSync.pending_pod): bind decides
         # from it instead of reading the pod again, when it is the pod kube-scheduler filtered
         self.pending_pod = pending_pod
@@ -407,8 +411,8 @@ class Extender:
             reason = invalid_request(e)
             self.metrics.fail("filter", [reason])
             return self._answer(cands, [], {}, dict.fromkeys(cands.names, reason))
-        if not pod.has_devices():
-            return self._answer(cands, cands.names, {}, {})
+        # a pod asking for no device is placed like any other (the node's CPU and memory, the policy's
+        # score): kube-scheduler asks about every pod of devshare's profile (deploy/scheduler's config)
         self.lifecycle.arrived(pod)  # the policy learns of each pod once, at its first filter
         if pod.group is not None:
             self._filtered.pop(pod_id[0], None)
@@ -555,8 +559,6 @@ class Extender:
             return self.priorities.encode(*recalled)
         cands = self.candidates(args)
         names = cands.names
-        if not pod.has_devices():
-            return encode_priorities(names, [0] * len(names))
         if pod.group is not None:
             if self.missing_member(pod) is not None:
                 return encode_priorities(names, [0] * len(names))
@@ -643,9 +645,11 @@ class Extender:
             pod, _ = self.from_api(obj)
         except InvalidInput as e:
             return invalid_request(e), False
-        if not pod.has_devices():
-            return (f"pod {key} asks for no device devshare manages: devshare binds only the pods it "
-                    "places (kube-scheduler sends it those alone); its own scheduler binds this one"), False
+        scheduler = (obj.get("spec") or {}).get("schedulerName") or "default-scheduler"
+        if not pod.has_devices() and self.scheduler_name is not None and scheduler != self.scheduler_name:
+            return (f"pod {key} asks for no device devshare manages and is {scheduler}'s (spec.schedulerName), "
+                    f"not {self.scheduler_name}'s: devshare binds only the pods of its profile; its own "
+                    "scheduler binds this one"), False
         if node not in self.state.nodes:
             return f"node {node} is not known to devshare (no such Node, or no Device object lists its devices)", False
         if pod.group is not None:
@@ -708,12 +712,30 @@ class Extender:
             # a pod of this scheduler waiting for a node: its request is read now, while nothing waits on
             # it, rather than in its filter, which kube-scheduler waits for (cached by uid and version)
             self._judged_from_api(obj)
+        if kind == "pods" and type_ != "DELETED":
+            self._learn_bound_elsewhere(obj)
         self.requeue.changed(kind, type_, obj)
         if kind == "pods" and type_ == "DELETED":
             self.members.deleted(object_key(obj))
             self.preemptor.done(object_key(obj))
             if self.planner.plans:
                 self.drop_missing_members()
+
+    def _learn_bound_elsewhere(self, obj: dict[str, Any]) -> None:
+        """A pod bound without devshare (it asks for no device, or another scheduler placed it) is told to
+        the policy once, as the simulator's policy learns of every pod: the CPU it takes is part of the
+        task mix devshare's policy packs against (issue 41)."""
+        key = object_key(obj)
+        plain = self.state.plain.get(key)
+        uid = str(meta(obj).get("uid") or "")
+        if plain is None or self.lifecycle.has_arrived(key, uid):
+            return
+        try:
+            pod = parse_pod(obj)
+        except InvalidInput:
+            ns, _, name = key.partition("/")
+            pod = PodRequest(namespace=ns, name=name, uid=uid, cpu_milli=plain[1], memory_bytes=plain[2])
+        self.lifecycle.arrived(pod)
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
