@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli.test_schedule_predicts_extender import post
+from cli.test_schedule_predicts_extender import play_kube_scheduler
 from devshare.cli.main import app
 from devshare.kube.memory import MemoryBackend
-from devshare.model import names
 from devshare.server.extender.serve import RUNTIME, build_app
 from support.server import ServerThread
 
@@ -60,30 +58,9 @@ def test_schedule_answers_as_the_extender_on_a_peers_cluster(tmp_path: Path, pee
     backend = MemoryBackend.from_objects([*objects, *pods])
     srv = ServerThread(build_app(backend))
     try:
-        runtime = srv.app[RUNTIME]
-        for _ in range(500):
-            if runtime.sync.is_synced:
-                break
-            time.sleep(0.01)
-        for obj, want in zip(pods, predicted, strict=True):
-            args = {"Pod": obj, "Nodes": None, "NodeNames": node_names}
-            passed = post(srv.port, "/filter", args)["NodeNames"] or []
-            if want["node"] is None:
-                assert passed == [], (want["pod"], passed)
-                continue
-            assert want["node"] in passed, (want, passed)
-            prio = {h["Host"]: h["Score"] for h in post(srv.port, "/prioritize", {**args, "NodeNames": passed})}
-            assert prio[want["node"]] == max(prio.values()), (want["pod"], want["node"], prio)
-            name = obj["metadata"]["name"]
-            bound = post(srv.port, "/bind", {"PodName": name, "PodNamespace": "default",
-                                            "PodUID": obj["metadata"]["uid"], "Node": want["node"]})
-            assert not bound.get("Error"), bound
-            stored = asyncio.run_coroutine_threadsafe(backend.get_pod("default", name), srv.loop).result(10)
-            assert stored is not None
-            got = stored["metadata"]["annotations"]
-            assert json.loads(got[names.ALLOCATION]) == json.loads(want["annotations"][names.ALLOCATION]), name
+        play_kube_scheduler(srv, backend, pods, predicted, node_names)
         # no card over 100% compute or memory, counting the peers' pods
-        view = asyncio.run_coroutine_threadsafe(_inspect(runtime), srv.loop).result(10)
+        view = asyncio.run_coroutine_threadsafe(_inspect(srv.app[RUNTIME]), srv.loop).result(10)
         for n in view["nodes"]:
             for d in n["devices"]:
                 assert d["used"]["core"] <= d["total"]["core"], (n["name"], d)

@@ -5,10 +5,8 @@ node with only a peer's inventory is scheduled; Koordinator's Device kind is opt
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,30 +15,12 @@ import yaml
 from devshare.engine.state import ClusterState
 from devshare.kube.live import LiveBackend
 from devshare.kube.memory import MemoryBackend
-from devshare.kube.sync import Backoff, StateSync
 from fakeapi.server import FakeApiServer
+from kube.test_sync import eventually, syncing
 from support.kube import device, node
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "peers"
 GiB, MiB = 2**30, 2**20
-
-
-@contextlib.asynccontextmanager
-async def syncing(backend: Any) -> AsyncIterator[StateSync]:
-    sync = StateSync(backend, ClusterState(), backoff=lambda: Backoff(initial=0.01, maximum=0.05))
-    sync.start()
-    try:
-        await asyncio.wait_for(sync.synced.wait(), 5)
-        yield sync
-    finally:
-        await sync.stop()
-
-
-async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    end = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < end, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 def used(state: ClusterState, node_name: str) -> list[tuple[int, float, int]]:

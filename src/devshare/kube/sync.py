@@ -369,7 +369,7 @@ class StateSync:
             elif kind == "devices":
                 self._apply_device(type_, obj)
             elif kind == "koorddevices":
-                self._apply_koord_device(type_, obj)
+                self._apply_device(type_, obj, source="koordinator")
             else:
                 self._apply_pod(type_, obj)
         except Exception:
@@ -391,33 +391,21 @@ class StateSync:
         self.state.upsert_node(info)
         self.inventories.node(obj)  # [takeover] HAMi's and Volcano's registers, gpushare capacity
 
-    def _apply_device(self, type_: str, obj: dict[str, Any]) -> None:
+    def _apply_device(self, type_: str, obj: dict[str, Any], *, source: str = "devshare") -> None:
+        """A Device object: devshare's, or [takeover] Koordinator's as koordlet writes it (``source``
+        "koordinator"), which is the node's inventory where it has no devshare Device."""
         name = str(meta(obj).get("name", ""))
         if type_ == "DELETED":
-            self.inventories.set(name, "devshare", None)  # [takeover] a peer's inventory may stand in
+            self.inventories.set(name, source, None)  # [takeover] another source may stand in
             return
+        what = "Device" if source == "devshare" else "Koordinator's Device"
         try:
-            nd = parse_device(obj)
+            nd = parse_device(obj) if source == "devshare" else koordinator_device(obj)
         except InvalidInput as e:
             self.invalid_objects += 1
-            log.warning("ignoring Device %s (keeping what it said before): %s", name, e)
+            log.warning("ignoring %s %s (keeping what it said before): %s", what, name, e)
             return
-        self.inventories.set(name, "devshare", nd)
-
-    def _apply_koord_device(self, type_: str, obj: dict[str, Any]) -> None:
-        """[takeover] Koordinator's Device, as koordlet writes it: the node's inventory where it has no
-        devshare Device."""
-        name = str(meta(obj).get("name", ""))
-        if type_ == "DELETED":
-            self.inventories.set(name, "koordinator", None)
-            return
-        try:
-            nd = koordinator_device(obj)
-        except InvalidInput as e:
-            self.invalid_objects += 1
-            log.warning("ignoring Koordinator's Device %s (keeping what it said before): %s", name, e)
-            return
-        self.inventories.set(name, "koordinator", nd)
+        self.inventories.set(name, source, nd)
 
     def _apply_pod(self, type_: str, obj: dict[str, Any]) -> None:
         self._apply_pod_allocation(type_, obj)
