@@ -12,6 +12,7 @@ import contextlib
 import copy
 import json
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import yaml
 
 from devshare.model.codecs import vgpu
 from devshare.model.quantity import quantity_int
-from e2e.cluster import ControlPlane, wait_until
+from e2e.cluster import SYSTEM_NS, ControlPlane, wait_until
 from e2e.conftest import GROUP_LABEL, Cluster, _now
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "peers"
@@ -97,11 +98,16 @@ def install_peer_cluster(cluster: Cluster, objects: list[dict[str, Any]]) -> Non
             cp.kubectl("create", "-f", "-", input=json.dumps(o))
             if status:
                 cp.write_status("pod", o["metadata"]["name"], status, namespace=cluster.ns)
-    # devshare's extender starts on the cluster as the peer left it (as after `kubectl apply -k deploy/`)
+    # devshare's extender starts on the cluster as the peer left it (as after `kubectl apply -k deploy/`),
+    # and leads before new pods come (a Lease an earlier test left takes its duration to lapse)
     proc = cp.processes["extender"]
     proc.signal(signal.SIGTERM)
     proc.popen.wait(30)  # type: ignore[union-attr]
-    cp.start_extender()
+    new = cp.start_extender()
+    assert new.popen is not None
+    me = f"{socket.gethostname()}-{new.popen.pid}"
+    wait_until(lambda: (cp.get("lease", "devshare-extender", "-n", SYSTEM_NS)["spec"].get("holderIdentity") == me),
+               timeout=90, interval=0.5, what="the restarted extender leading")
 
 
 def fill(cluster: Cluster, limit: int = 60) -> list[tuple[str, str, dict[str, Any]]]:
