@@ -85,6 +85,35 @@ def dry_run(tmp: Path, cluster: list[dict[str, Any]], pods: list[dict[str, Any]]
     return out
 
 
+def play_kube_scheduler(srv: ServerThread, backend: MemoryBackend, pods: list[dict[str, Any]],
+                        predicted: list[dict[str, Any]], node_names: list[str]) -> None:
+    """Drive the extender of ``srv`` over ``pods`` as kube-scheduler does (filter, prioritize, bind to a
+    best-scored node), checking each answer against the dry run's ``predicted`` placement."""
+    runtime = srv.app[RUNTIME]
+    for _ in range(500):
+        if runtime.sync.is_synced:
+            break
+        time.sleep(0.01)
+    for obj, want in zip(pods, predicted, strict=True):
+        args = {"Pod": obj, "Nodes": None, "NodeNames": node_names}
+        passed = post(srv.port, "/filter", args)["NodeNames"] or []
+        if want["node"] is None:
+            assert passed == [], (want, passed)
+            continue
+        assert want["node"] in passed, (want, passed)
+        prio = {h["Host"]: h["Score"] for h in post(srv.port, "/prioritize", {**args, "NodeNames": passed})}
+        # kube-scheduler binds to one of the best-scored nodes: the dry run's is one of them
+        assert prio[want["node"]] == max(prio.values()), (want["pod"], want["node"], prio)
+        name = obj["metadata"]["name"]
+        bound = post(srv.port, "/bind", {"PodName": name, "PodNamespace": "default",
+                                        "PodUID": obj["metadata"]["uid"], "Node": want["node"]})
+        assert not bound.get("Error"), bound
+        stored = asyncio.run_coroutine_threadsafe(backend.get_pod("default", name), srv.loop).result(10)
+        assert stored is not None
+        got = stored["metadata"]["annotations"]
+        assert json.loads(got[names.ALLOCATION]) == json.loads(want["annotations"][names.ALLOCATION]), name
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(w=workloads)
 def test_schedule_places_every_pod_where_the_extender_does(tmp_path: Path, w: dict[str, Any]) -> None:
@@ -96,28 +125,6 @@ def test_schedule_places_every_pod_where_the_extender_does(tmp_path: Path, w: di
     backend = MemoryBackend.from_objects([*cluster, *pods])
     srv = ServerThread(build_app(backend))
     try:
-        runtime = srv.app[RUNTIME]
-        for _ in range(500):
-            if runtime.sync.is_synced:
-                break
-            time.sleep(0.01)
-        for obj, want in zip(pods, predicted, strict=True):
-            args = {"Pod": obj, "Nodes": None, "NodeNames": node_names}
-            passed = post(srv.port, "/filter", args)["NodeNames"] or []
-            if want["node"] is None:
-                assert passed == [], (want, passed)
-                continue
-            assert want["node"] in passed, (want, passed)
-            prio = {h["Host"]: h["Score"] for h in post(srv.port, "/prioritize", {**args, "NodeNames": passed})}
-            # kube-scheduler binds to one of the best-scored nodes: the dry run's is one of them
-            assert prio[want["node"]] == max(prio.values()), (want["pod"], want["node"], prio)
-            name = obj["metadata"]["name"]
-            bound = post(srv.port, "/bind", {"PodName": name, "PodNamespace": "default",
-                                            "PodUID": obj["metadata"]["uid"], "Node": want["node"]})
-            assert not bound.get("Error"), bound
-            stored = asyncio.run_coroutine_threadsafe(backend.get_pod("default", name), srv.loop).result(10)
-            assert stored is not None
-            got = stored["metadata"]["annotations"]
-            assert json.loads(got[names.ALLOCATION]) == json.loads(want["annotations"][names.ALLOCATION]), name
+        play_kube_scheduler(srv, backend, pods, predicted, node_names)
     finally:
         srv.close()

@@ -124,6 +124,8 @@ def test_rbac_is_the_minimal_set() -> None:
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"), ("", "pods", "delete"),
         ("", "pods/binding", "create"),
         ("devshare.io", "devices", "list"), ("devshare.io", "devices", "watch"),
+        # Koordinator's Device, read beside devshare's (taking over from Koordinator, issue 36)
+        ("scheduling.koordinator.sh", "devices", "list"), ("scheduling.koordinator.sh", "devices", "watch"),
         ("", "events", "create"),
     }
     role = find("Role", "devshare-leases")

@@ -193,13 +193,23 @@ def test_cpu_and_memory_as_kube_scheduler_counts_them() -> None:
     assert pod_node_requests({"spec": "broken"}) == (0, 0)
 
 
-def test_init_container_asking_for_devices_is_refused() -> None:
+def test_init_container_asking_for_devices_is_read_as_kubelet_gives_them() -> None:
     p = pod(GPU50)
-    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {nvidia.NVIDIA_GPU: "1"}}}]
-    (msg,) = problems_of(p)
-    assert "init container 'warmup'" in msg and "spec.containers" in msg
-    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {"cpu": "1"}}}]
+    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {nvidia.NVIDIA_GPU: "1"}}},
+                                   {"name": "side", "restartPolicy": "Always", "resources": {"limits": {"cpu": "1"}}}]
     assert problems_of(p) == []
+    req = parse_pod(p)
+    assert [c.name for c in req.init_containers] == ["warmup", "side"]
+    assert req.init_containers[0].devices[0].count == 1 and req.init_containers[1].restartable
+    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {"cpu": "1"}}}]
+    assert problems_of(p) == [] and parse_pod(p).init_containers == ()
+
+
+def test_init_container_refused_only_where_the_node_side_cannot_serve_it() -> None:
+    p = pod({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "1000"})
+    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {"volcano.sh/vgpu-number": "1"}}}]
+    (msg,) = problems_of(p)
+    assert "init container 'warmup'" in msg and "spec.containers" in msg and "volcano-vgpu" in msg
 
 
 # --- spec.nodeName (admission only)

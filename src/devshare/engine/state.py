@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 import numpy as np
 
-from devshare.engine.admit import Ask, Card, Reason, card_reason, describe, is_whole
+from devshare.engine.admit import Ask, Card, Reason, card_reason, describe
 from devshare.engine.caches import EngineCaches
 from devshare.engine.table import DeviceTable
 from devshare.model import names
@@ -48,6 +48,10 @@ class PodRecord(msgspec.Struct, kw_only=True):
     phase: Phase
     expires_at: float | None = None
     hold: str | None = None  # a group plan's hold (the group key): devices kept for a member to come, no pod
+    # placed by another scheduler (taking over a running cluster): whose annotations it was read from,
+    # and what of it is counted conservatively (a card as full), for the log and /inspect
+    peer: str | None = None
+    problems: tuple[str, ...] = ()
 
 
 FINISHED_KEPT = 4096  # pods remembered as gone or finished (a late bind confirmation is checked against them)
@@ -83,6 +87,8 @@ class StateView(msgspec.Struct, frozen=True):
     columns: list[DeviceColumns]  # every device, by type (sorted)
     pods: list[tuple[str, PodAllocation, Phase]]  # every record holding devices: key, allocation, phase
     max_containers: int
+    # pods placed by other schedulers: key, node, whose annotations, what is counted conservatively
+    peers: list[tuple[str, str, str, tuple[str, ...]]] = []
 
 
 def inspect_view(view: StateView) -> dict[str, Any]:
@@ -110,7 +116,11 @@ def inspect_view(view: StateView) -> dict[str, Any]:
                 "type": t, "minor": minor, "id": id_, "health": healthy, "heldOutside": held,
                 "total": total, "used": used, "pods": sorted(by_device.get((node, t, minor), [])),
             })
-    return {"nodes": [{"name": name, "devices": devices_of[name]} for name in view.nodes]}
+    out: dict[str, Any] = {"nodes": [{"name": name, "devices": devices_of[name]} for name in view.nodes]}
+    if view.peers:  # taking over: the pods other schedulers placed, and what of them is counted conservatively
+        out["placedByPeers"] = [{"pod": key, "node": node, "by": by, "problems": list(problems)}
+                                for key, node, by, problems in sorted(view.peers)]
+    return out
 
 
 class ClusterState:
@@ -333,22 +343,22 @@ class ClusterState:
         self.row_version[row] += 1
         self.cpu_used[row] += sign * rec.pod.cpu_milli
         self.mem_used[row] += sign * rec.pod.memory_bytes
-        for _, g in rec.allocation.grants():
-            t = self.tables.get(g.type)
+        for u in rec.allocation.usage():
+            t = self.tables.get(u.type)
             if t is None:
                 continue
-            col = t.column_of(row, g.minor)
+            col = t.column_of(row, u.minor)
             if col < 0:
                 continue  # the device is gone; the record stays, nothing to count
-            t.add_usage(row, col, g.core_milli, g.memory, sign)
+            t.add_usage(row, col, u.core_milli, u.memory, sign, u.slots)
 
     def _count(self, rec: PodRecord, sign: int) -> None:
         """Add (sign +1) or take back (-1) a record's GPU compute and memory in its namespace's sum."""
         core = memory = 0
-        for _, g in rec.allocation.grants():
-            if g.type == names.GPU:
-                core += g.core_milli
-                memory += g.memory
+        for u in rec.allocation.usage():
+            if u.type == names.GPU:
+                core += u.core_milli
+                memory += u.memory
         if not core and not memory:
             return
         acc = self.namespace_gpu.setdefault(rec.pod.namespace, [0, 0])
@@ -388,14 +398,8 @@ class ClusterState:
             return f"node {alloc.node}: not enough memory"
         # per card: what the allocation adds (compute, memory, containers, whole), judged by the
         # filter's own predicate (devshare.engine.admit)
-        extra: dict[tuple[str, int], list[int]] = {}
-        for _, g in alloc.grants():
-            acc = extra.setdefault((g.type, g.minor), [0, 0, 0, 0])
-            acc[0] += g.core_milli
-            acc[1] += g.memory
-            acc[2] += 1
-            acc[3] |= is_whole(g.core_milli, g.memory_ratio_milli, g.memory)
-        for (dtype, minor), (core, mem, slots, whole) in extra.items():
+        for u in alloc.usage():
+            dtype, minor, core, mem, slots, whole = u.type, u.minor, u.core_milli, u.memory, u.slots, u.whole
             t = self.tables.get(dtype)
             col = t.column_of(row, minor) if t is not None else -1
             if t is None or col < 0:
@@ -405,11 +409,11 @@ class ClusterState:
             used_mem = int(t.used_mem[row, col])
             used_slots = int(t.used_slots[row, col])
             if back is not None:
-                for _, bg in back.allocation.grants():
-                    if bg.type == dtype and bg.minor == minor:
-                        used_core -= bg.core_milli
-                        used_mem -= bg.memory
-                        used_slots -= 1
+                for bu in back.allocation.usage():
+                    if bu.type == dtype and bu.minor == minor:
+                        used_core -= bu.core_milli
+                        used_mem -= bu.memory
+                        used_slots -= bu.slots
             total_core, total_mem = int(t.total_core[row, col]), int(t.total_mem[row, col])
             sel = pod.gpu_selection if dtype == names.GPU else None
             excluded = sel is not None and not sel.allows(t.ids[row][col], self.card_model(t, row, col))
@@ -489,6 +493,29 @@ class ClusterState:
         self.version += 1
         return reason
 
+    def add_placed(self, pod: PodRequest, alloc: PodAllocation, *, peer: str,
+                   problems: tuple[str, ...] = ()) -> str | None:
+        """Record a pod another scheduler placed (its allocation read from that scheduler's annotations,
+        :mod:`devshare.model.peers`). It is counted whole, never refused: the pod runs on those cards,
+        so a card it over-books is counted beyond its capacity, that is as full, and nothing more is
+        placed there until enough of it is freed. Returns the over-booking, if any (kept in the
+        record's problems with the reading's own)."""
+        old = self.pods.get(pod.key)
+        if old is not None and old.allocation == alloc and old.peer == peer:
+            old.problems = problems + tuple(p for p in old.problems if p.startswith("over-books:"))
+            return None
+        if old is not None:
+            self.release(pod.key)
+        reason = self.overbooking(alloc)
+        if reason is not None:
+            problems = (*problems, f"over-books: {reason}; counted in full (the card is full)")
+        rec = PodRecord(pod=pod, allocation=alloc, phase="bound", peer=peer, problems=problems)
+        self.pods[pod.key] = rec
+        self._apply(rec, +1)
+        self._count(rec, +1)
+        self.version += 1
+        return reason
+
     def overbooking(self, alloc: PodAllocation, *, ignore: str | None = None) -> str | None:
         """Whether ``alloc``, added to what is counted now, would book a card beyond its compute or
         memory (None when it would not, or when its node or cards are unknown: nothing to judge
@@ -498,23 +525,19 @@ class ClusterState:
         row = self.row_of.get(alloc.node)
         if row is None:
             return None
-        extra: dict[tuple[str, int], list[int]] = {}
-        for _, g in alloc.grants():
-            acc = extra.setdefault((g.type, g.minor), [0, 0])
-            acc[0] += g.core_milli
-            acc[1] += g.memory
         back = self.pods.get(ignore) if ignore else None
-        for (dtype, minor), (core, mem) in extra.items():
+        for u in alloc.usage():
+            dtype, minor, core, mem = u.type, u.minor, u.core_milli, u.memory
             t = self.tables.get(dtype)
             col = t.column_of(row, minor) if t is not None else -1
             if t is None or col < 0:
                 continue
             used_core, used_mem = int(t.used_core[row, col]), int(t.used_mem[row, col])
             if back is not None and back.allocation.node == alloc.node:
-                for _, bg in back.allocation.grants():
-                    if bg.type == dtype and bg.minor == minor:
-                        used_core -= bg.core_milli
-                        used_mem -= bg.memory
+                for bu in back.allocation.usage():
+                    if bu.type == dtype and bu.minor == minor:
+                        used_core -= bu.core_milli
+                        used_mem -= bu.memory
             total_core, total_mem = int(t.total_core[row, col]), int(t.total_mem[row, col])
             if used_core + core > total_core or (total_mem and used_mem + mem > total_mem):
                 return (f"{dtype} {minor} of node {alloc.node} would hold {(used_core + core) / 10:g}% compute and "
@@ -550,7 +573,10 @@ class ClusterState:
         wanted = set(keep)
         for rec in self.pods.values():
             if rec.allocation.node in wanted:
-                out.add_bound(rec.pod, rec.allocation)
+                if rec.peer is not None:
+                    out.add_placed(rec.pod, rec.allocation, peer=rec.peer, problems=rec.problems)
+                else:
+                    out.add_bound(rec.pod, rec.allocation)
         for name in keep:
             for key, (cpu, memory) in self._plain_of.get(name, {}).items():
                 out.set_plain(key, name, cpu, memory)
@@ -634,7 +660,9 @@ class ClusterState:
         """A copy of what the views over every device read (:class:`StateView`)."""
         return StateView(nodes=sorted(self.row_of), columns=self.device_columns(),
                          pods=[(key, rec.allocation, rec.phase) for key, rec in self.pods.items()],
-                         max_containers=self.max_containers)
+                         max_containers=self.max_containers,
+                         peers=[(key, rec.allocation.node, rec.peer, rec.problems) for key, rec in self.pods.items()
+                                if rec.peer is not None])
 
     def inspect(self) -> dict[str, Any]:
         """DESIGN.md's inspect JSON (:func:`inspect_view` of :meth:`view`)."""

@@ -14,8 +14,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal, NamedTuple, Protocol
 
-Kind = Literal["nodes", "pods", "devices"]
-KINDS: tuple[Kind, ...] = ("nodes", "devices", "pods")
+Kind = Literal["nodes", "pods", "devices", "koorddevices"]
+# koorddevices: Koordinator's Device (scheduling.koordinator.sh/v1alpha1), read beside devshare's own
+# where koordlet still reports a node (taking over from Koordinator); optional: a cluster without its
+# CRD, or RBAC that does not let devshare read it, has none (devshare.kube.sync)
+KINDS: tuple[Kind, ...] = ("nodes", "devices", "koorddevices", "pods")
+OPTIONAL_KINDS: frozenset[Kind] = frozenset({"koorddevices"})
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 

@@ -36,6 +36,10 @@ from devshare.model.errors import InvalidInput
 Device = create_global_resource("devshare.io", "v1alpha1", "Device", "devices")
 
 
+class KoordDevice(GenericGlobalResource):
+    _api_info = create_api_info("scheduling.koordinator.sh", "v1alpha1", "Device", "devices")
+
+
 class Node(GenericGlobalResource):
     _api_info = create_api_info("", "v1", "Node", "nodes")
 
@@ -52,10 +56,11 @@ class Event(GenericNamespacedResource):
     _api_info = create_api_info("", "v1", "Event", "events")
 
 
-_RESOURCES: dict[str, type[Any]] = {"nodes": Node, "pods": Pod, "devices": Device}
+_RESOURCES: dict[str, type[Any]] = {"nodes": Node, "pods": Pod, "devices": Device, "koorddevices": KoordDevice}
 # where each kind is watched (pods: in every namespace)
 WATCH_PATHS: dict[str, str] = {"nodes": "/api/v1/nodes", "pods": "/api/v1/pods",
-                               "devices": "/apis/devshare.io/v1alpha1/devices"}
+                               "devices": "/apis/devshare.io/v1alpha1/devices",
+                               "koorddevices": "/apis/scheduling.koordinator.sh/v1alpha1/devices"}
 _ERRORS: dict[int, type[BackendError]] = {404: NotFound, 409: Conflict, 410: Gone}
 
 

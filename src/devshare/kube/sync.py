@@ -44,14 +44,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devshare.engine.state import ClusterState
-from devshare.kube.backend import KINDS, Backend, Kind, WatchEvent, meta, object_key, resource_version
+from devshare.kube.backend import KINDS, OPTIONAL_KINDS, Backend, Kind, WatchEvent, meta, object_key, resource_version
 from devshare.kube.errors import BackendError, Gone, Unavailable
+from devshare.kube.takeover import Inventories, PeerPods
 from devshare.kube.trades import DEFAULT_TIMEOUT, Trades
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import decode_allocation
 from devshare.model.device import parse_device
 from devshare.model.dra import is_claim_record
 from devshare.model.errors import InvalidInput
+from devshare.model.inventory import koordinator_device
 from devshare.model.names import ALLOCATION, GANG_NAME, GROUP_NAME
 from devshare.model.node import parse_node
 from devshare.model.pod import parse_pod, pod_node_requests
@@ -151,6 +153,10 @@ class StateSync:
         self._tasks: list[asyncio.Task[None]] = []
         # the node agent's trades: a tagged write waits for its partner's (devshare.kube.trades)
         self.trades = Trades(state, self._record_bound, timeout=trade_timeout)
+        # [takeover] peers' inventories beside devshare's Device, and pods other schedulers placed
+        self.peer_pods = PeerPods(state)
+        self.inventories = Inventories(state, self.peer_pods.node_changed)
+        self.absent_kinds: set[Kind] = set()  # optional kinds the API server does not serve, or lets us not read
 
     @property
     def is_synced(self) -> bool:
@@ -188,10 +194,17 @@ class StateSync:
             try:
                 result = await self.backend.list(kind)
             except BackendError as e:
+                if kind in OPTIONAL_KINDS and e.code in (403, 404):  # [takeover] no such CRD, or not ours to read
+                    if kind not in self.absent_kinds:
+                        log.info("not following %s (%s)", kind, e)
+                    self.absent_kinds.add(kind)
+                    self.resource_versions[kind] = ""
+                    return
                 delay = backoff.next_delay()
                 log.warning("listing %s failed (%s); retrying in %.1fs", kind, e, delay)
                 await asyncio.sleep(delay)
                 continue
+            self.absent_kinds.discard(kind)
             vanished = self.reconcile(kind, result.items, initial=initial)
             self.resource_versions[kind] = result.resource_version
             await self._check_vanished(vanished)
@@ -211,12 +224,17 @@ class StateSync:
                 continue
             if obj is None:
                 self.state.release(key)
+                self.peer_pods.forget(key)  # [takeover]
             else:
                 self._apply("pods", "MODIFIED", obj)
 
     async def _watch_forever(self, kind: Kind) -> None:
         backoff = self._backoff()
         while True:
+            if kind in self.absent_kinds:  # [takeover] an optional kind not served: look again now and then
+                await asyncio.sleep(300.0)
+                await self._list_with_retry(kind, initial=False)
+                continue
             try:
                 async for ev in self.backend.watch(kind, self.resource_versions[kind]):
                     backoff.reset()
@@ -262,9 +280,12 @@ class StateSync:
             if kind == "nodes":
                 for name in [n for n in self.state.nodes if n not in present]:
                     self.state.remove_node(name)
-            elif kind == "devices":
-                for name in [n for n in self.state.devices if n not in present]:
-                    self.state.remove_devices(name)
+                    self.inventories.node_gone(name)  # [takeover]
+            elif kind in ("devices", "koorddevices"):  # [takeover] each source of inventories on its own
+                source = "devshare" if kind == "devices" else "koordinator"
+                for name in [n for n, found in self.inventories.sources.items()
+                             if found.get(source) is not None and n not in present]:
+                    self.inventories.set(name, source, None)
             else:
                 for key in [k for k in self.pods_present if k not in present]:
                     self._absent(key)
@@ -350,6 +371,8 @@ class StateSync:
                 self._apply_node(type_, obj)
             elif kind == "devices":
                 self._apply_device(type_, obj)
+            elif kind == "koorddevices":
+                self._apply_device(type_, obj, source="koordinator")
             else:
                 self._apply_pod(type_, obj)
         except Exception:
@@ -360,6 +383,7 @@ class StateSync:
         name = str(meta(obj).get("name", ""))
         if type_ == "DELETED":
             self.state.remove_node(name)
+            self.inventories.node_gone(name)  # [takeover]
             return
         try:
             info = parse_node(obj, track_resources=self.track_node_resources)
@@ -368,19 +392,23 @@ class StateSync:
             log.warning("ignoring Node %s: %s", name, e)
             return
         self.state.upsert_node(info)
+        self.inventories.node(obj)  # [takeover] HAMi's and Volcano's registers, gpushare capacity
 
-    def _apply_device(self, type_: str, obj: dict[str, Any]) -> None:
+    def _apply_device(self, type_: str, obj: dict[str, Any], *, source: str = "devshare") -> None:
+        """A Device object: devshare's, or [takeover] Koordinator's as koordlet writes it (``source``
+        "koordinator"), which is the node's inventory where it has no devshare Device."""
         name = str(meta(obj).get("name", ""))
         if type_ == "DELETED":
-            self.state.remove_devices(name)
+            self.inventories.set(name, source, None)  # [takeover] another source may stand in
             return
+        what = "Device" if source == "devshare" else "Koordinator's Device"
         try:
-            nd = parse_device(obj)
+            nd = parse_device(obj) if source == "devshare" else koordinator_device(obj)
         except InvalidInput as e:
             self.invalid_objects += 1
-            log.warning("ignoring Device %s (keeping what it said before): %s", name, e)
+            log.warning("ignoring %s %s (keeping what it said before): %s", what, name, e)
             return
-        self.state.set_devices(nd)
+        self.inventories.set(name, source, nd)
 
     def _apply_pod(self, type_: str, obj: dict[str, Any]) -> None:
         self._apply_pod_allocation(type_, obj)
@@ -411,6 +439,7 @@ class StateSync:
             rec = None
         if type_ == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self.trades.gone(uid)
+            self.peer_pods.forget(key)  # [takeover]
             gone = self.state.release_finished(key, uid)
             waiting = self._waiting.get(key)
             self._refused.pop(key, None)
@@ -437,14 +466,21 @@ class StateSync:
             alloc = decode_allocation(annotations)
         except InvalidInput as e:
             self.malformed += 1
-            log.warning("pod %s: cannot use its allocation annotation: %s", key, e)
+            counted = self.peer_pods.apply(obj, node)  # [takeover] its dialect's annotation, when it has one
+            log.warning("pod %s: cannot use its allocation annotation: %s%s", key, e,
+                        "; counted from its dialect's annotation" if counted else "")
             return
         if alloc is None:
-            return  # not placed by devshare (or asks for no device)
+            # [takeover] placed by another scheduler: counted from its annotations (else asks for no device)
+            self.peer_pods.apply(obj, node)
+            return
+        if key in self.peer_pods.node_of:
+            self.peer_pods.forget(key)  # [takeover] devshare's own allocation now
         if alloc.node != node:
             self.malformed += 1
-            log.warning("pod %s runs on %s but its allocation names node %s; ignoring the allocation",
-                        key, node, alloc.node)
+            counted = self.peer_pods.apply(obj, node)  # [takeover]
+            log.warning("pod %s runs on %s but its allocation names node %s; ignoring the allocation%s",
+                        key, node, alloc.node, "; counted from its dialect's annotation" if counted else "")
             return
         if rec is not None and rec.phase == "bound" and rec.allocation == alloc:
             self._order.setdefault(key, bound_order(obj))
@@ -500,7 +536,8 @@ class StateSync:
         card, as a fresh list would (:func:`bound_order`); the ones that do not fit wait."""
         entries: list[tuple[tuple[str, str, str], str, dict[str, Any] | None, PodRequest, PodAllocation]] = []
         for key, rec in list(self.state.pods.items()):
-            if rec.phase == "bound" and rec.hold is None and rec.allocation.node == node:
+            # [takeover] pods other schedulers placed stay counted: they run there, whatever the order
+            if rec.phase == "bound" and rec.hold is None and rec.peer is None and rec.allocation.node == node:
                 entries.append((self._order.get(key, ("", "", key)), key, None, rec.pod, rec.allocation))
                 self.state.release(key)
         for key, (obj, pod, alloc) in list(self._waiting.items()):

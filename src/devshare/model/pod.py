@@ -1,8 +1,11 @@
 """A v1 Pod (a plain dict) read into a :class:`~devshare.model.request.PodRequest`.
 
 - Container resources come from ``resources.requests``, or ``limits`` for a name not in requests.
-- One :class:`ContainerRequest` per app container, in order, those asking nothing included.
-  Init containers are ignored unless they ask for devices, which is refused.
+- One :class:`ContainerRequest` per app container, in order, those asking nothing included, and one
+  per init container (``init_containers``), with kubelet's semantics: an init container's devices
+  are handed on to the app containers, so the pod's need is the larger of its largest init container
+  and its app containers together (:mod:`devshare.model.initplan`); a restartable one (a sidecar)
+  keeps its devices. Refused only where the dialect's node side cannot give an init container devices.
 - Each container asks in one dialect, read by that dialect's module through the registry
   (:mod:`devshare.model.dialects`); a dialect may carry another's asks (``nvidia.com/gpu`` next to
   Koordinator's ``rdma``/``fpga`` is of the ``koordinator`` dialect, whose annotation carries
@@ -30,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from devshare.model import dialects, names, validation
+from devshare.model import dialects, names, prefixes, validation
 from devshare.model.dialects import Dialect
 from devshare.model.errors import InvalidInput
 from devshare.model.problems import Problems
@@ -54,7 +57,6 @@ def requests_devices(pod: Any) -> bool:
     spec = pod.get("spec") if isinstance(pod, dict) else None
     if not isinstance(spec, dict):
         return False
-    device_names = dialects.resource_names()
     for key in ("containers", "initContainers"):
         containers = spec.get(key)
         if not isinstance(containers, list):
@@ -67,7 +69,8 @@ def requests_devices(pod: Any) -> bool:
                 d = res.get(part)
                 if isinstance(d, dict):
                     for k, v in d.items():
-                        if k in device_names and v not in _ZERO:
+                        # a name a dialect reads, or one under a dialect's prefix to refuse (a misspelling)
+                        if isinstance(k, str) and v not in _ZERO and prefixes.judged(k):
                             return True
     return False
 
@@ -299,6 +302,7 @@ def _container_rows(spec: dict[str, Any], problems: Problems) -> list[Row]:
             name = f"#{i}"
         where = f"container {name!r}"
         resources = container_resources(c, where, problems)
+        problems.extend(where, prefixes.refusals(k for k, v in resources.items() if v not in _ZERO))
         asked, readers = dialects.dialects_in(resources)
         msg = validation.one_dialect(asked, "container")
         if msg:
@@ -326,19 +330,35 @@ def _app_containers(rows: list[Row], annotations: dict[str, str], problems: Prob
     return containers
 
 
-def _init_containers(spec: dict[str, Any], problems: Problems) -> None:
-    """Init containers ask no devices."""
+def _init_containers(spec: dict[str, Any], problems: Problems) -> tuple[list[ContainerRequest], list[str]]:
+    """Each init container's requests (read in its dialect, with no pod-level input) and dialects."""
     init = spec.get("initContainers")
+    out: list[ContainerRequest] = []
+    asked_in: list[str] = []
     for i, c in enumerate(init if isinstance(init, list) else []):
         if not isinstance(c, dict):
+            problems.add(f"spec.initContainers[{i}]", "must be a mapping with name and resources")
             continue
-        where = f"init container {c.get('name', i)!r}"
+        raw_name = c.get("name")
+        name = raw_name if isinstance(raw_name, str) and raw_name else f"#{i}"
+        where = f"init container {name!r}"
         resources = container_resources(c, where, problems)
-        device_names = dialects.resource_names()
-        asked = sorted(k for k, v in resources.items() if k in device_names and v not in _ZERO)
-        msg = validation.init_container_devices(asked)
+        problems.extend(where, prefixes.refusals(k for k, v in resources.items() if v not in _ZERO))
+        asked, readers = dialects.dialects_in(resources)
+        msg = validation.one_dialect(asked, "container")
         if msg:
             problems.add(where, msg)
+            readers = []
+        devices: list[DeviceRequest] = []
+        for d in readers:
+            if not d.init_containers:
+                problems.add(where, validation.init_container_devices(d.name, sorted(
+                    k for k, v in resources.items() if k in d.resource_names and v not in _ZERO)))
+                continue
+            devices += d.read(resources, where, problems, None, i)
+        asked_in += asked if not msg else []
+        out.append(ContainerRequest(name=name, devices=tuple(devices), restartable=c.get("restartPolicy") == "Always"))
+    return out, asked_in
 
 
 def node_requests(spec: dict[str, Any], problems: Problems) -> tuple[int, int]:
@@ -392,10 +412,10 @@ def pod_node_requests(pod: Any) -> tuple[int, int]:
     return node_requests(spec, Problems()) if isinstance(spec, dict) else (0, 0)
 
 
-def _pod_dialect(rows: list[Row], problems: Problems) -> str:
+def _pod_dialect(rows: list[Row], init_dialects: list[str], problems: Problems) -> str:
     """The one dialect of the pod (one carried by another container's dialect, as nvidia.com/gpu
     beside Koordinator's rdma/fpga, counts as the carrier)."""
-    pod_dialects = dialects.pod_dialects([d for _, _, ds, _ in rows for d in ds])
+    pod_dialects = dialects.pod_dialects([d for _, _, ds, _ in rows for d in ds] + init_dialects)
     msg = validation.one_dialect(pod_dialects, "pod")
     if msg:
         problems.add("Pod", msg)
@@ -429,9 +449,12 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
     # the containers' resources and dialects first: the mGPU card counts depend on them
     rows = _container_rows(spec, problems)
     containers = _app_containers(rows, annotations, problems)
-    _init_containers(spec, problems)
+    init_containers, init_dialects = _init_containers(spec, problems)
     cpu, memory = node_requests(spec, problems)
-    dialect = _pod_dialect(rows, problems)
+    dialect = _pod_dialect(rows, init_dialects, problems)
+    msg = validation.one_card_per_pod(dialect, dialects.dialect_of(dialect), containers + init_containers)
+    if msg:
+        problems.add("Pod", msg)
 
     policy = annotations.get(names.COMPUTE_POLICY)
     msg = validation.compute_policy(policy)
@@ -447,6 +470,7 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
         name=pod_name if isinstance(pod_name, str) else str(pod_name),
         uid=str(meta.get("uid") or ""),
         containers=tuple(containers),
+        init_containers=tuple(init_containers) if any(c.devices for c in init_containers) else (),
         dialect=dialect,
         compute_policy=policy,
         gpu_models=_gpu_models(spec, annotations, problems),

@@ -31,13 +31,25 @@ def one_dialect(dialects: list[str], what: str) -> str | None:
     )
 
 
-def init_container_devices(asked: list[str]) -> str | None:
-    if not asked:
-        return None
+def init_container_devices(dialect: str, asked: list[str]) -> str:
+    """A dialect whose node side gives init containers no devices (Volcano's vGPU plugin reads app
+    containers only): kubelet could, the node side cannot."""
     return (
-        f"init container asks for {', '.join(asked)}: devices are given to app containers only; "
-        "move the request to a container in spec.containers"
+        f"init container asks for {', '.join(asked)}: the {dialect} node side gives devices to app containers "
+        "only; move the request to a container in spec.containers"
     )
+
+
+def one_card_per_pod(dialect_name: str, dialect: Any, containers: Any) -> str | None:
+    """A dialect that records one card per pod (Volcano's gpushare index) needs the pod's devices
+    asked in one container (devshare places each container's ask on its own)."""
+    if dialect is None or not getattr(dialect, "one_card_per_pod", False):
+        return None
+    asking = [c.name for c in containers if c.devices and not getattr(c, "restartable", False)]
+    if len(asking) <= 1:
+        return None
+    return (f"containers {', '.join(repr(n) for n in asking)} each ask for a card, but {dialect_name} records one "
+            "card for the whole pod: ask for the memory in one container")
 
 
 def node_name_bypass(node_name: Any, has_devices: bool, allocated: bool) -> str | None:
