@@ -24,14 +24,11 @@ install py-spy``; not a dependency of devshare).
 
 ``--rounds R`` (default 4) runs R rounds of one phase of each kind on one control plane, in
 alternating order: with 4, alone, devshare, devshare, alone, alone, devshare, devshare, alone. The
-machine's speed drifts through a run (kube-scheduler alone measured 94-158 pods/s on the same code
-within a day, and by up to 20% between two phases of one run), and in the order A B B A a steady drift
-weighs on both kinds alike; a single alone phase followed by a single devshare phase (``--rounds 1``)
-puts all of it on one side. What drift is left is noise: two phases of one kind in one run differ by
-6.4% (the standard deviation of one phase's rate, nine runs of 2 rounds at 5,000 nodes), so a ratio
-from 2 rounds is known to about 6.4%, and from 4 to about 4.5% (BENCHMARKS.md, issue 11's fourteenth
-stop). Each phase starts from the same cluster (the pods of the one before deleted), and each kind's
-rate pools its phases: all their pods over all their time.
+machine's speed drifts through a run, and in the order A B B A a steady drift weighs on both kinds
+alike; a single alone phase followed by a single devshare phase (``--rounds 1``) puts all of it on one
+side. On the development machine a ratio from 4 rounds is known to about 4.5% (BENCHMARKS.md,
+"Real control plane"). Each phase starts from the same cluster (the pods of the one before deleted),
+and each kind's rate pools its phases: all their pods over all their time.
 
 The last line printed is one JSON object:
 ``{"nodes", "pods", "rounds", "pods_per_s_alone", "pods_per_s_devshare", "ratio", "binds_refused", "phases"}``
@@ -54,8 +51,8 @@ in filter and lets kube-scheduler bind): the floor of what any extender costs on
 ``--phases alone,floor,devshare,devshare-no-ledger,...`` runs several phases on one control plane
 instead, in that order (``--pods`` new pods each, the extender restarted for each, the pods of one
 phase deleted before the next), each reporting pods/s, CPU per pod of each process and the API
-requests per pod, as above: the machine's speed drifts between runs (kube-scheduler alone measured
-116-168 pods/s on the same code within an hour), so parts are compared within one run.
+requests per pod, as above: the machine's speed drifts between runs, so parts are compared within
+one run.
 ``devshare`` runs the extender as deploy/scheduler does: beside a kube-scheduler whose hostname is the
 pod's name, binding exactly while that kube-scheduler holds its Lease (``--follow-lease``);
 ``devshare-elect`` runs it with a Lease of its own instead (``--leader-elect``, the mode without a

@@ -332,7 +332,9 @@ def run_profile(nodes: int, pods: int, sample: int | None, seed: int, policy: st
             path = Path(__file__).resolve().parents[1] / "deploy/scheduler/config/devshare-config.yaml"
             options = ExtenderOptions(config=load_config(path))
         else:
-            options = ExtenderOptions(policy=policy) if policy else ExtenderOptions()
+            from devshare.config import Configuration, with_overrides
+
+            options = ExtenderOptions(config=with_overrides(Configuration(), policy=policy) if policy else None)
         app = build_app(backend, options)
         for hook in app.on_startup:
             await hook(app)

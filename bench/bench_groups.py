@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement, plan_layout
+from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
@@ -48,6 +49,7 @@ def matrix() -> tuple[tuple[float, ...], ...]:
 def build(n_nodes: int, busy: float, seed: int = 7) -> ClusterState:
     rng = np.random.default_rng(seed)
     st = ClusterState()
+    records = Lifecycle(Scheduler(st))  # every record changes through the one cache
     m = matrix()
     for n in range(n_nodes):
         name = f"node-{n:05d}"
@@ -61,7 +63,8 @@ def build(n_nodes: int, busy: float, seed: int = 7) -> ClusterState:
             p = PodRequest(namespace="bench", name=f"busy-{n}", containers=(
                 ContainerRequest(name="c", devices=(DeviceRequest(type="gpu", count=len(grants), core_milli=1000,
                                                                    memory_ratio_milli=1000),)),))
-            st.add_bound(p, PodAllocation(node=name, containers=(ContainerAllocation(name="c", devices=grants),)))
+            alloc = PodAllocation(node=name, containers=(ContainerAllocation(name="c", devices=grants),))
+            records.add_watched(p, alloc, checked=False)
     return st
 
 
@@ -129,7 +132,7 @@ def case(st: ClusterState, sch: Scheduler, replicas: int, gpus: int, repeat: int
 
     def unbind() -> None:
         for i in range(replicas):
-            st.release(f"bench/job-{i}")
+            holder["p"].lifecycle.release(f"bench/job-{i}")
         holder["p"].plans.clear()
 
     plan = timed(plan_first, undo, repeat)

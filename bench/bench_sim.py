@@ -6,6 +6,7 @@ every run with the table so far: our mean unallocated GPU % at 100% arrival next
 reference, and the seconds per run.
 
     python bench/bench_sim.py [--shared ../shared] [--workers 2] [--seeds 42-51] [--out FILE.json]
+        [--policies fgd,bestfit,...] [--traces default,...] [--md FILE.md] [--offline-out FILE.json]
 
 The exact offline optimum and the 95% floor (``devshare.sim.optimum``) of every trace and seed are
 solved first (resumable too, in ``out/bench_offline.json``), and the table gives each policy's

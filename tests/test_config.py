@@ -132,7 +132,7 @@ def test_schedule_honours_the_file(tmp_path: Path) -> None:
     pods.write_text(RDMA_POD)
     cfg = write(tmp_path, doc(deviceTypes={"rdma": False}))
     r = runner.invoke(app, ["schedule", "--config", str(cfg), "--cluster", "examples/cluster.yaml", str(pods)])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 2, r.output  # a pod of a disabled type: the webhook would refuse it (bad input)
     placed = {p["pod"]: p for p in json.loads(r.output)["placements"]}
     assert placed["default/rdma"]["node"] is None
     assert "deviceTypes.rdma: false" in placed["default/rdma"]["reason"]
@@ -202,7 +202,7 @@ def test_a_device_type_without_a_dialect_works_from_the_file_or_is_refused(tmp_p
         assert "no dialect of devshare reads: nodes list npu devices" in placed[key]["reason"]
     cfg = write(tmp_path, doc(deviceTypes={"npu": {"resources": ["koordinator.sh/npu"]}}))
     r = runner.invoke(app, [*args, "--config", str(cfg)])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # b fits nowhere
     a, b = json.loads(r.output)["placements"]
     assert a["node"] == "npu-node"
     (device,) = json.loads(a["annotations"]["devshare.io/allocation"])["containers"][0]["devices"]

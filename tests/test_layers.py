@@ -19,8 +19,10 @@ APART = {"kube": {"engine"}}  # layers a layer may not import although they are 
 # the standard library's and the pure dependencies' modules the pure layers may use
 PURE_ALLOWED = {"__future__", "abc", "collections", "contextlib", "dataclasses", "enum", "fractions", "functools",
                 "heapq", "itertools", "json", "logging", "math", "operator", "random", "re", "typing", "bisect",
-                "devshare", "msgspec", "numpy", "pathlib", "hashlib",
-                "highspy"}  # HiGHS: an LP solver, pure computation like numpy (its banner: sim/solver.py)
+                "devshare", "msgspec", "numpy", "pathlib", "hashlib", "difflib", "fnmatch",
+                "highspy",  # HiGHS: an LP solver, pure computation like numpy (its banner: sim/solver.py)
+                # DRA's CEL selectors: Google's CEL runtime and the message types it takes (engine/dra/cel.py)
+                "cel_expr_python", "google"}
 
 
 def imports(path: Path) -> list[tuple[int, str]]:

@@ -15,6 +15,7 @@ scheduling:
   cardPolicy: auto            # auto (the node policy's own) | binpack | spread: seed 000's card-level MGPUPolicy
   coreWeight: 50              # seed 000's MGPUWeightOfCore: percent, 20 means 0.2
   scheduleMode: index         # seed 000's MGPUScheduleMode: index | id
+  nvidiaGpu: nvidia           # whose a bare nvidia.com/gpu pod is: nvidia | hami (HAMi's device plugin serves it)
   maxContainersPerCard: 16    # seed 000's MGPUMaxContainersPerCard
   topology: true
   dfsBudget: 2000
@@ -47,7 +48,8 @@ from devshare.model.errors import InvalidInput, yaml_error
 API_VERSION = "devshare.io/v1alpha1"
 KIND = "DevshareConfiguration"
 DEVICE_TYPES = ("gpu", "rdma", "fpga")
-DIALECTS = ("koordinator", "nvidia", "mgpu", "aliyun")  # the dialects the switches of ``dialects`` name
+# the dialects the switches of ``dialects`` name
+DIALECTS = ("koordinator", "nvidia", "mgpu", "aliyun", "hami", "volcano-vgpu", "volcano-gpushare")
 
 Percent = Annotated[int, msgspec.Meta(ge=0, le=100)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
@@ -98,6 +100,10 @@ class Scheduling(_Strict):
     card_policy: Literal["auto", "binpack", "spread"] = "auto"
     core_weight: Percent = 50
     schedule_mode: Literal["index", "id"] = "index"
+    # whose a pod asking nvidia.com/gpu without HAMi's companion names is: NVIDIA's (whole cards,
+    # Koordinator's annotation) or HAMi's (the same cards, HAMi's annotations: where HAMi's device
+    # plugin still serves nvidia.com/gpu on the nodes, docs/migrate.md)
+    nvidia_gpu: Literal["nvidia", "hami"] = "nvidia"
     max_containers_per_card: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
     topology: bool = True
     dfs_budget: Positive = 2000
@@ -223,6 +229,7 @@ def _choices(field: str) -> str:
         "scheduling.nodePolicy": "use devshare, binpack or spread",
         "scheduling.cardPolicy": "use auto, binpack or spread",
         "scheduling.scheduleMode": "use index or id",
+        "scheduling.nvidiaGpu": "use nvidia or hami",
         "scheduling.coreWeight": "an integer percent, 0 to 100: 20 means 0.2, as seed 000's MGPUWeightOfCore",
     }
     return f" ({choices[field]})" if field in choices else ""

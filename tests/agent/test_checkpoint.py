@@ -1,4 +1,14 @@
-"""kubelet's checkpoint, both formats, and the cards it shows held outside devshare."""
+"""kubelet's checkpoint, both formats, and the cards it shows held outside devshare.
+
+The NUMA-keyed format (kubelet >= 1.20) is read from files kubelet's own device manager wrote:
+``fixtures/kubelet-v1.37.2/`` was made by ``tests/e2e/kubelet_fixtures.py`` (the command is in its
+docstring) running k8s.io/kubernetes v1.37.2's pkg/kubelet/cm/devicemanager (kubelet-harness) with
+devshare's device plugins and another vendor's; ``harness-view.json`` is what that device manager
+said each container holds. ``tests/e2e/test_kubelet_checkpoint.py`` makes them again in CI and checks
+the committed ones still have the shape kubelet writes. The flat format of kubelet <= 1.19 (FLAT
+below) is written by no code the suite can build; it follows kubernetes v1.19.0
+pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go (``PodDevicesEntry.DeviceIDs []string``).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +22,8 @@ from hypothesis import strategies as st
 
 from devshare.agent.checkpoint import held_outside, parse_checkpoint, physical_id, read_checkpoint
 from devshare.model.errors import InvalidInput
+
+KUBELET = Path(__file__).with_name("fixtures") / "kubelet-v1.37.2"
 
 FLAT = {
     "Data": {
@@ -45,6 +57,29 @@ def test_flat_format() -> None:
         ("p1", "cuda", "nvidia.com/gpu", ("GPU-a", "GPU-b")),
         ("p2", "main", "koordinator.sh/gpu-core", ("0-1", "0-2")),
     ]
+
+
+def test_what_kubelets_device_manager_wrote() -> None:
+    """Every entry of kubelet v1.37's checkpoint, as the device manager itself reports them."""
+    entries = read_checkpoint(KUBELET / "kubelet_internal_checkpoint")
+    view = json.loads((KUBELET / "harness-view.json").read_text())
+    want = sorted((p["uid"], c["name"], r, tuple(sorted(ids))) for p in view["pods"] for c in p["containers"]
+                  for r, ids in c["devices"].items())
+    assert sorted((e.pod_uid, e.container, e.resource, tuple(sorted(e.device_ids))) for e in entries) == want
+    assert {e.resource for e in entries} == {"koordinator.sh/gpu-core", "koordinator.sh/gpu-memory-ratio",
+                                            "nvidia.com/gpu"}
+    raw = json.loads((KUBELET / "kubelet_internal_checkpoint").read_text())
+    assert all(isinstance(e["DeviceIDs"], dict) for e in raw["Data"]["PodDeviceEntries"])  # NUMA-keyed
+
+
+def test_cards_another_plugin_holds_in_kubelets_checkpoint() -> None:
+    """seed 001: the card NVIDIA's plugin handed out (through kubelet v1.37) is held outside devshare;
+    devshare's own resources are not."""
+    entries = read_checkpoint(KUBELET / "kubelet_internal_checkpoint")
+    held = held_outside(entries, known_ids={"GPU-fixture-node-0", "GPU-fixture-node-1"},
+                        own_resources={"koordinator.sh/gpu-core", "koordinator.sh/gpu-memory-ratio"})
+    assert held == [{"podUID": "22222222-2222-4222-8222-222222222222", "containerName": "cuda",
+                     "resourceName": "nvidia.com/gpu", "deviceIDs": ["GPU-fixture-node-0"]}]
 
 
 def test_numa_keyed_format() -> None:

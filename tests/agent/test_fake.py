@@ -90,3 +90,20 @@ def test_json_fake_file(tmp_path: Path) -> None:
     f.write_text(json.dumps({"gpus": 2, "bandwidth_gbps": [[0, 40], [50, 0]]}))
     nd = parse_device(Reporter(FakeBackend(f, node="n"), "n").build())
     assert nd.gpu_bandwidth == ((0.0, 40.0), (40.0, 0.0))
+
+
+def test_processes_of_a_fake_node(tmp_path: Path) -> None:
+    from devshare.model.errors import InvalidDevice
+
+    f = tmp_path / "n.yaml"
+    f.write_text("gpus: [{minor: 0, uuid: GPU-a}, {minor: 3, uuid: GPU-d}]\n"
+                 "processes: [{gpu: 3, pid: 7, memory: 1Gi, sm: 12.5}, {gpu: GPU-a, pid: 8}]\n")
+    procs = FakeBackend(f, node="n").processes()
+    assert [(p.uuid, p.pid, p.memory, p.sm) for p in procs] == [("GPU-d", 7, 2**30, 12.5), ("GPU-a", 8, None, None)]
+    for bad, needle in [("processes: [{gpu: 1, pid: 7}]", "minor or UUID of a GPU of the file, got 1"),
+                        ("processes: [{gpu: 0, pid: -1}]", "pid must be a positive integer"),
+                        ("processes: [{gpu: 0, pid: 3, sm: 140}]", "sm must be a percent"),
+                        ("processes: {gpu: 0}", "processes must be a list")]:
+        f.write_text("gpus: 1\n" + bad + "\n")
+        with pytest.raises(InvalidDevice, match=needle):
+            FakeBackend(f, node="n")

@@ -197,3 +197,39 @@ def test_helpers() -> None:
     assert parse_xids("") == frozenset()
     with pytest.raises(ValueError):
         parse_xids("13,abc")
+
+
+class NVMLError_NotFound(NVMLError):
+    pass
+
+
+def test_processes_memory_and_utilization_samples() -> None:
+    """NVML's running processes (compute and graphics, a pid in both counted once) with their memory
+    (None where the driver does not say), and SM utilization: the mean of each pid's samples since the
+    last call, 0 for a process with none (NOT_FOUND: no kernel ran), None on a GPU without samples."""
+    m = fake_nvml(four_gpus()[:3], {}, {})
+    m.NVMLError_NotFound = NVMLError_NotFound  # type: ignore[attr-defined]
+    P = types.SimpleNamespace
+    compute = {0: [P(pid=10, usedGpuMemory=2 * GIB), P(pid=11, usedGpuMemory=None)], 1: [P(pid=12, usedGpuMemory=GIB)],
+               2: [P(pid=13, usedGpuMemory=GIB)]}
+    graphics = {0: [P(pid=10, usedGpuMemory=2 * GIB)], 1: [], 2: []}
+    since: list[tuple[int, int]] = []
+
+    def samples(h: Any, ts: int) -> list[Any]:
+        since.append((h.i, ts))
+        if h.i == 1:
+            raise NVMLError_NotFound("no samples")
+        if h.i == 2:
+            raise NVMLError_NotSupported("no process utilization")
+        return [P(pid=10, timeStamp=5, smUtil=30, memUtil=0, encUtil=0, decUtil=0),
+                P(pid=10, timeStamp=9, smUtil=50, memUtil=0, encUtil=0, decUtil=0)]
+
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: compute[h.i]  # type: ignore[attr-defined]
+    m.nvmlDeviceGetGraphicsRunningProcesses = lambda h: graphics[h.i]  # type: ignore[attr-defined]
+    m.nvmlDeviceGetProcessUtilization = samples  # type: ignore[attr-defined]
+    backend = NvmlBackend(nvml=m, watch_health=False)
+    got = {(p.uuid, p.pid): (p.memory, p.sm) for p in backend.processes()}
+    assert got == {("GPU-0", 10): (2 * GIB, 40.0), ("GPU-0", 11): (None, 0.0), ("GPU-1", 12): (GIB, 0.0),
+                   ("GPU-2", 13): (GIB, None)}
+    backend.processes()
+    assert since[-3:] == [(0, 9), (1, 0), (2, 0)]  # the next read asks for samples newer than the last seen

@@ -59,7 +59,8 @@ def test_report_once_with_a_checkpoint(tmp_path: Path) -> None:
         (["--fake", "{good}", "-o", "xml"], "unknown output format 'xml'"),
         (["--fake", "{good}", "--bandwidth", "{bw}"], "neither bandwidth_gbps"),
         (["--fake", "{good}", "--bandwidth", "{good}"], "not valid JSON"),
-        (["--fake", "{good}", "--checkpoint", "/no/cp"], "--checkpoint /no/cp: no such file"),
+        (["--fake", "{good}", "--checkpoint", "/no/such/dir/cp"], "--checkpoint /no/such/dir/cp: give kubelet's "
+         "checkpoint file, in an existing folder"),
         (["--fake", "{good}", "--devices", "{rdma}"], "--devices cannot be combined with --fake"),
         (["--fake", "{good}", "--devices", "{badrdma}"], "id is missing"),
     ],
@@ -79,6 +80,21 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], needle: s
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
+
+
+def test_report_once_before_kubelet_wrote_its_checkpoint(tmp_path: Path) -> None:
+    """A checkpoint that does not exist yet is no error: kubelet writes it later (issue 39)."""
+    f = write_fake(tmp_path / "n.yaml", gpus=1)
+    result = runner.invoke(app, ["agent", "report", "--once", "--fake", str(f), "--node", "n", "--checkpoint",
+                                 str(tmp_path / "kubelet_internal_checkpoint"), "-o", "json"])
+    assert result.exit_code == 0, result.output
+
+
+def test_the_checkpoint_defaults_to_the_plugin_dirs_and_need_not_exist(tmp_path: Path) -> None:
+    from devshare.cli.agent import _checkpoint
+
+    assert _checkpoint(None, tmp_path) == tmp_path / "kubelet_internal_checkpoint"
+    assert _checkpoint(tmp_path / "cp") == tmp_path / "cp"
 
 
 def test_agent_checkpoint_needs_its_folder(tmp_path: Path) -> None:

@@ -165,7 +165,7 @@ def test_schedule_reasons_name_the_node_and_do_not_contradict(tmp_path: Path) ->
     pods = tmp_path / "pods.yaml"
     pods.write_text(PODS)
     r = runner.invoke(app, ["schedule", "--cluster", str(ROOT / "examples/cluster.yaml"), str(pods)])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 2, r.output  # "absurd" is bad input: the webhook would refuse it
     why = {p["pod"]: p["reason"] for p in json.loads(r.output)["placements"]}
     assert "node(s)" not in why["default/t4"]
     assert "gpu-node-1: GPU model A100 is not one of T4" in why["default/t4"]
@@ -206,3 +206,80 @@ def test_extender_says_listening_only_once_bound() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# --- issue 40: the conventions of a well-kept CLI ------------------------------------------------
+
+def test_version() -> None:
+    from devshare import __version__
+
+    r = devshare("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"devshare {__version__}"
+
+
+COMMANDS = (["schedule"], ["simulate"], ["extender"], ["webhook"], ["webhook", "cert"], ["inspect"], ["topology"],
+            ["agent", "report"], ["agent", "run"], ["config", "check"], ["config", "defaults"], [])
+
+
+@pytest.mark.parametrize("columns", ["40", "80", "200"])
+def test_help_is_whole_at_any_width(columns: str) -> None:
+    """Issue 40: rich cut flag help with "…" at 80 columns (leaderElection.resourceNam…). Help is now
+    wrapped, never cut: every word of the option's help is there, at any width, with no box drawing."""
+    for args in COMMANDS:
+        r = runner.invoke(app, [*args, "--help"], env={"COLUMNS": columns})
+        assert r.exit_code == 0, r.output
+        assert "…" not in r.output and "╭" not in r.output, (args, r.output)
+    r = runner.invoke(app, ["extender", "--help"], env={"COLUMNS": "80"})
+    assert "leaderElection.resourceName," in r.output
+    assert "scheduling.assumeTTLSeconds)" in r.output
+
+
+def test_exit_codes_are_in_the_help() -> None:
+    r = runner.invoke(app, ["--help"], env={"COLUMNS": "100"})
+    assert "Exit codes: 0 done" in r.output and "2 bad input" in r.output
+
+
+def test_agent_fake_help_points_at_a_file_a_clone_has() -> None:
+    r = runner.invoke(app, ["agent", "report", "--help"], env={"COLUMNS": "200"})
+    assert "shared/" not in r.output
+    assert "examples/topologies/" in r.output
+    assert (ROOT / "examples" / "topologies").is_dir()
+
+
+@pytest.mark.parametrize("args", [("inspect",), ("extender", "--port", "1"),
+                                  ("webhook", "--tls-cert", "tests/cli/x", "--tls-key", "y", "--kubeconfig", "/nope")])
+def test_no_cluster_errors_name_the_cluster_file_option(args: tuple[str, ...], tmp_path: Path) -> None:
+    """Issue 40: with no kubeconfig, the error said only that ~/.kube/config is missing."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)
+    if args[0] == "webhook":  # the webhook checks its certificate first: give it a real pair
+        from devshare.server.tls import make_serving_cert
+
+        made = make_serving_cert("devshare-webhook", "devshare-system", tmp_path / "certs")
+        args = ("webhook", "--tls-cert", str(made.cert), "--tls-key", str(made.key), "--kubeconfig",
+                str(tmp_path / "none"))
+    r = subprocess.run([sys.executable, "-m", "devshare.cli.main", *args], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120, env=env)
+    line = one_error_line(r)
+    assert "cannot load the cluster configuration" in line
+    assert "--cluster FILE" in line
+
+
+def test_tables_are_not_wrapped_when_piped() -> None:
+    """Issue 40: piped, rich assumed 80 columns and broke headers apart ("paper / (10 / seeds)").
+    Piped with no COLUMNS, a table is as wide as it needs: one line per row, headers whole."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    r = subprocess.run([sys.executable, "-m", "devshare.cli.main", "schedule", "--cluster", "examples/cluster.yaml",
+                        "examples/pods.yaml", "-o", "table"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                       env=env)
+    assert r.returncode == 1, r.stderr  # two pods of examples/pods.yaml fit nowhere, on purpose
+    lines = r.stdout.splitlines()
+    assert "devices / reason" in lines[1]
+    rows = lines[3:-1]
+    assert len(rows) == 5, r.stdout  # one line per pod, the long reasons included
+    assert any("team-d/too-big" in ln and "gpu-node-2: needs one gpu with 50% compute and 64 GiB" in ln for ln in rows)

@@ -46,7 +46,8 @@ def run(tmp_path: Path, cluster: list[dict], pods: list[dict], *args: str) -> di
     c.write_text(yaml.safe_dump_all(cluster))
     p.write_text(yaml.safe_dump_all(pods))
     res = runner.invoke(app, ["schedule", "--cluster", str(c), str(p), "-o", "json", *args])
-    assert res.exit_code == 0, res.output
+    placed_all = all(pl["node"] is not None for pl in json.loads(res.stdout)["placements"])
+    assert res.exit_code in ((0,) if placed_all else (1, 2)), res.output  # 1: fits nowhere; 2: invalid
     return json.loads(res.stdout)
 
 
@@ -133,7 +134,7 @@ def test_bad_files_are_one_clear_line(tmp_path: Path) -> None:
 def test_example_files_schedule(tmp_path: Path) -> None:
     res = runner.invoke(app, ["schedule", "--cluster", str(ROOT / "examples/cluster.yaml"),
                               str(ROOT / "examples/pods.yaml"), "-o", "yaml"])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # two of its pods fit nowhere, on purpose
     data = yaml.safe_load(res.stdout)
     placed = {p["pod"]: p["node"] for p in data["placements"]}
     assert placed["team-c/mgpu-2-1-3"] == "gpu-node-1"
@@ -156,3 +157,24 @@ def test_gang_group_is_placed_all_together(tmp_path: Path) -> None:
     # a gang that cannot complete places nobody
     out = run(tmp_path, node("n1", 3), members)
     assert [p["node"] for p in out["placements"]] == [None, None]
+
+
+def test_exit_codes(tmp_path: Path) -> None:
+    """Issue 40: 0 every pod placed, 1 some fit nowhere, 2 bad input: every pod invalid exited 0."""
+    c, p = tmp_path / "cluster.yaml", tmp_path / "pods.yaml"
+    c.write_text(yaml.safe_dump_all(node("n1", 1, "8Gi")))
+
+    def code(*pods: dict) -> int:
+        p.write_text(yaml.safe_dump_all(list(pods)))
+        res = runner.invoke(app, ["schedule", "--cluster", str(c), str(p)])
+        assert len(json.loads(res.stdout)["placements"]) == len(pods)  # every placement printed, whatever the code
+        return res.exit_code
+
+    fits = pod("fits", {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu-memory": "1Gi"})
+    too_big = pod("too-big", {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "64Gi"})
+    invalid = pod("invalid", {"koordinator.sh/gpu-core": "150"})
+    assert code(fits) == 0
+    assert code(fits, too_big) == 1
+    assert code(invalid) == 2
+    assert code(invalid, pod("invalid-2", {"nvidia.com/gpu": "-1"})) == 2
+    assert code(fits, too_big, invalid) == 2  # bad input wins

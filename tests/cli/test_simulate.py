@@ -90,3 +90,15 @@ def test_window_option(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
         r = CliRunner().invoke(app, [*base, "--window", bad])
         assert r.exit_code == 2 and r.output.strip().startswith("error: ") and "--window" in r.output, r.output
         assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_dra_baseline_runs_as_one_more_policy(small_trace: tuple[Path, Path], tmp_path: Path) -> None:
+    """--dra-baseline (issue 38): kube-scheduler's own DRA allocation beside the chosen policies."""
+    nodes, pods = small_trace
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "devshare",
+                            "--dra-baseline", "--seeds", "42", "--json", str(out), "--no-optimum", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert [d["policy"] for d in data] == ["devshare", "dra-baseline"]
+    assert len(data[1]["allocated_pct"]["42"]) == 131

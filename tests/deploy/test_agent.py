@@ -15,7 +15,10 @@ def test_manifests() -> None:
     role = docs[("ClusterRole", "devshare-agent")]
     rules = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert rules == {("", "nodes"): {"patch"}, ("", "nodes/status"): {"patch"}, ("", "pods"): {"list", "patch"},
-                     ("devshare.io", "devices"): {"get", "create", "update"}}
+                     ("devshare.io", "devices"): {"get", "create", "update"}, ("", "events"): {"create"},
+                     # DRA (agent run --dra): the node's ResourceSlice, the claims it prepares
+                     ("resource.k8s.io", "resourceslices"): {"get", "create", "update"},
+                     ("resource.k8s.io", "resourceclaims"): {"get"}}
     ds = docs[("DaemonSet", "devshare-agent")]["spec"]["template"]["spec"]
     assert ds["serviceAccountName"] == "devshare-agent"
     assert ds["nodeSelector"]
@@ -25,6 +28,12 @@ def test_manifests() -> None:
                                                                                  "/var/lib/devshare"}
     assert "/var/lib/devshare" in mounts
     assert "--agent-checkpoint=/var/lib/devshare/agent-checkpoint.json" in ds["containers"][0]["args"]
+    # kubelet's checkpoint, where the mount puts it (issue 39: it may appear after the agent starts)
+    assert "--checkpoint=/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint" in ds["containers"][0]["args"]
+    # per-container GPU usage: host PIDs (NVML's) and their cgroups, served on the metrics port
+    assert ds["hostPID"] is True
+    assert "--metrics-port=9402" in ds["containers"][0]["args"]
+    assert ds["containers"][0]["ports"] == [{"name": "metrics", "containerPort": 9402}]
     assert ds["containers"][0]["command"] == ["devshare", "agent", "run"]
 
 

@@ -9,6 +9,7 @@ configMapGenerator, all these folders use), so no kustomize binary is needed.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
@@ -28,8 +29,34 @@ ROOT = REPO
 CHART = ROOT / "deploy" / "helm" / "devshare"
 SHIPPED = ROOT / "deploy" / "scheduler" / "config" / "devshare-config.yaml"
 NAMESPACE = "devshare-system"
-# helm built from its Go module without the release ldflags assumes Kubernetes v1.20: name a version
-KUBE_VERSION = ("--kube-version", "v1.31.0")
+# the version deploy/ runs kube-scheduler at: the chart's default kube-scheduler image follows the
+# cluster's version, so the chart and deploy/ render the same image at it
+KUBE_VERSION = ("--kube-version", "v1.37.2")
+# the oldest Kubernetes the chart installs on (Chart.yaml's kubeVersion), and what makes it so: the
+# release each API (or field) the chart renders became GA, and on by default
+MINIMUM = "1.30"
+SERVED_SINCE = {
+    ("v1", "ServiceAccount"): "1.0", ("v1", "ConfigMap"): "1.0", ("v1", "Service"): "1.0", ("v1", "Secret"): "1.0",
+    ("v1", "Pod"): "1.0",
+    ("apps/v1", "Deployment"): "1.9", ("apps/v1", "DaemonSet"): "1.9",
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "1.8",
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "1.8",
+    ("rbac.authorization.k8s.io/v1", "Role"): "1.8", ("rbac.authorization.k8s.io/v1", "RoleBinding"): "1.8",
+    ("policy/v1", "PodDisruptionBudget"): "1.21",
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): "1.16",
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): "1.16",
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): "1.16",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): "1.30",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): "1.30",
+    # optional: installed only with their operators' CRDs (serviceMonitor.enabled, webhook.certManager.enabled)
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "",
+    ("cert-manager.io/v1", "Issuer"): "", ("cert-manager.io/v1", "Certificate"): "",
+}
+FIELDS_SINCE = {
+    "matchConditions of admission webhooks (AdmissionWebhookMatchConditions)": "1.30",
+    "the node in a pod-bound ServiceAccount token's extra (ServiceAccountTokenPodNodeInfo, on by default)": "1.30",
+    "kubescheduler.config.k8s.io/v1 with profile-level percentageOfNodesToScore": "1.27",
+}
 # the chart labels every object with these; some kustomize objects carry part-of, some nothing
 HELM_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart",
                "app.kubernetes.io/part-of")
@@ -60,13 +87,15 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **homes})
 
 
-def render(*sets: str) -> list[dict[str, Any]]:
-    args = ["template", "devshare", str(CHART), "--namespace", NAMESPACE, "--include-crds", *KUBE_VERSION]
+def render(*sets: str, kube_version: tuple[str, ...] = KUBE_VERSION, hooks: bool = False) -> list[dict[str, Any]]:
+    """The chart's objects (``hooks``: with `helm test`'s, which `helm install` does not create)."""
+    args = ["template", "devshare", str(CHART), "--namespace", NAMESPACE, "--include-crds", *kube_version]
     for s in sets:
         args += ["--set", s]
     r = helm(*args)
     assert r.returncode == 0, r.stderr
-    return [d for d in yaml.safe_load_all(r.stdout) if d]
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    return [d for d in docs if hooks or "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
 
 
 def kustomize(folder: Path) -> list[dict[str, Any]]:
@@ -112,7 +141,8 @@ def normalise(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def kustomize_objects() -> dict[str, dict[str, Any]]:
-    objs = kustomize(ROOT / "deploy/scheduler") + kustomize(ROOT / "deploy/webhook") + kustomize(ROOT / "deploy/agent")
+    objs = (kustomize(ROOT / "deploy/scheduler") + kustomize(ROOT / "deploy/dra") + kustomize(ROOT / "deploy/webhook")
+            + kustomize(ROOT / "deploy/agent"))
     objs += [d for d in yaml.safe_load_all((ROOT / "deploy/webhook/webhooks.yaml").read_text()) if d]
     # the chart does not make its release namespace (helm install --create-namespace)
     return {key(o): normalise(o) for o in objs if o["kind"] != "Namespace"}
@@ -129,7 +159,9 @@ def test_chart_lints() -> None:
 
 @needs_helm
 def test_chart_renders_what_kustomize_builds() -> None:
-    chart = {key(o): normalise(o) for o in render("webhook.caBundle=Q0E=")}
+    """deploy/'s folders, DRA's included (deploy/dra), are the chart with dra.enabled."""
+    chart = {key(o): normalise(o) for o in render("webhook.caBundle=Q0E=", "dra.enabled=true")}
+    assert f"Secret/{NAMESPACE}/devshare-webhook-tls" not in chart  # with caBundle alone the Secret is the operator's
     kust = kustomize_objects()
     assert sorted(chart) == sorted(kust)
     for k, obj in kust.items():
@@ -146,19 +178,75 @@ def test_helm_labels_on_every_object() -> None:
         assert labels["app.kubernetes.io/managed-by"] == "Helm", key(obj)
 
 
+def _pem_of(tmp: Path, name: str, b64: str) -> Path:
+    path = tmp / name
+    path.write_bytes(base64.b64decode(b64))
+    return path
+
+
 @needs_helm
-def test_webhook_configurations_need_a_ca() -> None:
-    kinds = {o["kind"] for o in render()}
-    assert "MutatingWebhookConfiguration" not in kinds and "ValidatingWebhookConfiguration" not in kinds
-    assert "Deployment" in kinds
+def test_the_chart_makes_its_own_certificate(tmp_path: Path) -> None:
+    """Issue 37: the README's one-liner set only caBundle, and the webhook mounted a Secret nobody made.
+    With nothing given, the chart makes a CA and a serving certificate for the webhook's Service, the
+    Secret holds both, and both webhook configurations trust that CA."""
+    objs = {key(o): o for o in render()}
+    secret = objs[f"Secret/{NAMESPACE}/devshare-webhook-tls"]
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in objs[f"{kind}//devshare-webhook"]["webhooks"]:
+            assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"], (kind, hook["name"])
+    ca = _pem_of(tmp_path, "ca.crt", secret["data"]["ca.crt"])
+    crt = _pem_of(tmp_path, "tls.crt", secret["data"]["tls.crt"])
+    key_file = _pem_of(tmp_path, "tls.key", secret["data"]["tls.key"])
+    ok = subprocess.run(["openssl", "verify", "-CAfile", str(ca), "-verify_hostname",
+                         f"devshare-webhook.{NAMESPACE}.svc", str(crt)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    pub = [subprocess.run(["openssl", *args], capture_output=True, text=True).stdout for args in (
+        ("x509", "-in", str(crt), "-noout", "-pubkey"), ("pkey", "-in", str(key_file), "-pubout"))]
+    assert pub[0] and pub[0] == pub[1]  # the key is the certificate's
+    # one certificate per rendering: the Secret and both configurations agree (checked above); the next
+    # rendering (no cluster to read it back from) makes another
+    assert render()[0] is not None
+
+
+@needs_helm
+def test_certificates_given_or_from_cert_manager() -> None:
+    kinds = {o["kind"] for o in render("webhook.caBundle=Q0E=")}
+    assert "Secret" not in kinds and "ValidatingWebhookConfiguration" in kinds  # the operator's own Secret
     objs = {key(o): o for o in render("webhook.certManager.enabled=true")}
     hook = objs["MutatingWebhookConfiguration//devshare-webhook"]
     assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/devshare-webhook"
     assert "caBundle" not in hook["webhooks"][0]["clientConfig"]
     assert f"Certificate/{NAMESPACE}/devshare-webhook" in objs
     assert "Secret" not in {o["kind"] for o in objs.values()}
-    tls = {key(o): o for o in render("webhook.tls.cert=CERT", "webhook.tls.key=KEY")}
-    assert tls[f"Secret/{NAMESPACE}/devshare-webhook-tls"]["data"] == {"tls.crt": "Q0VSVA==", "tls.key": "S0VZ"}
+    tls = {key(o): o for o in render("webhook.tls.cert=CERT", "webhook.tls.key=KEY", "webhook.caBundle=Q0E=")}
+    data = tls[f"Secret/{NAMESPACE}/devshare-webhook-tls"]["data"]
+    assert data == {"tls.crt": "Q0VSVA==", "tls.key": "S0VZ", "ca.crt": "Q0E="}
+    # a certificate without its CA: the Secret, but no webhook configuration that could not be trusted
+    kinds = {o["kind"] for o in render("webhook.tls.cert=CERT", "webhook.tls.key=KEY")}
+    assert "Secret" in kinds and "ValidatingWebhookConfiguration" not in kinds
+
+
+@needs_helm
+def test_webhooks_send_only_what_concerns_devices() -> None:
+    """Issue 37: every pod CREATE and every Binding went to the webhook with failurePolicy Fail. The pod
+    webhooks now send only pods asking for an extended resource or a claim; the default scheduler's
+    Bindings fail open; the rest stays Fail."""
+    objs = {key(o): o for o in render()}
+    hooks = {h["name"]: h for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+             for h in objs[f"{kind}//devshare-webhook"]["webhooks"]}
+    assert set(hooks) == {"mutate.webhook.devshare.io", "validate.webhook.devshare.io",
+                          "allocations.webhook.devshare.io", "bindings.webhook.devshare.io",
+                          "default-scheduler-bindings.webhook.devshare.io"}
+    for name, hook in hooks.items():
+        assert hook["matchConditions"], name
+        assert hook["failurePolicy"] == ("Ignore" if name.startswith("default-scheduler") else "Fail"), name
+    for name in ("mutate.webhook.devshare.io", "validate.webhook.devshare.io"):
+        (cond,) = hooks[name]["matchConditions"]
+        assert cond["name"] == "asks-for-a-device" and "k.contains('/')" in cond["expression"]
+    objs = {key(o): o for o in render("webhook.failurePolicy=Ignore")}
+    validating = objs["ValidatingWebhookConfiguration//devshare-webhook"]["webhooks"]
+    assert {h["failurePolicy"] for h in validating} == {"Ignore"}
 
 
 @needs_helm
@@ -192,13 +280,14 @@ def test_config_values_become_the_configmap_and_are_validated() -> None:
 
 @needs_helm
 def test_a_configured_device_type_is_routed_to_the_extender() -> None:
-    """config.deviceTypes.<type>.resources also become managedResources of kube-scheduler's extender."""
+    """config.deviceTypes.<type>.resources are also ignored by kube-scheduler's resource fit (the
+    extender judges them)."""
     objs = {key(o): o for o in render("config.deviceTypes.npu.resources={koordinator.sh/npu,example.com/npu}")}
     cfg = parse_config(yaml.safe_load(objs[f"ConfigMap/{NAMESPACE}/devshare-config"]["data"]["devshare-config.yaml"]))
     assert cfg.device_types.configured() == {"npu": ("koordinator.sh/npu", "example.com/npu")}
     sched = yaml.safe_load(objs[f"ConfigMap/{NAMESPACE}/devshare-scheduler-config"]["data"]["scheduler-config.yaml"])
-    managed = [m["name"] for m in sched["extenders"][0]["managedResources"]]
-    assert managed[-2:] == ["koordinator.sh/npu", "example.com/npu"]
+    (fit,) = [p["args"] for p in sched["profiles"][0]["pluginConfig"] if p["name"] == "NodeResourcesFit"]
+    assert fit["ignoredResources"][-2:] == ["koordinator.sh/npu", "example.com/npu"]
 
 
 def test_default_values_are_the_default_configuration() -> None:
@@ -207,11 +296,38 @@ def test_default_values_are_the_default_configuration() -> None:
                          **values["config"]}) == load_config(SHIPPED)  # deploy/'s file: shortlist on
 
 
-def test_values_schema_is_the_configuration_schema() -> None:
+def _make_schema() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_values_schema", ROOT / "deploy/helm/make_values_schema.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.schema()
+
+
+def test_values_schema_is_generated_and_holds_the_configuration_schema() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema == _make_schema()  # python deploy/helm/make_values_schema.py writes it
     assert schema["properties"]["config"] == {"$ref": "#/$defs/Configuration"}
-    # regenerate with: see this test; msgspec.json.schema(Configuration)["$defs"]
-    assert schema["$defs"] == msgspec.json.schema(Configuration)["$defs"]
+    configuration = msgspec.json.schema(Configuration)["$defs"]
+    assert {k: schema["$defs"][k] for k in configuration} == configuration
+
+
+def test_values_schema_describes_every_value() -> None:
+    """Every key of values.yaml is in the schema, and every object of the schema refuses unknown keys."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def walk(values: Any, node: dict[str, Any], where: str) -> None:
+        node = schema["$defs"][node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node
+        if not isinstance(values, dict) or "properties" not in node:
+            return
+        assert node.get("additionalProperties") is False, where
+        for k, v in values.items():
+            assert k in node["properties"], f"{where}.{k} is not in values.schema.json"
+            walk(v, node["properties"][k], f"{where}.{k}")
+
+    walk(yaml.safe_load((CHART / "values.yaml").read_text()), schema, "values")
 
 
 def test_crd_is_the_kustomize_one() -> None:
@@ -280,3 +396,140 @@ def test_the_window_of_candidate_nodes_is_a_value() -> None:
 
     assert "percentageOfNodesToScore" not in profile()
     assert profile("scheduler.percentageOfNodesToScore=1")["percentageOfNodesToScore"] == 1
+
+
+# --- issue 40: a chart that renders and installs with plain commands ------------------------------
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+@needs_helm
+def test_plain_helm_template_renders() -> None:
+    """`helm template devshare deploy/helm/devshare -n devshare-system`, as written in docs/deploy.md: no
+    --kube-version (a release helm assumes its own Kubernetes, tests/e2e/build-binaries.sh builds it so)."""
+    r = helm("template", "devshare", str(CHART), "-n", NAMESPACE)
+    assert r.returncode == 0, r.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(r.stdout) if d}
+    assert {"Deployment", "DaemonSet", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy"} <= kinds
+
+
+@needs_helm
+def test_the_minimum_kubernetes_version_is_one_and_checked() -> None:
+    """One minimum, the oldest release serving everything the chart renders (every option on), said the
+    same in Chart.yaml, README.md and docs/deploy.md; rendered at it, refused below it."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={MINIMUM}.0-0"
+    everything = render("serviceMonitor.enabled=true", "webhook.certManager.enabled=true",
+                        "grafanaDashboard.enabled=true", kube_version=("--kube-version", f"v{MINIMUM}.0"), hooks=True)
+    needed = []
+    for obj in everything:
+        since = SERVED_SINCE.get((obj["apiVersion"], obj["kind"]))
+        assert since is not None, f"{obj['apiVersion']} {obj['kind']}: add the release it became GA to SERVED_SINCE"
+        if since:
+            needed.append(since)
+    needed += FIELDS_SINCE.values()
+    assert max(needed, key=_version) == MINIMUM
+    r = helm("template", "devshare", str(CHART), "-n", NAMESPACE, "--kube-version", "v1.29.15")
+    assert r.returncode != 0 and f">={MINIMUM}.0-0" in r.stderr
+    for doc in ("README.md", "docs/deploy.md"):
+        text = (ROOT / doc).read_text()
+        assert f"Kubernetes {MINIMUM} or later" in text, doc
+        assert "v1.25+" not in text and "1.32+" not in text and "1.28+" not in text, doc
+
+
+@needs_helm
+def test_the_scheduler_image_follows_the_cluster() -> None:
+    def image(*args: str, kube: str) -> str:
+        objs = {key(o): o for o in render(*args, kube_version=("--kube-version", kube))}
+        spec = objs[f"Deployment/{NAMESPACE}/devshare-scheduler"]["spec"]["template"]["spec"]
+        return str(next(c["image"] for c in spec["containers"] if c["name"] == "kube-scheduler"))
+
+    assert image(kube="v1.30.4") == "registry.k8s.io/kube-scheduler:v1.30.4"
+    assert image(kube="v1.31.2-eks-7f9249a") == "registry.k8s.io/kube-scheduler:v1.31.2"  # a managed cluster's
+    assert image("scheduler.image=my.registry/kube-scheduler:v1.31.0", kube="v1.31.2") == \
+        "my.registry/kube-scheduler:v1.31.0"
+
+
+@needs_helm
+@pytest.mark.parametrize("bad", [
+    "scheduler.toleration[0].key=a",        # a misspelt key
+    "scheduler.tolerations[0].efect=NoSchedule",
+    "webhook.replica=3",
+    "nosuch=1",
+    "logLevel=loud",
+    "image.pullPolicy=Sometimes",
+    "agent.tolerations[0].operator=Maybe",
+])
+def test_unknown_or_wrong_values_are_refused(bad: str) -> None:
+    """Issue 40: `--set scheduler.tolerations[0].key=a` was accepted and silently dropped."""
+    r = helm("template", "devshare", str(CHART), "-n", NAMESPACE, "--set", bad)
+    assert r.returncode != 0, bad
+    assert "values don't meet the specifications of the schema" in r.stderr, r.stderr
+
+
+@needs_helm
+def test_every_component_takes_the_usual_values() -> None:
+    sets: list[str] = ["imagePullSecrets[0].name=regcred", "logLevel=debug"]
+    for c in ("scheduler", "webhook", "agent"):
+        sets += [f"{c}.tolerations[0].key=a", f"{c}.tolerations[0].operator=Exists",
+                 f"{c}.nodeSelector.pool=gpu", f"{c}.priorityClassName=high",
+                 f"{c}.podAnnotations.note=x", f"{c}.podLabels.team=ml", f"{c}.resources.limits.memory=3Gi",
+                 f"{c}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                 f".nodeSelectorTerms[0].matchExpressions[0].key=zone",
+                 f"{c}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                 f".nodeSelectorTerms[0].matchExpressions[0].operator=Exists"]
+    sets.append("scheduler.kubeSchedulerResources.limits.cpu=2")
+    objs = {key(o): o for o in render(*sets)}
+    for kind, name, container in (("Deployment", "devshare-scheduler", "extender"),
+                                  ("Deployment", "devshare-webhook", "webhook"),
+                                  ("DaemonSet", "devshare-agent", "agent")):
+        template = objs[f"{kind}/{NAMESPACE}/{name}"]["spec"]["template"]
+        spec = template["spec"]
+        assert spec["tolerations"] == [{"key": "a", "operator": "Exists"}], name
+        assert spec["nodeSelector"]["pool"] == "gpu", name  # merged into the agent's default
+        assert spec["priorityClassName"] == "high", name
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}], name
+        assert spec["affinity"]["nodeAffinity"], name
+        assert template["metadata"]["annotations"]["note"] == "x", name
+        assert template["metadata"]["labels"]["team"] == "ml", name
+        assert template["metadata"]["labels"]["app.kubernetes.io/name"] == name  # the selector's label stays
+        (c,) = [c for c in spec["containers"] if c["name"] == container]
+        assert c["resources"]["limits"]["memory"] == "3Gi", name
+        assert "--log-level=debug" in [*c.get("args", []), *c.get("command", [])], name
+    sched = objs[f"Deployment/{NAMESPACE}/devshare-scheduler"]["spec"]["template"]["spec"]["containers"]
+    assert next(c for c in sched if c["name"] == "kube-scheduler")["resources"]["limits"]["cpu"] == 2
+    # the defaults: deploy/'s (test_chart_renders_what_kustomize_builds), no --log-level at info
+    objs = {key(o): o for o in render()}
+    agent = objs[f"DaemonSet/{NAMESPACE}/devshare-agent"]["spec"]["template"]["spec"]["containers"][0]
+    assert not [a for a in agent["args"] if a.startswith("--log-level")]
+
+
+@needs_helm
+def test_helm_test_checks_every_component() -> None:
+    objs = {key(o): o for o in render(hooks=True)}
+    pod = objs[f"Pod/{NAMESPACE}/devshare-test"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env["CHECK_SCHEDULER"] == env["CHECK_WEBHOOK"] == env["CHECK_AGENT"] == "1"
+    script = objs[f"ConfigMap/{NAMESPACE}/devshare-test"]["data"]["helm-test.py"]
+    assert script == (CHART / "files" / "helm-test.py").read_text().rstrip("\n")
+    for name in ("ServiceAccount/devshare-system/devshare-test", "ClusterRole//devshare-test"):
+        assert objs[name]["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert not [k for k in (key(o) for o in render()) if "devshare-test" in k]  # not installed by helm install
+
+
+@needs_helm
+def test_dra_is_off_by_default_and_needs_kubernetes_1_34() -> None:
+    """The chart's default install works from its minimum Kubernetes: no DeviceClass, and the extender and
+    the webhook told so (--no-dra); dra.enabled on a cluster older than 1.34 is refused with the reason."""
+    objs = render()
+    assert not [o for o in objs if o["kind"] == "DeviceClass"]
+    deployments = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Deployment"}
+    for name, container in (("devshare-scheduler", "extender"), ("devshare-webhook", "webhook")):
+        (c,) = [c for c in deployments[name]["spec"]["template"]["spec"]["containers"] if c["name"] == container]
+        assert "--no-dra" in c["args"], (name, c["args"])
+    assert [o for o in render("dra.enabled=true") if o["kind"] == "DeviceClass"]
+    r = helm("template", "devshare", str(CHART), "--namespace", NAMESPACE, "--kube-version", "v1.33.0",
+             "--set", "dra.enabled=true")
+    assert r.returncode != 0 and "dra.enabled needs Kubernetes 1.34" in r.stderr, r.stderr

@@ -51,9 +51,13 @@ def test_extender_manages_exactly_the_managed_resources() -> None:
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert cfg["kind"] == "KubeSchedulerConfiguration"
     (ext,) = cfg["extenders"]
-    managed = [m["name"] for m in ext["managedResources"]]
+    # kube-scheduler asks the extender about every pod of the profile (none is left to its own resource
+    # fit alone), and its resource fit ignores the device names, which nodes do not advertise
+    assert "managedResources" not in ext
+    (profile,) = cfg["profiles"]
+    (fit,) = [p["args"] for p in profile["pluginConfig"] if p["name"] == "NodeResourcesFit"]
+    managed = fit["ignoredResources"]
     assert managed == list(dialects.managed_resources())
-    assert all(m["ignoredByScheduler"] is True for m in ext["managedResources"])
     assert not [n for n in managed if n.startswith("kubernetes.io/") or "kubernetes.io/" in n]
     assert ext["filterVerb"] == "filter"
     assert ext["prioritizeVerb"] == "prioritize"
@@ -116,10 +120,12 @@ def rules(obj: dict[str, Any]) -> set[tuple[str, str, str]]:
 def test_rbac_is_the_minimal_set() -> None:
     cluster = rules(find("ClusterRole", "devshare-extender"))
     assert cluster == {
-        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
+        ("", "nodes", "list"), ("", "nodes", "watch"),  # issue 37: the extender never gets a node or a Device
         ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"), ("", "pods", "delete"),
         ("", "pods/binding", "create"),
-        ("devshare.io", "devices", "get"), ("devshare.io", "devices", "list"), ("devshare.io", "devices", "watch"),
+        ("devshare.io", "devices", "list"), ("devshare.io", "devices", "watch"),
+        # Koordinator's Device, read beside devshare's (taking over from Koordinator, issue 36)
+        ("scheduling.koordinator.sh", "devices", "list"), ("scheduling.koordinator.sh", "devices", "watch"),
         ("", "events", "create"),
     }
     role = find("Role", "devshare-leases")

@@ -35,6 +35,22 @@ def test_webhook_configurations() -> None:
         assert ns["operator"] == "NotIn" and {"kube-system", service["metadata"]["namespace"]} <= set(ns["values"])
         (opt_out,) = hook["objectSelector"]["matchExpressions"]
         assert opt_out == {"key": "devshare.io/webhook", "operator": "NotIn", "values": ["disabled"]}
+        # issue 37: only pods asking for an extended resource (or a claim) are sent, in both
+        (cond,) = hook["matchConditions"]
+        assert cond["name"] == "asks-for-a-device"
+        assert cond["expression"].count("k.contains('/')") == 4  # requests and limits of both container lists
+        assert "has(object.spec.resourceClaims)" in cond["expression"]
+
+
+def test_the_pod_webhooks_are_sent_every_pod_they_would_judge() -> None:
+    """The matchCondition sends a pod asking for any name with a "/": a superset of the names the webhook
+    judges (every dialect's, the kubernetes.io/ spellings it rewrites, a configured type's, a name under a
+    dialect's prefix that no dialect defines): nothing it would refuse or rewrite skips it."""
+    from devshare.model import dialects
+    from devshare.model.dialects.koordinator import NAMES as KOORDINATOR_NAMES
+
+    for name in (*dialects.resource_names(), *KOORDINATOR_NAMES, "koordinator.sh/gpu-cores", "example.com/npu"):
+        assert "/" in name, name
 
 
 def test_the_allocations_webhook_sees_every_pod_carrying_an_allocation_annotation() -> None:
@@ -60,6 +76,9 @@ def test_the_allocations_webhook_sees_every_pod_carrying_an_allocation_annotatio
         assert cond["expression"].count(f"k.startsWith('{prefix}')") == 2
 
 
+DEFAULT_SCHEDULER = "system:kube-scheduler"  # the default kube-scheduler's user (its client certificate's CN)
+
+
 def test_the_bindings_webhook_sees_every_binding_but_devshares() -> None:
     """Seed 001's upgrade webhook: Binding CREATEs (pods/binding and the older bindings resource) go to
     /validate-binding, except those of the identities the webhook lets write allocations (its default
@@ -80,8 +99,15 @@ def test_the_bindings_webhook_sees_every_binding_but_devshares() -> None:
     assert hook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
     (cond,) = hook["matchConditions"]
     listed = cond["expression"].split("[", 1)[1].split("]", 1)[0]
-    assert {x.strip().strip("'") for x in listed.split(",")} == set(DEFAULT_WRITERS)
+    assert {x.strip().strip("'") for x in listed.split(",")} == {*DEFAULT_WRITERS, DEFAULT_SCHEDULER}
     assert cond["expression"].startswith("!(request.userInfo.username in [")
+    # the default scheduler's Bindings: the same check, Ignore when the webhook does not answer (issue 37)
+    default = next(h for h in validate if h["name"] == "default-scheduler-bindings.webhook.devshare.io")
+    assert default["failurePolicy"] == "Ignore"
+    assert {k: v for k, v in default.items() if k not in ("name", "failurePolicy", "matchConditions")} == {
+        k: v for k, v in hook.items() if k not in ("name", "failurePolicy", "matchConditions")}
+    (cond,) = default["matchConditions"]
+    assert cond["expression"].strip() == f"request.userInfo.username == '{DEFAULT_SCHEDULER}'"
     rules = d["ClusterRole/devshare-webhook"]["rules"]
     # get: a Binding's pod; list: a trade's partner
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]} in rules

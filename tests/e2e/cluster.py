@@ -178,6 +178,7 @@ class ControlPlane:
     admin: Path = Path()
     extender_port: int = 0
     webhook_port: int = 0
+    api_args: tuple[str, ...] = ()  # more kube-apiserver flags (a test that needs one starts its own plane)
 
     # --- plumbing ----------------------------------------------------------------------------------
     @property
@@ -246,7 +247,7 @@ class ControlPlane:
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
             # /debug/pprof for a benchmark that asks (DEVSHARE_E2E_PROFILING=1); off otherwise, as in a cluster
             f"--profiling={'true' if os.environ.get('DEVSHARE_E2E_PROFILING') else 'false'}",
-            "--v=1",
+            "--v=1", *self.api_args,
         ])
         self.server = f"https://127.0.0.1:{api_port}"
         self.admin = self.root / "admin.kubeconfig"
@@ -295,10 +296,23 @@ class ControlPlane:
         path.write_text(yaml.safe_dump(kubeconfig(self.server, self.pki / "ca.crt", token=token)))
         return path
 
+    def cert_kubeconfig(self, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig with a client certificate for ``user`` (signed by this plane's CA): the identity
+        of a component that authenticates by certificate, as kube-scheduler (system:kube-scheduler) does."""
+        name = user.replace(":", "-")
+        subject = "".join(f"/O={g}" for g in groups) + f"/CN={user}"
+        _sign(self.pki, name, subject, client=True)
+        path = self.root / f"{name}.kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig(self.server, self.pki / "ca.crt", cert=self.pki / f"{name}.crt",
+                                                  key=self.pki / f"{name}.key")))
+        return path
+
     # --- devshare, installed as a user installs it ---------------------------------------------------
     def install(self) -> None:
-        """kubectl apply -k deploy/scheduler and deploy/agent; the webhook is registered by start_webhook."""
+        """kubectl apply -k deploy/scheduler, deploy/dra and deploy/agent; the webhook is registered by
+        start_webhook."""
         self.kubectl("apply", "-k", str(DEPLOY / "scheduler"))
+        self.kubectl("apply", "-k", str(DEPLOY / "dra"))  # v1.37 serves resource.k8s.io/v1
         self.kubectl("apply", "-k", str(DEPLOY / "agent"))
         wait_until(lambda: self.kubectl("get", "crd", "devices.devshare.io", "-o",
                                         "jsonpath={.status.conditions[?(@.type=='Established')].status}"
@@ -430,10 +444,10 @@ def _ok(url: str, ca: Path | None = None) -> bool:
 
 
 @contextlib.contextmanager
-def control_plane(root: Path) -> Iterator[ControlPlane]:
+def control_plane(root: Path, api_args: tuple[str, ...] = ()) -> Iterator[ControlPlane]:
     if shutil.which("openssl") is None:
         raise ControlPlaneError("the e2e suite needs the openssl command (apt-get install openssl)")
-    cp = ControlPlane(root=root, bin=binaries()).start()
+    cp = ControlPlane(root=root, bin=binaries(), api_args=api_args).start()
     try:
         yield cp
     finally:

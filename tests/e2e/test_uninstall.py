@@ -1,6 +1,7 @@
 """The uninstall that docs/deploy.md documents, run on a control plane of its own: afterwards
-nothing of devshare blocks pod creation (the webhook configurations have failurePolicy Fail, so one
-left behind, with its webhook gone, would refuse every pod in every selected namespace)."""
+nothing of devshare blocks pod creation (the webhook configurations have failurePolicy Fail for device
+pods, so one left behind, with its webhook gone, would refuse every device pod in every selected
+namespace; pods asking for no device are never sent)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,16 @@ def _register_webhooks(cp: ControlPlane) -> None:
 def test_documented_uninstall_leaves_pod_creation_working(tmp_path: Path) -> None:
     with control_plane(tmp_path) as cp:
         cp.install()
-        _register_webhooks(cp)  # the webhook itself is not running: pods are refused now
+        _register_webhooks(cp)  # the webhook itself is not running: device pods are refused now
         cp.namespace("after")
+        # (a pod asking for no device is never sent to the webhook: issue 37; one asking for a device is)
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "after"},
-               "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+               "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                        "resources": {"limits": {"koordinator.sh/gpu-core": "50",
+                                                                 "koordinator.sh/gpu-memory-ratio": "50"}}}]}}
+        plain = {**pod, "metadata": {"name": "plain", "namespace": "after"},
+                 "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+        assert cp.kubectl("create", "-f", "-", input=json.dumps(plain), check=False).returncode == 0
         refused = cp.kubectl("create", "-f", "-", input=json.dumps(pod), check=False)
         assert refused.returncode != 0 and "webhook" in refused.stderr
 

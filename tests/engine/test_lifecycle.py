@@ -123,7 +123,8 @@ def test_expiry_drops_exactly_the_assumed_past_their_time_and_not_in_flight(
             assert set(lc.state.pods) == kept
 
 
-MUTATORS = {"_assume", "_bind", "_release", "_release_finished", "_add_bound", "_add_bound_checked"}
+MUTATORS = {"_assume", "_bind", "_release", "_release_finished", "_add_bound", "_add_bound_checked", "_add_placed",
+            "_set_plain", "_remove_plain"}
 
 
 def test_only_the_lifecycle_changes_the_records() -> None:

@@ -58,7 +58,7 @@ def test_seed000_2_1_3_on_a_four_card_node() -> None:
     st = ClusterState()
     labels = {names.MULTI_GPU_SHARE: "true", names.COMPUTE_POLICY: "native-burst-share"}
     add_node(st, "n1", 4, memory=16 * GiB, labels=labels)
-    p = pod("p", gpu(50, 2 * GiB, count=2), whole(1), gpu(33, 1 * GiB, count=3))
+    p = pod("p", gpu(50, 2 * GiB, count=2), whole(1), gpu(33, 1 * GiB, count=3), dialect="mgpu")
     placed = Scheduler(st).place(p)
     assert placed is not None
     a = placed.allocation

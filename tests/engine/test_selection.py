@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from devshare.engine.records import Conflict
 from devshare.engine.scheduler import Scheduler
-from devshare.engine.state import ClusterState, Conflict
+from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.request import GpuSelection
 from support.cluster import GiB, add_node, gpu, hold, occupy, outcome, pod, whole

@@ -28,16 +28,17 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from devshare.engine.admit import is_whole
 from devshare.engine.caches import EngineCaches
 from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.records import Conflict
 from devshare.engine.scheduler import PodEvaluation, Scheduler
-from devshare.engine.state import ClusterState, Conflict
+from devshare.engine.state import ClusterState
 from devshare.model import names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.annotations import encode_annotations
 from devshare.model.codecs import decode_allocation
-from devshare.model.device import device_object, parse_device
+from devshare.model.device import DeviceInfo, NodeDevices, device_object, parse_device
 from devshare.model.node import parse_node
-from devshare.model.request import DeviceRequest, PodRequest
-from support.cluster import GiB, add_node, occupy, pod, usage_key
+from devshare.model.request import ContainerRequest, DeviceRequest, PodRequest
+from support.cluster import GiB, add_node, hold, occupy, pod, records, usage_key
 
 Device = tuple[str, str, int]  # (node, type, minor)
 
@@ -434,3 +435,50 @@ def test_release_of_unknown_pod_is_a_no_op() -> None:
     assert not Lifecycle(Scheduler(s)).forget("ns/none")
     assert usage_key(s) == before
     assert np.all(s.tables["gpu"].used_core == 0)
+
+
+def test_pods_holding_no_record_count_on_their_node_cpu_and_memory() -> None:
+    """Another scheduler's pods, pods asking no device: their CPU and memory are counted on the node
+    (and in a scratch copy), replaced on a change, given back when they go, and never counted twice
+    once the pod holds a record."""
+    s = ClusterState()
+    lc = records(s)
+    s.upsert_node(parse_node({"metadata": {"name": "a"}, "status": {"allocatable": {"cpu": "8", "memory": "16Gi"}}},
+                             track_resources=True))
+    row = s.row_of["a"]
+    v = int(s.row_version[row])
+    lc.count_plain("ns/web", "a", 3000, 4 * GiB)
+    assert (int(s.cpu_used[row]), int(s.mem_used[row])) == (3000, 4 * GiB)
+    assert int(s.row_version[row]) > v  # the node's kept answers are stale
+    assert bool(s.cpu_short(row, 6000)) and not bool(s.cpu_short(row, 5000))
+    lc.count_plain("ns/web", "a", 1000, GiB)
+    assert (int(s.cpu_used[row]), int(s.mem_used[row])) == (1000, GiB)
+    copy = s.scratch(["a"])
+    assert int(copy.cpu_used[copy.row_of["a"]]) == 1000
+    lc.count_plain("ns/late", "b", 500, 0)  # its node is not known yet: counted when it comes
+    s.upsert_node(parse_node({"metadata": {"name": "b"}, "status": {"allocatable": {"cpu": "8"}}},
+                             track_resources=True))
+    assert int(s.cpu_used[s.row_of["b"]]) == 500
+    occupy(s, PodRequest(namespace="ns", name="web", cpu_milli=1000, memory_bytes=GiB),
+           PodAllocation(node="a", containers=(ContainerAllocation(name="main", devices=()),)))
+    assert "ns/web" not in s.plain and int(s.cpu_used[row]) == 1000  # through its record only
+    lc.release("ns/web")
+    lc.uncount_plain("ns/late")
+    assert int(s.cpu_used[row]) == 0 and int(s.cpu_used[s.row_of["b"]]) == 0
+
+
+def test_a_pods_own_record_is_not_counted_twice_when_it_is_judged_again() -> None:
+    """At bind the claim check asks whether a pod's allocation fits ``ignore``-ing its own assumed
+    record: the record's CPU and memory were counted as well as its devices (on a node whose CPU is
+    tracked, a pod that took the last cores was refused at its own bind)."""
+    s = ClusterState()
+    s.upsert_node(parse_node({"metadata": {"name": "a"}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}},
+                             track_resources=True))
+    s.set_devices(NodeDevices(node="a", devices=(DeviceInfo(type="gpu", minor=0, id="GPU-a-0", memory=16 * GiB),)))
+    pod_ = PodRequest(namespace="ns", name="p", cpu_milli=3000, memory_bytes=6 * GiB,
+                      containers=(ContainerRequest(name="main", devices=(DeviceRequest(type="gpu", core_milli=500),)),))
+    alloc = PodAllocation(node="a", containers=(ContainerAllocation(name="main", devices=(
+        DeviceGrant(type="gpu", minor=0, id="GPU-a-0", core_milli=500, memory=0),)),))
+    hold(s, pod_, alloc)
+    assert s.why_not(pod_, alloc, ignore=pod_.key) is None
+    assert s.why_not(pod_, alloc) is not None  # counted again: 6 of 4 cores

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from devshare.kube.memory import MemoryBackend
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.codecs import encode_canonical
-from devshare.model.pod import parse_pod
+from devshare.model.pod import parse_pod, pod_node_requests
 from support.cluster import usage_key
-from support.kube import Following, GiB, device, node, pod
+from support.kube import Following, GiB, device, node, plain_pod, pod
 
 ops = st.lists(
-    st.tuples(st.sampled_from(["bind", "delete", "finish", "touch", "device"]), st.integers(0, 5),
+    st.tuples(st.sampled_from(["bind", "plain", "delete", "finish", "touch", "device"]), st.integers(0, 5),
               st.sampled_from(["n1", "n2"]), st.integers(0, 3), st.integers(1, 60)),
     max_size=30,
 )
@@ -44,19 +44,32 @@ def test_incremental_state_equals_a_rebuilt_one(script: list[tuple[str, int, str
     for op, i, n, minor, pct in script:
         name = f"p{i}"
         if op == "bind":
-            mb.apply(pod(name, node_name=n, grants=[(minor, pct, 1)], core=pct, memory_gib=1))
-        elif op == "delete" and mb.store.get("pods", f"default/{name}"):
-            mb.delete("pods", f"default/{name}")
-        elif op == "finish" and mb.store.get("pods", f"default/{name}"):
-            mb.apply({**mb.store.get("pods", f"default/{name}"), "status": {"phase": "Succeeded"}})
-        elif op == "touch" and mb.store.get("pods", f"default/{name}"):
-            mb.store.patch("pods", f"default/{name}", {"metadata": {"labels": {"t": str(pct)}}})
-        elif op == "device":
+            mb.apply(pod(name, node_name=n, grants=[(minor, pct, 1)], core=pct, memory_gib=1, cpu=f"{pct}m"))
+        elif op == "plain" and not mb.store.get("pods", f"default/q{i}"):
+            # a pod asking for no device (placed by kube-scheduler, or by any scheduler)
+            mb.apply(plain_pod(f"q{i}", node_name=n, cpu=f"{pct * 100}m", memory=f"{minor + 1}Gi"))
+        for key in (f"default/{name}", f"default/q{i}") if op in ("delete", "finish", "touch") else ():
+            if not mb.store.get("pods", key):
+                continue
+            if op == "delete":
+                mb.delete("pods", key)
+            elif op == "finish":
+                mb.apply({**mb.store.get("pods", key), "status": {"phase": "Succeeded"}})
+            else:
+                mb.store.patch("pods", key, {"metadata": {"labels": {"t": str(pct)}}})
+        if op == "device":
             mb.apply(device(n, unhealthy=[minor] if pct % 2 else []))
         seen = live.replay(mb, seen)
     rebuilt = Following(mb).listed(mb)
     assert usage_key(live.state) == usage_key(rebuilt.state)
     assert set(live.state.pods) == set(rebuilt.state.pods)
+    # each node's CPU and memory are what kube-scheduler counts: every bound, unfinished pod's requests
+    for n in ("n1", "n2"):
+        on_node = [o for o in mb.store.list("pods")[0] if o["spec"].get("nodeName") == n
+                   and (o.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        row = live.state.row_of[n]
+        assert int(live.state.cpu_used[row]) == sum(pod_node_requests(o)[0] for o in on_node)
+        assert int(live.state.mem_used[row]) == sum(pod_node_requests(o)[1] for o in on_node)
     for t in live.state.tables.values():
         assert (t.used_core >= 0).all() and (t.used_mem >= 0).all() and (t.used_slots >= 0).all()
 

@@ -52,9 +52,14 @@ RESOURCES: dict[tuple[str, str, str], bool] = {
     ("devshare.io", "v1alpha1", "devices"): False,
     ("coordination.k8s.io", "v1", "leases"): True,
     ("", "v1", "configmaps"): True,
+    ("resource.k8s.io", "v1", "resourceslices"): False,
+    ("resource.k8s.io", "v1", "resourceclaims"): True,
+    ("resource.k8s.io", "v1", "resourceclaimtemplates"): True,
+    ("resource.k8s.io", "v1", "deviceclasses"): False,
 }
 KIND_OF = {"nodes": "Node", "pods": "Pod", "events": "Event", "devices": "Device", "leases": "Lease",
-           "configmaps": "ConfigMap"}
+           "configmaps": "ConfigMap", "resourceslices": "ResourceSlice", "resourceclaims": "ResourceClaim",
+           "resourceclaimtemplates": "ResourceClaimTemplate", "deviceclasses": "DeviceClass"}
 MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
@@ -237,7 +242,7 @@ class FakeApiServer:
         key = f"{ns}/{route.name}" if namespaced and route.name else (route.name or "")
         if verb == "list":
             selector = _selector(query.get("labelSelector") or "")
-            fields = _selector(query.get("fieldSelector") or "")
+            fields = query.get("fieldSelector") or ""
             items = [o for o in self.store.list(plural)[0]
                      if _in_ns(o, ns) and _matches(o, selector) and _fields_match(o, fields)]
             listed: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
@@ -275,6 +280,10 @@ class FakeApiServer:
             cur = self.store.get(plural, key)
             if cur is None:
                 raise NotFound(f'{plural} "{route.name}" not found')
+            if route.sub == "status":  # the status subresource changes the status alone
+                body = {**cur, "status": body.get("status") or {},
+                        "metadata": {**cur["metadata"], "resourceVersion": (body.get("metadata") or {}).get(
+                            "resourceVersion")}}
             m = body.setdefault("metadata", {})
             expect = m.get("resourceVersion")
             for k in ("uid", "creationTimestamp", "namespace", "name"):
@@ -322,12 +331,14 @@ class FakeApiServer:
     async def _watch(self, request: web.Request, plural: str, ns: str | None, query: dict[str, str]
                      ) -> web.StreamResponse:
         rv_param = query.get("resourceVersion") or ""
+        fields = query.get("fieldSelector") or ""
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
         deadline = None if timeout is None else time.monotonic() + timeout
         backlog: list[tuple[str, dict[str, Any]]] = []
         if rv_param in ("", "0"):
             start = self.store.rv
-            backlog = [("ADDED", o) for o in self.store.list(plural)[0] if _in_ns(o, ns)]
+            backlog = [("ADDED", o) for o in self.store.list(plural)[0]
+                       if _in_ns(o, ns) and _fields_match(o, fields)]
         else:
             start = int(rv_param)
             if start < self.store.compacted and self.gone_as_http:
@@ -344,7 +355,10 @@ class FakeApiServer:
                     raise Gone("watch expired")
                 for ev in self.store.events_since(plural, start):
                     if _in_ns(ev.object, ns):
-                        await _send(resp, ev.type, ev.object)
+                        if not fields or _fields_match(ev.object, fields):
+                            await _send(resp, ev.type, ev.object)
+                        elif ev.type == "MODIFIED":  # it stopped matching: the real server says DELETED
+                            await _send(resp, "DELETED", ev.object)
                     start = ev.rv
                 start = max(start, self.store.rv)
                 if w.bookmark:
@@ -416,9 +430,13 @@ def _matches(obj: dict[str, Any], selector: dict[str, str | None]) -> bool:
     return all(k in labels and (v is None or labels[k] == v) for k, v in selector.items())
 
 
-def _fields_match(obj: dict[str, Any], fields: dict[str, str | None]) -> bool:
-    """A field selector of ``spec.nodeName=<node>`` terms (the one field devshare selects on)."""
-    return all((obj.get("spec") or {}).get("nodeName") == v for k, v in fields.items() if k == "spec.nodeName")
+def _fields_match(obj: dict[str, Any], text: str) -> bool:
+    """The field selector forms used here: ``spec.nodeName=`` (unbound pods) and ``spec.nodeName=NAME``."""
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        key, _, value = term.partition("=")
+        if key == "spec.nodeName" and ((obj.get("spec") or {}).get("nodeName") or "") != value.lstrip("="):
+            return False
+    return True
 
 
 def _key_of(plural: str) -> tuple[str, str, str]:

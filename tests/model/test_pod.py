@@ -11,7 +11,7 @@ from devshare.model import names
 from devshare.model.dialects import aliyun, mgpu, nvidia
 from devshare.model.dialects.koordinator import KOORD_GPU
 from devshare.model.errors import InvalidRequest
-from devshare.model.pod import parse_pod, requests_devices, validate_pod
+from devshare.model.pod import parse_pod, pod_node_requests, requests_devices, validate_pod
 from devshare.model.request import GroupRef
 
 GPU50 = {KOORD_GPU: "50"}
@@ -147,6 +147,24 @@ def test_group_incomplete_or_bad_count() -> None:
 # --- node resources, init containers
 
 
+def test_gang_keys_as_labels_are_refused_with_the_fix() -> None:
+    """Issue 40: gang keys written as labels placed two of three members with no warning. They are
+    refused, saying to use annotations (and group keys written as annotations, to use labels)."""
+    gang_as_labels = {names.GANG_NAME: "job", names.GANG_MIN_AVAILABLE: "3"}
+    msgs = problems_of(pod(GPU50, labels=gang_as_labels))
+    assert len(msgs) == 2
+    assert all("is a label here, but gang keys are read from annotations: move it to metadata.annotations" in m
+               for m in msgs)
+    with pytest.raises(InvalidRequest, match="gang keys are read from annotations"):
+        parse_pod(pod(GPU50, labels=gang_as_labels))
+    group_as_annotations = {names.GROUP_NAME: "job", names.GROUP_REPLICA: "3"}
+    (msg, _) = problems_of(pod(GPU50, annotations=group_as_annotations))
+    assert "group keys are read from labels: move it to metadata.labels" in msg
+    # written in both places (some tools copy labels to annotations): read as usual
+    both = parse_pod(pod(GPU50, labels=gang_as_labels, annotations=gang_as_labels))
+    assert both.group == GroupRef(name="job", replicas=3, gang_name="job", min_available=3)
+
+
 def test_cpu_and_memory_sum_with_init_containers() -> None:
     p = pod({"cpu": "500m", "memory": "1Gi"}, {"cpu": "1.5", "memory": "512Mi"})
     req = parse_pod(p)
@@ -157,13 +175,41 @@ def test_cpu_and_memory_sum_with_init_containers() -> None:
     assert "cpu" in msg and "container 'c0'" in msg
 
 
-def test_init_container_asking_for_devices_is_refused() -> None:
+def test_cpu_and_memory_as_kube_scheduler_counts_them() -> None:
+    """component-helpers' PodRequests: sidecars (restartable init containers) add to the app containers
+    and to each init container after them; pod-level requests replace the sum; overhead adds."""
+    p = pod({"cpu": "1", "memory": "1Gi"})
+    p["spec"]["initContainers"] = [
+        {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+        {"name": "setup", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}},
+    ]
+    # app + sidecar = 1.5 cores, 2 GiB; setup runs beside the sidecar: 2.5 cores, 2 GiB
+    assert (parse_pod(p).cpu_milli, parse_pod(p).memory_bytes) == (2500, 2 * 2**30)
+    assert pod_node_requests(p) == (2500, 2 * 2**30)
+    p["spec"]["overhead"] = {"cpu": "100m", "memory": "64Mi"}
+    assert pod_node_requests(p) == (2600, 2 * 2**30 + 64 * 2**20)
+    p["spec"]["resources"] = {"requests": {"cpu": "8"}}  # pod-level: CPU replaced, memory kept
+    assert pod_node_requests(p) == (8100, 2 * 2**30 + 64 * 2**20)
+    assert pod_node_requests({"spec": "broken"}) == (0, 0)
+
+
+def test_init_container_asking_for_devices_is_read_as_kubelet_gives_them() -> None:
     p = pod(GPU50)
-    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {nvidia.NVIDIA_GPU: "1"}}}]
-    (msg,) = problems_of(p)
-    assert "init container 'warmup'" in msg and "spec.containers" in msg
-    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {"cpu": "1"}}}]
+    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {nvidia.NVIDIA_GPU: "1"}}},
+                                   {"name": "side", "restartPolicy": "Always", "resources": {"limits": {"cpu": "1"}}}]
     assert problems_of(p) == []
+    req = parse_pod(p)
+    assert [c.name for c in req.init_containers] == ["warmup", "side"]
+    assert req.init_containers[0].devices[0].count == 1 and req.init_containers[1].restartable
+    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {"cpu": "1"}}}]
+    assert problems_of(p) == [] and parse_pod(p).init_containers == ()
+
+
+def test_init_container_refused_only_where_the_node_side_cannot_serve_it() -> None:
+    p = pod({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "1000"})
+    p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {"volcano.sh/vgpu-number": "1"}}}]
+    (msg,) = problems_of(p)
+    assert "init container 'warmup'" in msg and "spec.containers" in msg and "volcano-vgpu" in msg
 
 
 # --- spec.nodeName (admission only)

@@ -82,7 +82,8 @@ def test_core_with_ratio_or_memory() -> None:
     assert devices(pod({"kubernetes.io/gpu-core": "60", "kubernetes.io/gpu-memory": "4Gi"})) == (gpu(1, 600, 4 * GIB),)
     assert devices(pod({KOORD_GPU_CORE: "200", KOORD_GPU_MEMORY_RATIO: "200"})) == (gpu(2, 1000, 0, 1000),)
     # gpu-memory over several GPUs is split per GPU
-    assert devices(pod({KOORD_GPU_CORE: "200", KOORD_GPU_MEMORY: "16Gi"})) == (gpu(2, 1000, 8 * GIB),)
+    # above 100 in whole multiples: whole cards, on any node (issue 36), the memory coming with them
+    assert devices(pod({KOORD_GPU_CORE: "200", KOORD_GPU_MEMORY: "16Gi"})) == (gpu(2, 1000, 0, 1000),)
 
 
 def test_rdma_and_fpga() -> None:
@@ -122,13 +123,18 @@ def test_gpu_with_core_or_ratio() -> None:
     refused(pod({KOORD_GPU: "50", KOORD_GPU_MEMORY: "1Gi"}), "cannot be combined")
 
 
-def test_core_alone_or_memory_alone() -> None:
+def test_core_alone_is_refused_memory_alone_is_current_koordinators_ask() -> None:
     refused(pod({KOORD_GPU_CORE: "50"}), "no GPU memory", "gpu-memory-ratio")
-    refused(pod({KOORD_GPU_MEMORY_RATIO: "50"}), "no GPU compute", "gpu-core")
+    # current Koordinator (pkg/scheduler/plugins/deviceshare/utils.go, ValidDeviceResourceCombinations:
+    # GPUMemory and GPUMemoryRatio alone) places memory without compute
+    assert devices(pod({KOORD_GPU_MEMORY_RATIO: "50"})) == (gpu(1, 0, 0, 500),)
+    assert devices(pod({KOORD_GPU_MEMORY: "4Gi"})) == (gpu(1, 0, 4 * GIB),)
+    assert devices(pod({KOORD_GPU_MEMORY_RATIO: "200"})) == (gpu(2, 1000, 0, 1000),)  # whole cards
 
 
 def test_memory_split_must_be_even() -> None:
-    refused(pod({KOORD_GPU_CORE: "300", KOORD_GPU_MEMORY: "1000"}), "split evenly over 3", "999")
+    refused(pod({"koordinator.sh/gpu.shared": "3", KOORD_GPU_CORE: "90", KOORD_GPU_MEMORY: "1000"}),
+            "split evenly over 3", "999")
 
 
 def test_negative_and_fractional_values() -> None:

@@ -76,6 +76,7 @@ class MemoryClient:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[str] = []
+        self.events: list[dict[str, Any]] = []
         for obj in objects:
             self.add(obj)
 
@@ -126,3 +127,8 @@ class MemoryClient:
             if pod is None or (uid is not None and pod["metadata"].get("uid") != uid):
                 raise LookupError(f"pod {namespace}/{name} not found")
             pod["metadata"]["annotations"] = merge_patch(pod["metadata"].get("annotations") or {}, annotations)
+
+    def record_event(self, namespace: str, event: dict[str, Any]) -> None:
+        with self._lock:
+            self.calls.append(f"record_event {namespace}/{event['involvedObject']['name']}")
+            self.events.append(copy.deepcopy(event))

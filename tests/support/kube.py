@@ -55,15 +55,18 @@ def pod(
     annotations: dict[str, str] | None = None,
     phase: str | None = None,
     uid: str | None = None,
+    cpu: str | None = None,
 ) -> dict[str, Any]:
-    """A pod asking ``count`` GPUs with ``core`` % and ``memory_gib`` each; bound to ``node_name``
-    with the allocation annotation when ``grants`` are given."""
+    """A pod asking ``count`` GPUs with ``core`` % and ``memory_gib`` each (and ``cpu`` cores); bound to
+    ``node_name`` with the allocation annotation when ``grants`` are given."""
     ann = dict(annotations or {})
     if grants is not None:
         assert node_name is not None
         ann["devshare.io/allocation"] = allocation(node_name, grants)
     requests: dict[str, str] = {"koordinator.sh/gpu-core": str(core * count),
                                 "koordinator.sh/gpu-memory": f"{memory_gib * count}Gi"}
+    if cpu is not None:
+        requests["cpu"] = cpu
     obj: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "annotations": ann},
@@ -117,3 +120,20 @@ async def following(backend: Backend, state: ClusterState | None = None, **kw: A
         yield f
     finally:
         await f.informer.stop()
+
+
+def plain_pod(name: str, *, node_name: str | None = None, cpu: str = "1", memory: str = "1Gi", ns: str = "default",
+              scheduler: str | None = None, phase: str | None = None) -> dict[str, Any]:
+    """A pod asking for no device, only CPU and memory (bound to ``node_name`` when given)."""
+    obj: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+        "spec": {"containers": [{"name": "main", "image": "busybox",
+                                 "resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
+    }
+    if scheduler is not None:
+        obj["spec"]["schedulerName"] = scheduler
+    if node_name is not None:
+        obj["spec"]["nodeName"] = node_name
+    if phase is not None:
+        obj["status"] = {"phase": phase}
+    return obj

@@ -3,9 +3,13 @@
 It serves kubelet's Registration service on ``kubelet.sock``, follows each registered plugin's
 ListAndWatch, and admits pods as kubelet does: one pod at a time, container by container (init
 containers first), each device-plugin resource of a container in turn (in map order: any order),
-picking free device ids from the plugin's list, calling ``Allocate`` on the plugin's socket, and
+picking free device ids from the plugin's list (asking ``GetPreferredAllocation`` first when the
+plugin offers it, keeping only offered ids), calling ``Allocate`` on the plugin's socket, and
 writing its checkpoint (``kubelet_internal_checkpoint``, the NUMA-keyed format) after each
-container, before the next one. What every container got is kept in :attr:`Kubelet.got`.
+container, before the next one, and after every ListAndWatch update (as kubelet v1.37's device
+manager does: on a fresh node the file appears with the first device list, before any Allocate;
+tests/e2e/test_kubelet_*.py run the real code). What every container got is kept in
+:attr:`Kubelet.got`.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Kubelet(pb_grpc.RegistrationServicer):
         self.endpoints: dict[str, str] = {}  # resource -> socket file name
         self.entries: list[dict[str, Any]] = []  # the checkpoint's PodDeviceEntries
         self.got: dict[tuple[str, str], dict[str, str]] = {}  # (pod uid, container) -> envs handed to it
+        self.picked: dict[tuple[str, str, str], list[str]] = {}  # (pod uid, container, resource) -> ids
         self.calls = 0
         self._channels: list[grpc.Channel] = []
         self._lock = threading.Lock()
@@ -70,16 +75,17 @@ class Kubelet(pb_grpc.RegistrationServicer):
                     with self._lock:
                         self.devices[request.resource_name] = [d.ID for d in response.devices
                                                                if d.health == "Healthy"]
+                    self.write_checkpoint()  # kubelet's genericDeviceUpdateCallback
                     first.set()
             except grpc.RpcError:
                 pass
 
         threading.Thread(target=follow, daemon=True).start()
-        first.wait(10)
+        first.wait(120)  # generous: the machine may be loaded; the wait ends with the first list
         self.registered.put(request.resource_name)
         return pb.Empty()
 
-    def wait_registered(self, n: int, timeout: float = 10) -> set[str]:
+    def wait_registered(self, n: int, timeout: float = 120) -> set[str]:
         return {self.registered.get(timeout=timeout) for _ in range(n)}
 
     # ------------------------------------------------------------------ admission
@@ -90,6 +96,17 @@ class Kubelet(pb_grpc.RegistrationServicer):
             free = [i for i in self.devices.get(resource, []) if i not in used]
         if len(free) < n:
             raise Refused(f"kubelet: {n} {resource} asked, {len(free)} free")
+        self.rng.shuffle(free)  # Go set order
+        res = resource_named(resource)
+        assert res is not None
+        with grpc.insecure_channel(f"unix://{self.directory / res.socket_name()}") as channel:
+            stub = pb_grpc.DevicePluginStub(channel)
+            options = stub.GetDevicePluginOptions(pb.Empty(), timeout=120, wait_for_ready=True)
+            if options.get_preferred_allocation_available:
+                out = stub.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
+                    pb.ContainerPreferredAllocationRequest(available_deviceIDs=free, allocation_size=n)]), timeout=120)
+                preferred = [i for i in out.container_responses[0].deviceIDs if i in set(free)]
+                free = list(dict.fromkeys(preferred + free))  # kubelet: preferred ∩ available, then the rest
         return free[:n]
 
     def allocate(self, resource: str, ids: list[str]) -> pb.ContainerAllocateResponse:
@@ -99,7 +116,7 @@ class Kubelet(pb_grpc.RegistrationServicer):
             stub = pb_grpc.DevicePluginStub(channel)
             try:
                 out = stub.Allocate(pb.AllocateRequest(container_requests=[
-                    pb.ContainerAllocateRequest(devices_ids=ids)]), timeout=30, wait_for_ready=True)
+                    pb.ContainerAllocateRequest(devices_ids=ids)]), timeout=120, wait_for_ready=True)
             except grpc.RpcError as e:
                 raise Refused(e.details() or str(e)) from None
         self.calls += 1
@@ -121,6 +138,7 @@ class Kubelet(pb_grpc.RegistrationServicer):
                     between()
                 response = self.allocate(resource, ids)
                 envs.update(response.envs)
+                self.picked[(uid, c["name"], resource)] = ids
                 self.entries.append({"PodUID": uid, "ContainerName": c["name"], "ResourceName": resource,
                                      "DeviceIDs": {"0": ids},
                                      "AllocResp": base64.b64encode(response.SerializeToString()).decode()})
@@ -129,10 +147,12 @@ class Kubelet(pb_grpc.RegistrationServicer):
                 self.write_checkpoint()  # after the container, before the next one (kubelet's devicemanager)
 
     def write_checkpoint(self) -> None:
-        data = {"Data": {"PodDeviceEntries": self.entries, "RegisteredDevices": {}}, "Checksum": 0}
-        tmp = self.directory / f".{CHECKPOINT}.tmp"
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.directory / CHECKPOINT)
+        with self._lock:
+            data = {"Data": {"PodDeviceEntries": list(self.entries), "RegisteredDevices": dict(self.devices)},
+                    "Checksum": 0}
+            tmp = self.directory / f".{CHECKPOINT}.{threading.get_ident()}.tmp"
+            tmp.write_text(json.dumps(data))
+            tmp.replace(self.directory / CHECKPOINT)
 
     def stop(self) -> None:
         self.server.stop(None)

@@ -82,11 +82,14 @@ SEED001_ALLOWED = [
     ("whole cards gpu-core 200 + ratio 200", pod({K + "gpu-core": "200", K + "gpu-memory-ratio": "200"})),
     ("legacy kubernetes.io/gpu: 50", pod({L + "gpu": "50", **NODE})),
     ("legacy core + ratio", pod({L + "gpu-core": "50", L + "gpu-memory-ratio": "60"})),
+    ("gpu-memory alone (current Koordinator)", pod({K + "gpu-memory": "4Gi", **NODE})),
+    ("gpu.shared 2 + ratio 100", pod({K + "gpu.shared": "2", K + "gpu-memory-ratio": "100", **NODE})),
 ]
 SEED001_REFUSED = [
     ("gpu with gpu-core", pod({K + "gpu": "50", K + "gpu-core": "50", K + "gpu-memory-ratio": "50"}), ["gpu-core"]),
     ("gpu-core alone", pod({K + "gpu-core": "50"}), ["memory"]),
-    ("gpu-memory alone", pod({K + "gpu-memory": "4Gi"}), ["gpu-core"]),
+    ("gpu-cores misspelled", pod({K + "gpu-cores": "50", K + "gpu-memory": "4Gi"}),
+     ["koordinator.sh/gpu-cores", "did you mean koordinator.sh/gpu-core"]),
     ("memory and ratio", pod({K + "gpu-core": "50", K + "gpu-memory": "4Gi", K + "gpu-memory-ratio": "50"}),
      ["gpu-memory-ratio"]),
     ("150: not whole devices", pod({K + "gpu-core": "150", K + "gpu-memory-ratio": "150"}), ["150"]),

@@ -85,12 +85,15 @@ def parse_checkpoint(data: str | bytes | dict[str, Any], *, source: str = "check
     return out
 
 
-def read_checkpoint(path: Path = DEFAULT_PATH) -> list[CheckpointEntry]:
-    """The entries of the checkpoint file; none when the file does not exist (no device plugin yet)."""
+def read_checkpoint(path: Path = DEFAULT_PATH, *, missing_ok: bool = True) -> list[CheckpointEntry]:
+    """The entries of the checkpoint file; none when the file does not exist (no device plugin yet:
+    kubelet writes it once a plugin has listed its devices), or FileNotFoundError without ``missing_ok``."""
     try:
         text = path.read_bytes()
     except FileNotFoundError:
-        return []
+        if missing_ok:
+            return []
+        raise
     return parse_checkpoint(text, source=str(path))
 
 

@@ -41,3 +41,7 @@ class AgentClient(Protocol):
         one. Raises LookupError when the pod is gone (or is another one now), :class:`WriteRefused`
         when the API refuses the change for good (admission); anything else may pass on retry."""
         ...
+
+    def record_event(self, namespace: str, event: dict[str, Any]) -> None:
+        """Create a core v1 Event (a pod's container over its GPU memory share)."""
+        ...

@@ -79,12 +79,12 @@ def gpu_devices(pod: PendingPod, container: str, inv: Inventory) -> ContainerDev
         if mine:
             envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(_gpu_uuid(inv, m, "", where=where) for m in visible)
             envs["CUDA_VISIBLE_DEVICES"] = ",".join(_gpu_uuid(inv, m, "", where=where) for m in mine)
-    shared = [g for g in grants if g.core_milli < WHOLE or _memory_limit(g, inv) < _total(g, inv)]
+    shared = [g for g in grants if g.core_milli < WHOLE or memory_limit(g, inv) < _total(g, inv)]
     if shared:
-        envs["DEVSHARE_GPU_MEMORY_LIMIT"] = ",".join(str(_memory_limit(g, inv)) for g in grants)
+        envs["DEVSHARE_GPU_MEMORY_LIMIT"] = ",".join(str(memory_limit(g, inv)) for g in grants)
         envs["DEVSHARE_GPU_CORE_LIMIT"] = ",".join(f"{g.core_milli / 10:g}" for g in grants)
         for i, g in enumerate(grants):
-            envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{_memory_limit(g, inv) // MIB}m"
+            envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{memory_limit(g, inv) // MIB}m"
         envs["CUDA_DEVICE_SM_LIMIT"] = f"{max(g.core_milli for g in grants) // 10}"
     ask = next((c for c in pod.containers if c.name == container), None)
     if ask is not None and aliyun.ALIYUN_GPU_MEM in ask.amounts:
@@ -101,7 +101,8 @@ def _total(g: DeviceGrant, inv: Inventory) -> int:
     return gpu.memory if gpu is not None else 0
 
 
-def _memory_limit(g: DeviceGrant, inv: Inventory) -> int:
+def memory_limit(g: DeviceGrant, inv: Inventory) -> int:
+    """The GPU memory (bytes) of a grant: its bytes, else its ratio (or compute share) of the card."""
     if g.memory:
         return g.memory
     return _total(g, inv) * (g.memory_ratio_milli or g.core_milli) // WHOLE

@@ -14,6 +14,8 @@ count, and ``links`` or ``bandwidth_gbps``); everything else is optional::
                                   # a and b are positions in the GPU list (the minors when 0..n-1)
     bandwidth_gbps: [[...]]       # or a measured matrix (GB/s)
     unhealthy: [3]                # minors reported unhealthy
+    processes:                    # what runs on the GPUs (NVML's running processes):
+    - {gpu: 0, pid: 4242, memory: 6Gi, sm: 35}   # gpu: a minor or a UUID; memory and sm (percent) optional
     rdma: [{id: mlx5_0}]          # RDMA / FPGA devices (see devshare.agent.others)
     fpga: []
 
@@ -31,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from devshare.agent.inventory import Gpu, Inventory
+from devshare.agent.inventory import Gpu, GpuProcess, Inventory
 from devshare.agent.others import parse_other_devices
 from devshare.model.errors import InvalidDevice, InvalidInput, yaml_error
 from devshare.model.links import parse_topology
@@ -121,6 +123,37 @@ def parse_fake(data: Any, *, source: str, node: str) -> Inventory:
     )
 
 
+def parse_processes(data: Any, inv: Inventory, *, source: str) -> list[GpuProcess]:
+    """The ``processes`` of a fake description: per process its GPU (a minor or a UUID), its pid, and
+    optionally the memory it holds (a quantity) and its SM utilization (percent)."""
+    raw = data.get("processes") if isinstance(data, dict) else None
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidDevice("processes must be a list of {gpu, pid, memory, sm}", field=f"{source}: processes")
+    out: list[GpuProcess] = []
+    for i, item in enumerate(raw):
+        where = f"{source}: processes[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidDevice("each process must be a mapping with gpu and pid", field=where)
+        ref = item.get("gpu")
+        gpu = next((g for g in inv.gpus if (isinstance(ref, int) and not isinstance(ref, bool) and g.minor == ref)
+                    or (isinstance(ref, str) and g.uuid == ref)), None)
+        if gpu is None:
+            raise InvalidDevice(f"gpu must be the minor or UUID of a GPU of the file, got {ref!r}", field=where)
+        pid = item.get("pid")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            raise InvalidDevice(f"pid must be a positive integer, got {pid!r}", field=where)
+        memory = quantity_int(item["memory"], field=f"{where}.memory") if item.get("memory") is not None else None
+        if memory is not None and memory < 0:
+            raise InvalidDevice(f"memory must not be negative, got {item['memory']!r}", field=where)
+        sm = item.get("sm")
+        if sm is not None and (isinstance(sm, bool) or not isinstance(sm, int | float) or not 0 <= sm <= 100):
+            raise InvalidDevice(f"sm must be a percent (0 to 100), got {sm!r}", field=where)
+        out.append(GpuProcess(uuid=gpu.uuid, pid=pid, memory=memory, sm=float(sm) if sm is not None else None))
+    return out
+
+
 def read_description(path: Path) -> Any:
     """The content of a fake description file (JSON or YAML)."""
     text = path.read_text()
@@ -145,10 +178,15 @@ class FakeBackend:
         self.node = node or (data.get("node") if isinstance(data, dict) and data.get("node") else "") or (
             "fake-node"
         )
-        parse_fake(data, source=str(self.path), node=self.node)  # fail early on a bad file
+        parse_processes(data, parse_fake(data, source=str(self.path), node=self.node),
+                        source=str(self.path))  # fail early on a bad file
 
     def discover(self) -> Inventory:
         return parse_fake(read_description(self.path), source=str(self.path), node=self.node)
+
+    def processes(self) -> list[GpuProcess]:
+        data = read_description(self.path)
+        return parse_processes(data, parse_fake(data, source=str(self.path), node=self.node), source=str(self.path))
 
     def close(self) -> None:
         return None

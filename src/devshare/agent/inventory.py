@@ -50,11 +50,24 @@ class Inventory(msgspec.Struct, frozen=True, kw_only=True):
         return None
 
 
+class GpuProcess(msgspec.Struct, frozen=True, kw_only=True):
+    """A process running on a GPU, as the driver reports it (NVML's running processes)."""
+
+    uuid: str  # the GPU's
+    pid: int  # in the host's PID namespace
+    memory: int | None = None  # bytes of the GPU's memory it holds; None: the driver does not say
+    sm: float | None = None  # percent of the GPU's SMs it kept busy lately; None: no utilization samples
+
+
 class Backend(Protocol):
     """A source of device inventories (NVML, or a fake description)."""
 
     def discover(self) -> Inventory:
         """Everything present now (GPU health included)."""
+        ...
+
+    def processes(self) -> list[GpuProcess]:
+        """The processes running on the GPUs now, with their memory and utilization."""
         ...
 
     def close(self) -> None: ...

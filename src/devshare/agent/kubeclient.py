@@ -88,3 +88,6 @@ class KubeAgentClient:
             if e.code in (400, 403, 422):
                 raise WriteRefused(str(e)) from None
             raise
+
+    def record_event(self, namespace: str, event: dict[str, Any]) -> None:
+        self._run(self.client.record_event(namespace, event))

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from devshare.agent.inventory import Gpu, Inventory, OtherDevice
+from devshare.agent.inventory import Gpu, GpuProcess, Inventory, OtherDevice
 from devshare.model.links import Link
 
 log = logging.getLogger("devshare.agent.nvml")
@@ -81,6 +81,8 @@ class NvmlBackend:
         self.unhealthy: set[str] = set()
         self._lock = threading.Lock()
         self._links_cache: tuple[tuple[str, ...], tuple[Link, ...]] | None = None
+        self._sampled: dict[str, int] = {}  # GPU uuid -> timestamp (us) of the newest utilization sample read
+        self._told: set[str] = set()  # warnings given once
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         nvml.nvmlInit()
@@ -197,6 +199,71 @@ class NvmlBackend:
             return _text(self.nvml.nvmlSystemGetDriverVersion())
         except (self.nvml.NVMLError, AttributeError):
             return ""
+
+    # ---- processes
+
+    def processes(self) -> list[GpuProcess]:
+        """Per GPU, the processes running on it (compute and graphics: NVML's running processes) with
+        the memory each holds (None where the driver does not say, as under some vGPU setups), and
+        each one's SM utilization from the process samples since the last call
+        (``nvmlDeviceGetProcessUtilization``): the mean of its samples; 0 for a process with no
+        sample (it ran no kernel meanwhile); None where the GPU gives no samples. MIG instances are
+        not read (their processes are not attributed to a parent's memory here)."""
+        n = self.nvml
+        out: list[GpuProcess] = []
+        for h in self._handles():
+            try:
+                uuid = _text(n.nvmlDeviceGetUUID(h))
+            except n.NVMLError:
+                continue
+            held: dict[int, int | None] = {}
+            for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                getter = getattr(n, name, None)
+                if getter is None:
+                    continue
+                try:
+                    running = getter(h)
+                except n.NVMLError as e:
+                    self._once(f"{name}/{uuid}", "%s on GPU %s: %s (its processes are not read)", name, uuid, e)
+                    continue
+                for proc in running:
+                    pid = int(proc.pid)
+                    mem = proc.usedGpuMemory
+                    mem = int(mem) if mem is not None else None
+                    if pid not in held or (mem is not None and (held[pid] or 0) < mem):
+                        held[pid] = mem
+            if not held:
+                continue
+            sm = self._sm_samples(h, uuid)
+            out.extend(GpuProcess(uuid=uuid, pid=pid, memory=mem,
+                                  sm=None if sm is None else sm.get(pid, 0.0)) for pid, mem in held.items())
+        return out
+
+    def _sm_samples(self, handle: Any, uuid: str) -> dict[int, float] | None:
+        """pid -> mean SM percent of its samples since the last call; None when the GPU has none."""
+        n = self.nvml
+        since = self._sampled.get(uuid, 0)
+        try:
+            samples = n.nvmlDeviceGetProcessUtilization(handle, since)
+        except AttributeError:
+            return None
+        except n.NVMLError as e:
+            if type(e).__name__ == "NVMLError_NotFound":  # no sample since: no process ran a kernel
+                return {}
+            self._once(f"samples/{uuid}", "GPU %s gives no process utilization samples (%s)", uuid, e)
+            return None
+        acc: dict[int, list[float]] = {}
+        newest = since
+        for s in samples:
+            acc.setdefault(int(s.pid), []).append(float(s.smUtil))
+            newest = max(newest, int(s.timeStamp))
+        self._sampled[uuid] = newest
+        return {pid: sum(v) / len(v) for pid, v in acc.items()}
+
+    def _once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._told:
+            self._told.add(key)
+            log.warning(message, *args)
 
     # ---- health
 

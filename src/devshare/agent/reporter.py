@@ -120,6 +120,8 @@ class Reporter:
         self.published_status: tuple[dict[str, str], dict[str, str]] | None = None
         self._lock = threading.Lock()
         self._last_put = 0.0
+        self.usage: Callable[[], dict[str, Any] | None] | None = None  # the Device's status.usage, when read
+        self._pods: list[dict[str, Any]] | None = None  # the last listing of the node's pods
 
     def load_previous(self) -> None:
         """Start from the Device object already in the API (cards gone since are kept, unhealthy)."""
@@ -142,7 +144,7 @@ class Reporter:
             ours: set[str] = set()
             if self.client is not None:
                 live = set()
-                for p in self.client.list_node_pods(self.node):
+                for p in self.node_pods(fresh=True):
                     meta = p.get("metadata") or {}
                     if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                         continue
@@ -162,7 +164,21 @@ class Reporter:
             self.inventory = inv
             self.previous = nd
         labels = {k: v for k, v in gpu_labels(inv).items() if v is not None}
-        return device_object(nd, annotations=annotations, labels=labels)
+        obj = device_object(nd, annotations=annotations, labels=labels)
+        usage = self.usage() if self.usage is not None else None
+        if usage is not None:
+            obj["status"] = {"usage": usage}
+        return obj
+
+    def node_pods(self, fresh: bool = False) -> list[dict[str, Any]]:
+        """The node's pods: listed now (``fresh``), else as the last round listed them (every round
+        lists them while kubelet's checkpoint is read)."""
+        if self.client is None:
+            return []
+        pods = self._pods
+        if fresh or pods is None:
+            pods = self._pods = self.client.list_node_pods(self.node)
+        return pods
 
     def sync(self, *, resync_s: float = 300.0) -> bool:
         """One round: build, and publish what changed (or everything every ``resync_s``). True: published."""

@@ -16,6 +16,8 @@ Two ways to make kubelet admit a pod asking for an extended resource:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from devshare.agent.inventory import Gpu, Inventory, OtherDevice
@@ -96,6 +98,17 @@ def fake_devices(resource: PluginResource, inv: Inventory) -> list[FakeDevice]:
             FakeDevice(id=f"{tag}-{k}", device_id=dev_id, healthy=d.healthy, numa_node=numa) for k in range(n)
         )
     return out
+
+
+def owners(resource: PluginResource, inv: Inventory) -> Callable[[str], str]:
+    """id -> the physical device's id, for the ids :func:`fake_devices` lists (without building them:
+    ``aliyun.com/gpu-mem`` lists one id per MiB); "" for an id it does not list."""
+    if resource.per_device == "one":
+        known = {d.uuid if isinstance(d, Gpu) else d.id for d in _devices(resource, inv)}
+        return lambda i: i if i in known else ""
+    tags = {(f"{d.minor}" if isinstance(d, Gpu) else f"{d.type}{d.minor}"): d.uuid if isinstance(d, Gpu) else d.id
+            for d in _devices(resource, inv)}
+    return lambda i: tags.get(i.rsplit("-", 1)[0], "")
 
 
 def fake_count(resource: PluginResource, inv: Inventory) -> int:

@@ -14,7 +14,8 @@ import typer
 
 from devshare.agent.client import AgentClient
 from devshare.agent.inventory import Backend
-from devshare.cli.common import emit, fail, user_errors
+from devshare.cli.common import LogLevelOption, emit, fail, user_errors
+from devshare.cli.common import log_level as parse_log_level
 from devshare.model.errors import InvalidInput
 
 agent_app = typer.Typer(name="agent", help="The node agent: device reporter and kubelet device plugin.",
@@ -22,13 +23,15 @@ agent_app = typer.Typer(name="agent", help="The node agent: device reporter and 
 
 NodeOpt = Annotated[str, typer.Option("--node", help="Node name (default: $NODE_NAME, else the host name).")]
 FakeOpt = Annotated[Path | None, typer.Option("--fake", help="Fake device description (YAML/JSON) instead of NVML; "
-                                               "a shared/topologies file works.")]
+                                               "a topology file of examples/topologies/ works (its GPUs and links; "
+                                               "other fields defaulted).")]
 DevicesOpt = Annotated[Path | None, typer.Option("--devices", help="RDMA/FPGA configuration file (YAML/JSON).")]
 BandwidthOpt = Annotated[Path | None, typer.Option("--bandwidth", help="Measured bandwidth matrix (a topology file "
                                                     "with bandwidth_gbps) overriding the link model.")]
-CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="kubelet's device plugin checkpoint "
-                                                    "(default: /var/lib/kubelet/device-plugins/"
-                                                    "kubelet_internal_checkpoint when it exists).")]
+CheckpointOpt = Annotated[Path | None, typer.Option("--checkpoint", help="kubelet's device plugin checkpoint, "
+                                                    "read whenever needed: it need not exist yet (default: "
+                                                    "kubelet_internal_checkpoint in kubelet's device plugin "
+                                                    "directory).")]
 LabelOpt = Annotated[bool, typer.Option("--node-labels/--no-node-labels",
                                          help="Put the GPU model, driver version and vendor on the Node as labels.")]
 XidsOpt = Annotated[str, typer.Option("--ignore-xids", help="XIDs that do not make a GPU unhealthy (comma list).")]
@@ -69,14 +72,18 @@ def _override(bandwidth: Path | None) -> list[list[float]] | None:
     return load_topology_file(bandwidth).matrix
 
 
-def _checkpoint(path: Path | None) -> Path | None:
+def _checkpoint(path: Path | None, plugin_dir: Path | None = None) -> Path:
+    """kubelet's checkpoint: the given file, else the one in kubelet's device plugin directory. It
+    need not exist yet: kubelet writes it once a device plugin has listed its devices, and the agent
+    reads it again whenever it needs it (a fresh node has none when the agent starts)."""
     from devshare.agent.checkpoint import DEFAULT_PATH
 
     if path is not None:
-        if not path.exists():
-            raise InvalidInput("no such file", field=f"--checkpoint {path}")
+        if path.is_dir() or not path.parent.is_dir():
+            raise InvalidInput("give kubelet's checkpoint file, in an existing folder (kubelet's device plugin "
+                               "directory, mounted)", field=f"--checkpoint {path}")
         return path
-    return DEFAULT_PATH if DEFAULT_PATH.exists() else None
+    return (plugin_dir or DEFAULT_PATH.parent) / DEFAULT_PATH.name
 
 
 def _journal(path: Path | None) -> Path | None:
@@ -165,12 +172,27 @@ def run(
     agent_checkpoint: Annotated[Path | None, typer.Option(
         "--agent-checkpoint", help="The agent's own checkpoint: devices handed out for identical pods and the "
         "trades it owes (default: /var/lib/devshare/agent-checkpoint.json when /var/lib/devshare exists).")] = None,
+    usage_interval: Annotated[float, typer.Option("--usage-interval", help="Seconds between readings of what each "
+                                                  "container uses of its GPUs (0: off).")] = 10.0,
+    usage_report_interval: Annotated[float, typer.Option("--usage-report-interval", help="Seconds between "
+                                                         "refreshes of the usage in the Device's status.")] = 60.0,
+    proc_root: Annotated[Path, typer.Option("--proc-root", help="The host's /proc (run with hostPID), to find each "
+                                            "GPU process's pod and container from its cgroup.")] = Path("/proc"),
+    metrics_port: Annotated[int, typer.Option("--metrics-port", help="Port of the agent's /metrics (per-container "
+                                              "GPU usage; 0: none).")] = 9402,
+    metrics_address: Annotated[str, typer.Option("--metrics-address", help="Address /metrics listens on.")] = "0.0.0.0",
+    dra: Annotated[bool, typer.Option(  # DRA (issue 38)
+        "--dra/--no-dra", help="Also publish this node's ResourceSlice (driver gpu.devshare.io) and serve the DRA "
+        "kubelet plugin, preparing claims through CDI specs (docs/dra.md).")] = False,
+    cdi_dir: Annotated[Path, typer.Option("--cdi-dir", help="CDI spec directory (with --dra).")] = Path("/var/run/cdi"),
+    log_level: LogLevelOption = "info",
 ) -> None:
     """Run the agent: the reporter and the kubelet device plugins."""
     from devshare.agent.resources import PLUGIN_RESOURCES
     from devshare.agent.run import Agent
 
     with user_errors():
+        level = parse_log_level(log_level)
         chosen = list(PLUGIN_RESOURCES)
         if resources:
             wanted = [r.strip() for r in resources.split(",") if r.strip()]
@@ -184,19 +206,37 @@ def run(
             raise InvalidInput("not a directory (mount kubelet's device plugin directory here)",
                                field=f"--plugin-dir {plugin_dir}")
         journal = _journal(agent_checkpoint)
+        if usage_interval < 0 or usage_report_interval <= 0:
+            raise InvalidInput("--usage-interval must be >= 0 (0: off) and --usage-report-interval > 0")
+        if not 0 <= metrics_port <= 65535:
+            raise InvalidInput(f"--metrics-port must be a port number (0: none), got {metrics_port}")
+        if usage_interval and not proc_root.is_dir():
+            raise InvalidInput("not a directory (the host's /proc)", field=f"--proc-root {proc_root}")
         name = _node(node)
         backend = _backend(fake, devices, name, ignore_xids, watch_health=True)
         try:
             agent = Agent(backend, name, _client(), resources=chosen, plugin_dir=plugin_dir,
-                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint), label_node=node_labels,
-                          journal=journal)
+                          override=_override(bandwidth), checkpoint=_checkpoint(checkpoint, plugin_dir),
+                          label_node=node_labels, journal=journal, usage_interval=usage_interval,
+                          usage_publish_interval=usage_report_interval, proc_root=proc_root,
+                          metrics_port=metrics_port if usage_interval else 0, metrics_address=metrics_address)
         except BaseException:
             backend.close()
             raise
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     agent.start()
-    agent.run_until(_stop_on_signals(), interval=interval)
+    if dra:  # DRA (issue 38): the kubelet plugin and the node's ResourceSlice, from the reporter's inventory
+        from devshare.agent.dra.node import DraNode, LightkubeNodeApi
+
+        dra_node = DraNode(name, LightkubeNodeApi(), lambda: agent.reporter.inventory,
+                           lambda: agent.reporter.previous, cdi_dir=cdi_dir)
+        dra_node.start(interval=interval)
+    try:
+        agent.run_until(_stop_on_signals(), interval=interval)
+    finally:
+        if dra:
+            dra_node.stop()
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(agent_app, name="agent")
+    app.add_typer(agent_app, name="agent", short_help="The node agent: devices, device plugin.")

@@ -1,4 +1,19 @@
-"""Helpers shared by the commands: turning bad input into a clear message and exit code 2."""
+"""Helpers shared by the commands: turning bad input into a clear message and exit code 2, connecting
+to a cluster, printing tables.
+
+Exit codes, the same for every command (README.md, "Commands"):
+
+====  ===========================================================================================
+code  meaning
+====  ===========================================================================================
+0     done; for ``devshare schedule``: every pod placed
+1     ``devshare schedule``: some valid pods fit nowhere (each with its reason); a server stopped
+      by an error after it started
+2     bad input: a bad command line, an unreadable or invalid file, a pod the webhook would
+      refuse (``schedule`` still prints every placement), no cluster to connect to
+130   interrupted (Ctrl-C)
+====  ===========================================================================================
+"""
 
 from __future__ import annotations
 
@@ -7,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 import yaml
@@ -15,7 +30,14 @@ import yaml
 from devshare.model.errors import InvalidInput, yaml_error
 from devshare.sim import solver
 
+if TYPE_CHECKING:
+    from devshare.kube.rest import KubeClient
+
 T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_UNSCHEDULABLE = 1
+EXIT_BAD_INPUT = 2
 
 solver.install()  # a command's stdout (schedule's JSON, simulate's report) carries no HiGHS banner
 
@@ -39,6 +61,19 @@ EventLoopOption = Annotated[
 ]
 
 
+LogLevelOption = Annotated[str, typer.Option(help="debug, info, warning or error.")]
+
+
+def log_level(text: str) -> int:
+    """``--log-level``'s value as a logging level, or the CLI's error."""
+    import logging
+
+    level = logging.getLevelNamesMapping().get(text.upper())
+    if text.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR") or level is None:
+        raise fail(f"unknown --log-level {text!r}: use debug, info, warning or error")
+    return level
+
+
 def check_event_loop(kind: str) -> None:
     """Raise the CLI's error for an --event-loop that is not one of the known kinds, or that cannot be
     made here (uvloop asked for where it is not installed): before serving, never a stack trace."""
@@ -52,7 +87,7 @@ def check_event_loop(kind: str) -> None:
         raise fail(f"--event-loop {kind}: {e}") from None
 
 
-def fail(message: str, code: int = 2) -> typer.Exit:
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print ``error: message`` on stderr and return the Exit to raise."""
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
@@ -108,3 +143,31 @@ def load_cluster(path: Path) -> Any:
         raise InvalidInput("no Node, Device or Pod object in the file: give a multi-document YAML of them "
                            "(examples/cluster.yaml is one)", field=str(path))
     return backend
+
+
+NO_CLUSTER_HINT = ("or give --cluster FILE, a multi-document YAML of Node, Device and Pod objects served from "
+                   "memory (examples/cluster.yaml is one), to run without a cluster")
+
+
+def connect_live(kubeconfig: Path | None, **kw: Any) -> KubeClient:
+    """The client of a kubeconfig's API server (None: in-cluster, $KUBECONFIG or ~/.kube/config); when no
+    configuration can be loaded, the error says how to run without a cluster too (``--cluster FILE``)."""
+    from devshare.kube.rest import KubeClient
+
+    try:
+        return KubeClient.connect(kubeconfig, **kw)
+    except InvalidInput as e:
+        raise InvalidInput(f"{e.message}; {NO_CLUSTER_HINT}", field=e.field) from None
+
+
+def table_console() -> Any:
+    """The console tables are printed on. On a terminal, its width. Piped or redirected with no
+    ``COLUMNS`` set, as wide as the table needs: rich would otherwise assume 80 columns and wrap
+    headers and cells ("paper / (10 / seeds)"), which no script or reader wants."""
+    import os
+
+    from rich.console import Console
+
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console()
+    return Console(width=10_000, no_color=True, highlight=False)

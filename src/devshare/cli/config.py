@@ -34,4 +34,4 @@ def check(file: Annotated[Path, typer.Argument(help="The DevshareConfiguration Y
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(config_app, name="config")
+    app.add_typer(config_app, name="config", short_help="Print the default configuration, check a file.")

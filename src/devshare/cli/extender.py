@@ -13,10 +13,15 @@ from devshare.cli.common import (
     ContextOption,
     EventLoopOption,
     KubeconfigOption,
+    LogLevelOption,
     check_event_loop,
+    connect_live,
     fail,
     load_cluster,
     user_errors,
+)
+from devshare.cli.common import (
+    log_level as parse_log_level,
 )
 
 
@@ -103,7 +108,14 @@ def extender(
                      "handing every other request to the full HTTP server (less CPU per pod; docs/extender.md). "
                      "--no-lane: every request through the full HTTP server."),
     ] = True,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    dra: Annotated[  # DRA (issue 38): devshare allocates the claims of its DeviceClasses (docs/dra.md)
+        bool,
+        typer.Option("--dra/--no-dra",
+                     help="Allocate the ResourceClaims of devshare's DeviceClasses (pods held by the webhook's "
+                     "scheduling gate) with the same engine and accounting, and publish ResourceSlices for "
+                     "Device objects no devshare agent publishes (docs/dra.md). Needs resource.k8s.io/v1."),
+    ] = True,
+    log_level: LogLevelOption = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
     /healthz, /readyz."""
@@ -138,9 +150,7 @@ def extender(
         from devshare.config import load_config, with_overrides
 
         cfg = with_overrides(load_config(config), policy=policy, core_weight=core_weight, assume_ttl=assume_ttl)
-        level = getattr(logging, log_level.upper(), None)
-        if not isinstance(level, int):
-            raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
+        level = parse_log_level(log_level)
         if (tls_cert is None) != (tls_key is None):
             raise fail("--tls-cert and --tls-key go together: give both (or neither, on 127.0.0.1)")
         if tls_client_ca is not None and tls_cert is None:
@@ -181,9 +191,12 @@ def extender(
                 options.save = cluster_saver(memory, save)
             options.leader_election = bool(leader_elect)
         else:
-            from devshare.kube.rest import KubeClient
+            client = connect_live(kubeconfig, context=context, namespace=namespace)
+            backend = client
+            if dra:  # DRA (issue 38)
+                from devshare.kube.dra import LiveDraApi
 
-            backend = KubeClient.connect(kubeconfig, context=context, namespace=namespace)
+                options.dra_api = LiveDraApi(client)
             options.leader_election = True if leader_elect is None else leader_elect
             if follow_lease is not None:
                 options.leader_election = False
@@ -196,4 +209,4 @@ def extender(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("extender")(extender)
+    app.command("extender", short_help="The kube-scheduler extender (filter, bind, /ui).")(extender)

@@ -8,7 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
-from devshare.cli.common import ContextOption, KubeconfigOption, emit, fail, load_cluster, user_errors
+from devshare.cli.common import (
+    ContextOption,
+    KubeconfigOption,
+    connect_live,
+    emit,
+    fail,
+    load_cluster,
+    table_console,
+    user_errors,
+)
 from devshare.kube.backend import Backend
 from devshare.model.quantity import human_bytes
 
@@ -29,7 +38,6 @@ def _table(data: dict[str, Any]) -> None:
     """One row per device. Short values never wrap and names fold rather than being cut with "…", so an
     80-column terminal still shows whole node and pod names; device ids are in ``-o json`` / ``-o yaml``."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
@@ -51,7 +59,7 @@ def _table(data: dict[str, Any]) -> None:
                 _cell(d["used"], d["total"], "memory", human_bytes),
                 "\n".join(d["pods"]),
             )
-    Console().print(table)
+    table_console().print(table)
 
 
 def inspect(
@@ -69,12 +77,7 @@ def inspect(
         if output not in ("json", "yaml", "table"):
             raise fail(f"unknown output format {output!r}: use json, yaml or table")
         backend: Backend
-        if cluster is not None:
-            backend = load_cluster(cluster)
-        else:
-            from devshare.kube.rest import KubeClient
-
-            backend = KubeClient.connect(kubeconfig, context=context)
+        backend = load_cluster(cluster) if cluster is not None else connect_live(kubeconfig, context=context)
         from devshare.cli.snapshot import load_state
 
         state = asyncio.run(load_state(backend))
@@ -82,4 +85,4 @@ def inspect(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("inspect")(inspect)
+    app.command("inspect", short_help="Per node and device: what is used, by whom.")(inspect)

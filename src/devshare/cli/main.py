@@ -6,7 +6,9 @@ its command(s); they are found here, so a new command is one new module.
 Bad command lines (an unknown flag, a missing option, a value of the wrong type) get the same one
 line ``error: ...`` and exit code 2 as bad input files, instead of typer's boxed usage panel; and
 ``--help`` names values in capitals (``FILE``, ``N``, ``TEXT``) rather than typer's ``<path>``,
-``<bool>`` or ``{pods}`` placeholders.
+``<bool>`` or ``{pods}`` placeholders. Help is click's plain layout (``rich_markup_mode=None``): it
+wraps to any width and never cuts a word with "…", as rich's boxed panels did at 80 columns
+(``leaderElection.resourceNam…``); it carries no box characters when piped.
 """
 
 from __future__ import annotations
@@ -115,14 +117,47 @@ class DevshareGroup(TyperGroup):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+EXIT_CODES = """Exit codes: 0 done (schedule: every pod placed); 1 schedule: some valid pods fit nowhere, or a
+server stopped by an error; 2 bad input (command line, file, a pod the webhook would refuse, no cluster);
+130 interrupted."""
+
 app = typer.Typer(
     name="devshare",
     cls=DevshareGroup,
     help="Fine-grained GPU and device-sharing scheduler for Kubernetes.",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"devshare {version()}")
+        raise typer.Exit(0)
+
+
+def version() -> str:
+    """The installed distribution's version (the package's own when run from a source tree)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("devshare")
+    except PackageNotFoundError:  # pragma: no cover - run from a checkout without installing
+        from devshare import __version__
+
+        return __version__
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print devshare's version and exit."),
+) -> None:
+    """Fine-grained GPU and device-sharing scheduler for Kubernetes."""
 
 
 def _register_all() -> None:

@@ -64,4 +64,4 @@ def topology(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("topology")(topology)
+    app.command("topology", short_help="The best-connected set of N GPUs.")(topology)

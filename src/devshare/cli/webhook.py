@@ -9,7 +9,19 @@ from typing import Annotated
 
 import typer
 
-from devshare.cli.common import ConfigOption, EventLoopOption, check_event_loop, fail, load_yaml_documents, user_errors
+from devshare.cli.common import (
+    ConfigOption,
+    EventLoopOption,
+    LogLevelOption,
+    check_event_loop,
+    connect_live,
+    fail,
+    load_yaml_documents,
+    user_errors,
+)
+from devshare.cli.common import (
+    log_level as parse_log_level,
+)
 
 webhook_app = typer.Typer(
     help="Admission webhook: validate and normalise device pods (POST /validate, POST /mutate).",
@@ -63,7 +75,10 @@ def webhook(
                      "of one node (repeatable; default: the node agent, "
                      "system:serviceaccount:devshare-system:devshare-agent)."),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    dra: Annotated[bool, typer.Option(  # DRA (issue 38)
+        "--dra/--no-dra", help="Gate pods whose ResourceClaims use devshare's DeviceClasses until devshare's "
+        "allocator (devshare extender --dra) has allocated them (docs/dra.md).")] = True,
+    log_level: LogLevelOption = "info",
     config_file: ConfigOption = None,
     event_loop: EventLoopOption = "auto",
 ) -> None:
@@ -89,9 +104,7 @@ def webhook(
         if reload_interval < 0:
             raise fail(f"--reload-interval must be >= 0, got {reload_interval}")
         check_event_loop(event_loop)
-        level = getattr(logging, log_level.upper(), None)
-        if not isinstance(level, int):
-            raise fail(f"unknown --log-level {log_level!r}: use debug, info, warning or error")
+        level = parse_log_level(log_level)
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
         from devshare.server.tls import load_server_context
@@ -106,17 +119,21 @@ def webhook(
             raise fail("give --cluster or --kubeconfig/--in-cluster, not both")
         source: DeviceTypes | None = None
         pods: PodSource | None = None  # where a Binding's pod and a trade's partner are read
+        dra_claims = None
         if cluster is not None:
             from devshare.kube.memory import MemoryBackend
 
             source = ClusterFileDeviceTypes(cluster)
             pods = MemoryBackend.load(cluster)
         elif kubeconfig is not None or in_cluster:
-            from devshare.kube.rest import KubeClient
             from devshare.server.webhook.cluster import WatchedDeviceTypes
 
-            backend = KubeClient.connect(kubeconfig)
+            backend = connect_live(kubeconfig)
             source, pods = WatchedDeviceTypes(backend), backend
+            from devshare.kube.dra import LiveDraApi  # DRA (issue 38): claims read to decide the gate
+            from devshare.server.webhook.dra_gate import ApiClaims
+
+            dra_claims = ApiClaims(LiveDraApi(backend))
         config = WebhookConfig(
             disabled_types=settings.device_types.disabled(),
             disabled_dialects=settings.disabled_dialects(),
@@ -124,6 +141,8 @@ def webhook(
             replace_schedulers=tuple(replace_scheduler) if replace_scheduler else REPLACEABLE_SCHEDULERS,
             cluster=source,
             pods=pods,
+            dra_claims=dra_claims,
+            dra=dra,
         )
         if allocation_writer:
             bad = [w for w in allocation_writer if not w.strip()]
@@ -172,4 +191,4 @@ def cert(
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(webhook_app, name="webhook")
+    app.add_typer(webhook_app, name="webhook", short_help="The admission webhook; its certificate.")

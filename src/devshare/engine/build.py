@@ -40,9 +40,11 @@ class Engine:
 def configure_model(cfg: Configuration) -> None:
     """Make what the file adds to the model known to this process: the resource names of the
     configured device types (each a dialect, :mod:`devshare.model.dialects.configured`) and how dialect
-    annotations name devices (``scheduleMode``, seed 000's MGPUScheduleMode)."""
+    annotations name devices (``scheduleMode``, seed 000's MGPUScheduleMode), and whose a bare
+    nvidia.com/gpu pod is (``nvidiaGpu``)."""
     dialects.configure_types(cfg.device_types.configured())
     dialects.configure_schedule_mode(cfg.scheduling.schedule_mode)
+    dialects.configure_nvidia_gpu(cfg.scheduling.nvidia_gpu)
 
 
 def settings_of(cfg: Configuration) -> Settings:

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -30,7 +31,9 @@ from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.protocol import Policy
 from devshare.engine.quotas import Quotas
 from devshare.engine.state import ClusterState
+from devshare.model import initplan, names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
+from devshare.model.initplan import InitPlan
 from devshare.model.request import PodRequest
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,8 @@ class PodEvaluation:
     # a reason that depends on more than the pod's shape and the node (a namespace's quota): the
     # per-shape cache of reason texts is not used
     fresh: bool = False
+    # a pod whose init containers ask for devices: what was placed for it (devshare.model.initplan)
+    plan: InitPlan | None = None
 
     def reason(self, i: int) -> str:
         if i in self.node_reasons:
@@ -121,13 +126,18 @@ class PodEvaluation:
             for ci, grants in ev.grant(i).items():
                 by_container.setdefault(ci, []).extend(grants)
         node = state.name_of[int(self.rows[i])]
-        return PodAllocation(
+        placed = self.plan.placed if self.plan is not None else self.pod.containers
+        alloc = PodAllocation(
             node=node,
             containers=tuple(
                 ContainerAllocation(name=c.name, devices=tuple(by_container.get(ci, [])))
-                for ci, c in enumerate(self.pod.containers)
+                for ci, c in enumerate(placed)
             ),
         )
+        if self.plan is None:
+            return alloc
+        totals = {(names.GPU, minor): total for minor, total in state.gpu_memory(node).items()}
+        return initplan.expand(self.pod, self.plan, alloc, totals)
 
 
 class Scheduler:
@@ -155,6 +165,11 @@ class Scheduler:
         that changed since it was kept (:func:`stale_elsewhere`), so that the next windows find
         theirs fresh. A failing node's reason is worked out when asked (:meth:`PodEvaluation.reasons`
         keeps the texts per node as well)."""
+        if pod.init_containers:  # init containers asking for devices: place what kubelet needs (initplan)
+            plan = initplan.plan(pod)
+            ev = self.evaluate(msgspec.structs.replace(pod, containers=plan.placed, init_containers=()), rows)
+            ev.pod, ev.plan = pod, plan
+            return ev
         kept = self._kept_answers(pod)
         if kept is None or not rows.size:
             return self._evaluate(pod, rows)

@@ -109,12 +109,13 @@ class DeviceTable:
     def count(self, row: int) -> int:
         return int(self.present[row].sum())
 
-    def add_usage(self, row: int, col: int, core: int, memory: int, sign: int) -> None:
-        """Count (sign +1) or uncount (-1) one grant on a device. Free arrays may go negative when a
-        device shrank under its pods; they are never clipped, so accounting stays exact."""
+    def add_usage(self, row: int, col: int, core: int, memory: int, sign: int, slots: int = 1) -> None:
+        """Count (sign +1) or uncount (-1) what one pod holds of a device (``slots`` containers). Free
+        arrays may go negative when a device shrank under its pods, or when pods placed by another
+        scheduler over-booked it; they are never clipped, so accounting stays exact."""
         self.used_core[row, col] += sign * core
         self.used_mem[row, col] += sign * memory
-        self.used_slots[row, col] += sign
+        self.used_slots[row, col] += sign * slots
         self.free_core[row, col] -= sign * core
         self.free_mem[row, col] -= sign * memory
         free = int(self.free_core[row, col])

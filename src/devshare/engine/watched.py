@@ -44,15 +44,18 @@ from typing import Any
 
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.state import ClusterState
+from devshare.engine.takeover import Inventories, PeerPods
 from devshare.engine.trades import DEFAULT_TIMEOUT, Trades
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import decode_allocation
 from devshare.model.device import parse_device
+from devshare.model.dra import is_claim_record
 from devshare.model.errors import InvalidInput
-from devshare.model.kubeobjects import TERMINAL_PHASES
+from devshare.model.inventory import koordinator_device
+from devshare.model.kubeobjects import TERMINAL_PHASES, meta, object_key
 from devshare.model.names import GANG_NAME, GROUP_NAME
 from devshare.model.node import parse_node
-from devshare.model.pod import parse_pod
+from devshare.model.pod import parse_pod, pod_node_requests
 from devshare.model.request import PodRequest
 
 log = logging.getLogger(__name__)
@@ -64,18 +67,6 @@ REFUSED_KEPT = 4096  # refused pods remembered (to report each once)
 # (scheduled first) stay
 MAX_PENDING = 8192
 Report = Callable[[Obj, str], None]  # (the pod, why its allocation is refused): a DeviceOverbooked Event
-
-
-def _meta(obj: Obj) -> Obj:
-    m = obj.get("metadata")
-    return m if isinstance(m, dict) else {}
-
-
-def object_key(obj: Obj) -> str:
-    """``namespace/name`` for namespaced objects, ``name`` otherwise."""
-    m = _meta(obj)
-    ns = m.get("namespace")
-    return f"{ns}/{m.get('name', '')}" if ns else str(m.get("name", ""))
 
 
 def is_bound(obj: Obj) -> bool:
@@ -90,7 +81,7 @@ def is_bound(obj: Obj) -> bool:
 def bound_order(obj: Obj) -> tuple[str, str, str]:
     """When a pod got its node, as well as the API tells (its PodScheduled condition, else its
     creation), to rebuild in the order the allocations were made: the earlier wins a card."""
-    m = _meta(obj)
+    m = meta(obj)
     created = str(m.get("creationTimestamp") or "")
     scheduled = ""
     for c in (obj.get("status") or {}).get("conditions") or []:
@@ -104,7 +95,7 @@ class WatchedCluster:
     ``report(pod, reason)``: an allocation refused for over-booking (once per pod and allocation)."""
 
     def __init__(self, lifecycle: Lifecycle, *, clock: Callable[[], float], report: Report | None = None,
-                 scheduler_name: str | None = None, track_node_resources: bool = False,
+                 scheduler_name: str | None = None, track_node_resources: bool = True,
                  trade_timeout: float = DEFAULT_TIMEOUT) -> None:
         self.lifecycle = lifecycle
         self.state: ClusterState = lifecycle.state
@@ -134,6 +125,9 @@ class WatchedCluster:
         self._group_of: dict[str, str] = {}
         # the node agent's trades: a tagged write waits for its partner's (devshare.engine.trades)
         self.trades = Trades(lifecycle, self._record_bound, clock=clock, timeout=trade_timeout)
+        # taking over: peers' inventories beside devshare's Device, and pods other schedulers placed
+        self.peer_pods = PeerPods(lifecycle)
+        self.inventories = Inventories(self.state, self.peer_pods.node_changed)
 
     # ------------------------------------------------------------------ the informer's handler
     def listed(self, kind: str, items: list[Obj], *, initial: bool) -> list[str]:
@@ -144,16 +138,20 @@ class WatchedCluster:
         if not initial:
             if kind == "nodes":
                 for name in [n for n in self.state.nodes if n not in present]:
-                    self.state.remove_node(name)
-            elif kind == "devices":
-                for name in [n for n in self.state.devices if n not in present]:
-                    self.state.remove_devices(name)
+                    self._apply_node("DELETED", {"metadata": {"name": name}})
+            elif kind in ("devices", "koorddevices"):  # each source of inventories on its own
+                source = "devshare" if kind == "devices" else "koordinator"
+                for name in [n for n, found in self.inventories.sources.items()
+                             if found.get(source) is not None and n not in present]:
+                    self.inventories.set(name, source, None)
             elif kind == "pods":
                 for key in [k for k in self.pods_present if k not in present]:
                     self._absent(key)
                 for key in [k for k in self.pending if k not in present]:
                     del self.pending[key]
-                vanished = [k for k, r in self.state.pods.items() if k not in present and r.phase != "assumed"]
+                # (DRA: a claim's record is the DRA controller's to keep, never a vanished pod's)
+                vanished = [k for k, r in self.state.pods.items()
+                            if k not in present and r.phase != "assumed" and not is_claim_record(k)]
         if kind == "pods":
             items = sorted(items, key=bound_order)
         for obj in items:
@@ -165,6 +163,8 @@ class WatchedCluster:
             self._apply_node(type_, obj)
         elif kind == "devices":
             self._apply_device(type_, obj)
+        elif kind == "koorddevices":
+            self._apply_device(type_, obj, source="koordinator")
         elif kind == "pods":
             self._apply_pod(type_, obj)
 
@@ -202,9 +202,10 @@ class WatchedCluster:
 
     # ------------------------------------------------------------------ nodes and devices
     def _apply_node(self, type_: str, obj: Obj) -> None:
-        name = str(_meta(obj).get("name", ""))
+        name = str(meta(obj).get("name", ""))
         if type_ == "DELETED":
             self.state.remove_node(name)
+            self.inventories.node_gone(name)
             return
         try:
             info = parse_node(obj, track_resources=self.track_node_resources)
@@ -213,24 +214,28 @@ class WatchedCluster:
             log.warning("ignoring Node %s: %s", name, e)
             return
         self.state.upsert_node(info)
+        self.inventories.node(obj)  # taking over: HAMi's and Volcano's registers, gpushare capacity
 
-    def _apply_device(self, type_: str, obj: Obj) -> None:
-        name = str(_meta(obj).get("name", ""))
+    def _apply_device(self, type_: str, obj: Obj, *, source: str = "devshare") -> None:
+        """A Device object: devshare's, or Koordinator's as koordlet writes it (``source``
+        "koordinator"), which is the node's inventory where it has no devshare Device."""
+        name = str(meta(obj).get("name", ""))
         if type_ == "DELETED":
-            self.state.remove_devices(name)
+            self.inventories.set(name, source, None)  # another source may stand in
             return
         try:
-            nd = parse_device(obj)
+            nd = parse_device(obj) if source == "devshare" else koordinator_device(obj)
         except InvalidInput as e:
             self.invalid_objects += 1
-            log.warning("ignoring Device %s (keeping what it said before): %s", name, e)
+            log.warning("ignoring %s %s (keeping what it said before): %s",
+                        "Device" if source == "devshare" else "Koordinator's Device", name, e)
             return
-        self.state.set_devices(nd)
+        self.inventories.set(name, source, nd)
 
     # ------------------------------------------------------------------ pods
     def _present(self, key: str, uid: str, obj: Obj) -> None:
         self.pods_present[key] = uid
-        m = _meta(obj)
+        m = meta(obj)
         labels, annotations = m.get("labels"), m.get("annotations")
         group = (labels.get(GROUP_NAME) if isinstance(labels, dict) else None) or (
             annotations.get(GANG_NAME) if isinstance(annotations, dict) else None)
@@ -246,6 +251,7 @@ class WatchedCluster:
 
     def _absent(self, key: str) -> None:
         self.pods_present.pop(key, None)
+        self.lifecycle.uncount_plain(key)
         old = self._group_of.pop(key, "")
         if old:
             self._leave(key, old)
@@ -265,7 +271,21 @@ class WatchedCluster:
             self.pending[key] = obj
 
     def _apply_pod(self, type_: str, obj: Obj) -> None:
-        m = _meta(obj)
+        self._apply_allocation(type_, obj)
+        self._count_plain(type_, obj)
+
+    def _count_plain(self, type_: str, obj: Obj) -> None:
+        """A bound pod that holds no record (another scheduler's, one asking for no device, one whose
+        allocation is not counted) still takes CPU and memory of its node: counted, so that the engine
+        sees each node's CPU and memory as kube-scheduler does (issue 41)."""
+        key = object_key(obj)
+        if type_ == "DELETED" or not is_bound(obj) or key not in self.pods_present or key in self.state.pods:
+            self.lifecycle.uncount_plain(key)  # gone, finished, pending, or counted through its record
+        else:
+            self.lifecycle.count_plain(key, str((obj.get("spec") or {}).get("nodeName")), *pod_node_requests(obj))
+
+    def _apply_allocation(self, type_: str, obj: Obj) -> None:
+        m = meta(obj)
         key = object_key(obj)
         rec = self.state.pods.get(key)
         uid = str(m.get("uid") or "")
@@ -275,6 +295,7 @@ class WatchedCluster:
             rec = None
         if type_ == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self.trades.gone(uid)
+            self.peer_pods.forget(key)
             gone = self.lifecycle.remove_watched(key, uid)
             waiting = self._waiting.get(key)
             self._refused.pop(key, None)
@@ -301,14 +322,20 @@ class WatchedCluster:
             alloc = decode_allocation(annotations)
         except InvalidInput as e:
             self.malformed += 1
-            log.warning("pod %s: cannot use its allocation annotation: %s", key, e)
+            counted = self.peer_pods.apply(obj, node)  # its dialect's annotation, when it has one
+            log.warning("pod %s: cannot use its allocation annotation: %s%s", key, e,
+                        "; counted from its dialect's annotation" if counted else "")
             return
         if alloc is None:
-            return  # not placed by devshare (or asks for no device)
+            self.peer_pods.apply(obj, node)  # placed by another scheduler: counted from its annotations
+            return
+        if key in self.peer_pods.node_of:
+            self.peer_pods.forget(key)  # devshare's own allocation now
         if alloc.node != node:
             self.malformed += 1
-            log.warning("pod %s runs on %s but its allocation names node %s; ignoring the allocation",
-                        key, node, alloc.node)
+            counted = self.peer_pods.apply(obj, node)
+            log.warning("pod %s runs on %s but its allocation names node %s; ignoring the allocation%s",
+                        key, node, alloc.node, "; counted from its dialect's annotation" if counted else "")
             return
         if rec is not None and rec.phase == "bound" and rec.allocation == alloc:
             self._order.setdefault(key, bound_order(obj))
@@ -319,7 +346,7 @@ class WatchedCluster:
         self._record_bound(key, obj, alloc)
 
     def _record_bound(self, key: str, obj: Obj, alloc: PodAllocation) -> None:
-        m = _meta(obj)
+        m = meta(obj)
         held = self.state.pods.get(key)
         uid = str(m.get("uid") or "")
         if held is not None and held.group is None and held.allocation == alloc and (
@@ -364,7 +391,8 @@ class WatchedCluster:
         card, as a fresh list would (:func:`bound_order`); the ones that do not fit wait."""
         entries: list[tuple[tuple[str, str, str], str, Obj | None, PodRequest, PodAllocation]] = []
         for key, rec in list(self.state.pods.items()):
-            if rec.phase == "bound" and rec.group is None and rec.allocation.node == node:
+            # pods other schedulers placed stay counted: they run there, whatever the order
+            if rec.phase == "bound" and rec.group is None and rec.peer is None and rec.allocation.node == node:
                 entries.append((self._order.get(key, ("", "", key)), key, None, rec.pod, rec.allocation))
                 self.lifecycle.release(key)
         for key, (obj, pod, alloc) in list(self._waiting.items()):
@@ -376,6 +404,8 @@ class WatchedCluster:
             if reason is None:
                 self._refused.pop(key, None)
                 continue
+            if key not in self.state.pods:  # not counted on its cards, but on its node's CPU and memory
+                self.lifecycle.count_plain(key, alloc.node, pod.cpu_milli, pod.memory_bytes)
             self._waiting[key] = (seen or {"metadata": {"namespace": pod.namespace, "name": pod.name,
                                                           "uid": pod.uid}}, pod, alloc)
             self._refused_report(key, self._waiting[key][0], reason)
@@ -383,7 +413,7 @@ class WatchedCluster:
     def _refused_report(self, key: str, obj: Obj, reason: str) -> None:
         """Count, log and report (once per pod and allocation) an allocation refused for over-booking."""
         alloc = self._waiting[key][2]
-        seen = (str(_meta(obj).get("uid") or ""), alloc)
+        seen = (str(meta(obj).get("uid") or ""), alloc)
         if self._refused.get(key) == seen:
             return  # already reported; judged again at each change on its node
         self.overbooked += 1

@@ -14,8 +14,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal, NamedTuple, Protocol
 
-Kind = Literal["nodes", "pods", "devices"]
-KINDS: tuple[Kind, ...] = ("nodes", "devices", "pods")
+from devshare.model.kubeobjects import meta
+
+Kind = Literal["nodes", "pods", "devices", "koorddevices"]
+# koorddevices: Koordinator's Device (scheduling.koordinator.sh/v1alpha1), read beside devshare's own
+# where koordlet still reports a node (taking over from Koordinator); optional: a cluster without its
+# CRD, or RBAC that does not let devshare read it, has none (devshare.kube.informer)
+KINDS: tuple[Kind, ...] = ("nodes", "devices", "koorddevices", "pods")
+OPTIONAL_KINDS: frozenset[Kind] = frozenset({"koorddevices"})
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 
@@ -96,18 +102,6 @@ class Backend(Protocol):
 
     async def close(self) -> None:
         ...
-
-
-def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    m = obj.get("metadata")
-    return m if isinstance(m, dict) else {}
-
-
-def object_key(obj: Mapping[str, Any]) -> str:
-    """``namespace/name`` for namespaced objects, ``name`` otherwise."""
-    m = meta(obj)
-    ns = m.get("namespace")
-    return f"{ns}/{m.get('name', '')}" if ns else str(m.get("name", ""))
 
 
 def resource_version(obj: Mapping[str, Any]) -> str | None:

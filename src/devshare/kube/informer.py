@@ -3,7 +3,10 @@
 Start-up lists each kind (retrying with backoff until it works), hands the lists to the handlers,
 and only then marks the informer synced. Then each kind is watched from its list's
 resourceVersion: a 410 Gone re-lists that kind, a dropped connection reconnects with exponential
-backoff from the last version seen, a watch the API server ended is resumed.
+backoff from the last version seen, a watch the API server ended is resumed. An optional kind
+(:data:`~devshare.kube.backend.OPTIONAL_KINDS`: Koordinator's Device) that the API server does not serve
+(404: no such CRD) or lets devshare not read (403) is not followed; it is listed again every
+:data:`ABSENT_RETRY` seconds.
 
 What the objects mean is the handlers' business (the engine's :class:`~devshare.engine.watched.
 WatchedCluster` for the extender, the webhook's Device types): this module imports nothing from the
@@ -25,10 +28,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from devshare.kube.backend import KINDS, Backend, Kind, WatchEvent, meta, resource_version
+from devshare.kube.backend import KINDS, OPTIONAL_KINDS, Backend, Kind, WatchEvent, resource_version
 from devshare.kube.errors import BackendError, Gone, Unavailable
+from devshare.model.kubeobjects import meta
 
 log = logging.getLogger(__name__)
+
+ABSENT_RETRY = 300.0  # seconds between lists of an optional kind not served
 
 
 class Backoff:
@@ -73,7 +79,8 @@ class Informer:
 
     def __init__(self, backend: Backend, handlers: Sequence[Handler], *, kinds: tuple[Kind, ...] = KINDS,
                  backoff: Callable[[], Backoff] = Backoff,
-                 after_pods_listed: Callable[[], Awaitable[None]] | None = None) -> None:
+                 after_pods_listed: Callable[[], Awaitable[None]] | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.backend = backend
         self.handlers = tuple(handlers)
         self.kinds = kinds
@@ -85,6 +92,8 @@ class Informer:
         self.reconnects = 0  # watch reconnections after a connection error
         self.events = 0  # watch events applied
         self.apply_errors = 0  # objects a handler failed on (a bug: logged with its trace)
+        self.absent_kinds: set[Kind] = set()  # optional kinds not served, or not ours to read
+        self._sleep = sleep  # between retries (tests pass their own)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -122,10 +131,17 @@ class Informer:
             try:
                 result = await self.backend.list(kind)
             except BackendError as e:
+                if kind in OPTIONAL_KINDS and e.code in (403, 404):  # no such CRD, or not ours to read
+                    if kind not in self.absent_kinds:
+                        log.info("not following %s (%s); looking again every %g s", kind, e, ABSENT_RETRY)
+                    self.absent_kinds.add(kind)
+                    self.resource_versions[kind] = ""
+                    return
                 delay = backoff.next_delay()
                 log.warning("listing %s failed (%s); retrying in %.1fs", kind, e, delay)
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
                 continue
+            self.absent_kinds.discard(kind)
             vanished: set[str] = set()
             for h in self.handlers:
                 vanished.update(self._each(h.listed, kind, result.items, initial=initial) or [])
@@ -155,6 +171,10 @@ class Informer:
     async def _watch_forever(self, kind: Kind) -> None:
         backoff = self._backoff()
         while True:
+            if kind in self.absent_kinds:
+                await self._sleep(ABSENT_RETRY)
+                await self._list_with_retry(kind, initial=False)
+                continue
             try:
                 async for ev in self.backend.watch(kind, self.resource_versions[kind]):
                     backoff.reset()
@@ -170,13 +190,13 @@ class Informer:
                 delay = backoff.next_delay()
                 level = logging.INFO if isinstance(e, Unavailable) else logging.WARNING
                 log.log(level, "watch of %s broke (%s); reconnecting in %.1fs", kind, e, delay)
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
             except Exception:
                 # never let one surprise stop following the cluster
                 self.reconnects += 1
                 delay = backoff.next_delay()
                 log.exception("watch of %s failed unexpectedly; reconnecting in %.1fs", kind, delay)
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
 
     def apply_event(self, kind: Kind, ev: WatchEvent) -> None:
         rv = resource_version(ev.object)

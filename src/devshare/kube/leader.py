@@ -26,8 +26,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from devshare.kube.backend import Backend, meta
+from devshare.kube.backend import Backend
 from devshare.kube.errors import BackendError, Conflict
+from devshare.model.kubeobjects import meta
 
 log = logging.getLogger(__name__)
 

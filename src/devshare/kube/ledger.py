@@ -38,13 +38,13 @@ from typing import Any
 
 import msgspec
 
-from devshare.kube.backend import Backend, meta
+from devshare.kube.backend import Backend
 from devshare.kube.errors import BackendError, Conflict, NotFound
 from devshare.kube.leader import micro_time, parse_micro_time
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs import decode_allocation, encode_allocation, parse_allocation
 from devshare.model.errors import InvalidInput
-from devshare.model.kubeobjects import TERMINAL_PHASES
+from devshare.model.kubeobjects import TERMINAL_PHASES, meta
 
 log = logging.getLogger(__name__)
 

@@ -17,17 +17,26 @@ from typing import Any
 
 import yaml
 
-from devshare.kube.backend import Kind, ListResult, WatchEvent, meta, object_key
+from devshare.kube.backend import Kind, ListResult, WatchEvent
 from devshare.kube.errors import Conflict, NotFound
 from devshare.kube.store import ObjectStore
 from devshare.model import names
 from devshare.model.device import parse_device
 from devshare.model.errors import InvalidInput, yaml_error
+from devshare.model.inventory import koordinator_device
+from devshare.model.kubeobjects import meta, object_key
 from devshare.model.node import parse_node
 
 _RESOURCE_OF_KIND = {"Node": "nodes", "Device": "devices", "Pod": "pods"}
 _API_VERSION = {"Node": "v1", "Device": names.DEVICE_API_VERSION, "Pod": "v1"}
-_SAVED = ("nodes", "devices", "pods")
+_SAVED = ("nodes", "devices", "koorddevices", "pods")
+
+
+def _resource(obj: dict[str, Any]) -> str | None:
+    """Where an object is kept: Koordinator's Device (another API group, the same kind) apart."""
+    if obj.get("kind") == "Device" and obj.get("apiVersion") == names.KOORD_DEVICE_API_VERSION:
+        return "koorddevices"
+    return _RESOURCE_OF_KIND.get(str(obj.get("kind")))
 # libyaml's loader when PyYAML was built with it (about 10x faster on large cluster files)
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -41,8 +50,11 @@ def _check(doc: Any, where: str) -> tuple[str, str, dict[str, Any]]:
     if kind not in _RESOURCE_OF_KIND:
         raise InvalidInput(f"kind {kind!r} is not one of Node, Device, Pod (or List)", field=where)
     api = doc.get("apiVersion", _API_VERSION[kind])
-    if api != _API_VERSION[kind]:
-        raise InvalidInput(f"apiVersion of a {kind} must be {_API_VERSION[kind]}, got {api!r}", field=where)
+    koord = kind == "Device" and api == names.KOORD_DEVICE_API_VERSION
+    if api != _API_VERSION[kind] and not koord:
+        raise InvalidInput(f"apiVersion of a {kind} must be {_API_VERSION[kind]}"
+                           + (f" (or {names.KOORD_DEVICE_API_VERSION}, Koordinator's)" if kind == "Device" else "")
+                           + f", got {api!r}", field=where)
     m = doc.get("metadata")
     if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not m["name"]:
         raise InvalidInput(f"{kind} has no metadata.name", field=where)
@@ -51,6 +63,8 @@ def _check(doc: Any, where: str) -> tuple[str, str, dict[str, Any]]:
     try:
         if kind == "Node":
             parse_node(obj)
+        elif koord:
+            koordinator_device(obj)
         elif kind == "Device":
             parse_device(obj)
         else:
@@ -70,7 +84,7 @@ def _check(doc: Any, where: str) -> tuple[str, str, dict[str, Any]]:
         raise InvalidInput(str(e), field=where) from None
     if kind != "Pod":
         obj["metadata"].pop("namespace", None)
-    return _RESOURCE_OF_KIND[kind], object_key(obj), obj
+    return "koorddevices" if koord else _RESOURCE_OF_KIND[kind], object_key(obj), obj
 
 
 def _documents(path: Path) -> Iterable[tuple[str, Any]]:
@@ -158,7 +172,7 @@ class MemoryBackend:
     # ------------------------------------------------------------------ direct changes (tests, tools)
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create or replace a Node, Device or Pod object."""
-        resource = _RESOURCE_OF_KIND.get(str(obj.get("kind")))
+        resource = _resource(obj)
         if resource is None:
             raise InvalidInput(f"kind {obj.get('kind')!r} is not one of Node, Device, Pod")
         key = object_key(obj)

@@ -35,11 +35,11 @@ from lightkube.config.models import User
 from lightkube.core.exceptions import ConfigError
 from yarl import URL
 
-from devshare.kube.backend import Kind, ListResult, WatchEvent, meta
+from devshare.kube.backend import Kind, ListResult, WatchEvent
 from devshare.kube.credentials import Credentials
 from devshare.kube.errors import BackendError, Conflict, Gone, NotFound, Unavailable
 from devshare.model.errors import InvalidInput
-from devshare.model.kubeobjects import label_problem, subdomain_problem
+from devshare.model.kubeobjects import label_problem, meta, subdomain_problem
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -63,7 +63,9 @@ EVENTS = Resource("v1", "events", True)
 CONFIG_MAPS = Resource("v1", "configmaps", True)
 LEASES = Resource("coordination.k8s.io/v1", "leases", True)
 DEVICES = Resource("devshare.io/v1alpha1", "devices", False)
-WATCHED: dict[Kind, Resource] = {"nodes": NODES, "pods": PODS, "devices": DEVICES}
+# Koordinator's Device, as koordlet writes it (taking over from Koordinator: devshare.engine.takeover)
+KOORD_DEVICES = Resource("scheduling.koordinator.sh/v1alpha1", "devices", False)
+WATCHED: dict[Kind, Resource] = {"nodes": NODES, "pods": PODS, "devices": DEVICES, "koorddevices": KOORD_DEVICES}
 
 
 def api_path(resource: Resource, *, namespace: str | None = None, name: str | None = None,
@@ -295,10 +297,16 @@ class KubeClient:
     async def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
         return _decoded(await self._call("PATCH", path, body=patch, content_type=MERGE_PATCH))
 
-    async def watch_path(self, path: str, resource_version: str) -> AsyncIterator[WatchEvent]:
-        """The changes at ``path`` (a collection) after ``resource_version``, until the API server ends
-        the watch (after ``watch_timeout`` seconds). An ERROR event raises its Status's error (410: Gone)."""
-        params = {"watch": "true", "timeoutSeconds": str(self.watch_timeout)}
+    async def delete(self, path: str) -> None:
+        """Delete the object at ``path`` (404 raises :class:`NotFound`)."""
+        await self._call("DELETE", path)
+
+    async def watch_path(self, path: str, resource_version: str,
+                         params: Mapping[str, str] | None = None) -> AsyncIterator[WatchEvent]:
+        """The changes at ``path`` (a collection; ``params``: a field selector) after ``resource_version``,
+        until the API server ends the watch (after ``watch_timeout`` seconds). An ERROR event raises its
+        Status's error (410: Gone)."""
+        params = {**(params or {}), "watch": "true", "timeoutSeconds": str(self.watch_timeout)}
         if resource_version:
             params["resourceVersion"] = resource_version
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=self.watch_timeout + 30)

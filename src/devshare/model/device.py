@@ -40,6 +40,8 @@ class NodeDevices(msgspec.Struct, frozen=True, kw_only=True):
     gpu_bandwidth: tuple[tuple[float, ...], ...] | None = None
     # device ids held outside devshare (kubelet checkpoint of another device plugin, seed 001)
     held_outside: tuple[str, ...] = ()
+    # the pods (UIDs) those checkpoint entries name: their cards are counted through held_outside
+    held_pods: tuple[str, ...] = ()
     gpu_model: str = ""  # the Device's devshare.io/gpu-model label (the agent's, as on the Node)
 
     def of_type(self, device_type: str) -> tuple[DeviceInfo, ...]:
@@ -163,21 +165,25 @@ def parse_device(obj: Any) -> NodeDevices:
                 bandwidth = parse_topology_matrix(
                     entry.get("topology", ""), field=f"Device {name}: spec.topologies.gpu", size=n_gpus
                 )
-    held: tuple[str, ...] = ()
+    held: list[str] = []
+    held_pods: list[str] = []
     annotations = meta.get("annotations") or {}
-    raw = annotations.get(names.DEVICE_CHECKPOINTS) if isinstance(annotations, dict) else None
-    if raw:
+    for key in (names.DEVICE_CHECKPOINTS, names.GPU_CHECKPOINTS):
+        raw = annotations.get(key) if isinstance(annotations, dict) else None
+        if not raw:
+            continue
         try:
             entries = json.loads(raw)
-            held = tuple(str(i) for e in entries for i in (e.get("deviceIDs") or []))
+            # a shared card's replica id (GPU-x::3, NVIDIA's time-slicing) holds the card itself
+            held += [str(i).split("::", 1)[0] for e in entries for i in (e.get("deviceIDs") or [])]
+            held_pods += [str(e["podUID"]) for e in entries if e.get("podUID")]
         except (json.JSONDecodeError, AttributeError, TypeError) as e:
-            raise InvalidDevice(
-                f"annotation {names.DEVICE_CHECKPOINTS} must be a JSON list of checkpoint entries",
-                field=f"Device {name}",
-            ) from e
+            raise InvalidDevice(f"annotation {key} must be a JSON list of checkpoint entries",
+                                field=f"Device {name}") from e
     labels = meta.get("labels") or {}
     model = labels.get(names.NODE_GPU_MODEL, "") if isinstance(labels, dict) else ""
-    return NodeDevices(node=name, devices=tuple(devices), gpu_bandwidth=bandwidth, held_outside=held,
+    return NodeDevices(node=name, devices=tuple(devices), gpu_bandwidth=bandwidth,
+                       held_outside=tuple(dict.fromkeys(held)), held_pods=tuple(dict.fromkeys(held_pods)),
                        gpu_model=model if isinstance(model, str) else "")
 
 

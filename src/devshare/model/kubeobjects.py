@@ -1,6 +1,6 @@
 """Facts of Kubernetes objects devshare relies on: what Kubernetes accepts as an object's name and a
-namespace (``k8s.io/apimachinery``'s ``validation.IsDNS1123Subdomain`` and ``IsDNS1123Label``), and
-the phases in which a pod is finished.
+namespace (``k8s.io/apimachinery``'s ``validation.IsDNS1123Subdomain`` and ``IsDNS1123Label``), the
+phases in which a pod is finished, and how an object is keyed.
 
 A name read from a request body (a /bind's ``PodName``, a filter's Pod) or from anywhere else goes
 into the path of an API request only once it passed these: a name holding ``/``, a space, a CR or
@@ -9,6 +9,8 @@ a LF could otherwise name another object, or split the request (issue 37)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from devshare.model.errors import InvalidInput
 
@@ -64,3 +66,16 @@ def check_name(value: object, *, what: str = "name") -> str:
         raise InvalidInput(f"{_shown(value)} is not a valid Kubernetes object name: {problem}", field=what)
     assert isinstance(value, str)
     return value
+
+
+def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object's metadata (empty when it has none, or none that is a mapping)."""
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` for namespaced objects, ``name`` otherwise."""
+    m = meta(obj)
+    ns = m.get("namespace")
+    return f"{ns}/{m.get('name', '')}" if ns else str(m.get("name", ""))

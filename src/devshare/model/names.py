@@ -40,6 +40,9 @@ GANG_MIN_AVAILABLE = "gang.scheduling.koordinator.sh/min-available"
 DEVICE_API_VERSION = "devshare.io/v1alpha1"
 DEVICE_KIND = "Device"
 DEVICE_CHECKPOINTS = "node.koordinator.sh/devices-checkpoints"
+# the key seed 001's Device example writes the same list under (both are read)
+GPU_CHECKPOINTS = "node.koordinator.sh/gpu-checkpoints"
+KOORD_DEVICE_API_VERSION = "scheduling.koordinator.sh/v1alpha1"  # Koordinator's Device, as koordlet writes it
 
 # Device resource names inside a Device's spec.devices[].resources
 DEV_GPU_CORE = ("koordinator.sh/gpu-core", "kubernetes.io/gpu-core")

@@ -1,8 +1,11 @@
 """A v1 Pod (a plain dict) read into a :class:`~devshare.model.request.PodRequest`.
 
 - Container resources come from ``resources.requests``, or ``limits`` for a name not in requests.
-- One :class:`ContainerRequest` per app container, in order, those asking nothing included.
-  Init containers are ignored unless they ask for devices, which is refused.
+- One :class:`ContainerRequest` per app container, in order, those asking nothing included, and one
+  per init container (``init_containers``), with kubelet's semantics: an init container's devices
+  are handed on to the app containers, so the pod's need is the larger of its largest init container
+  and its app containers together (:mod:`devshare.model.initplan`); a restartable one (a sidecar)
+  keeps its devices. Refused only where the dialect's node side cannot give an init container devices.
 - Each container asks in one dialect, read by that dialect's module through the registry
   (:mod:`devshare.model.dialects`); a dialect may carry another's asks (``nvidia.com/gpu`` next to
   Koordinator's ``rdma``/``fpga`` is of the ``koordinator`` dialect, whose annotation carries
@@ -16,9 +19,10 @@
   model), for the GPUs of every dialect (:class:`~devshare.model.request.GpuSelection`).
 - Group: labels ``gputopology.scheduling.koordinator.sh/name`` + ``/replica`` (seed 003); gang:
   annotations ``gang.scheduling.koordinator.sh/name`` + ``/min-available``. With both, they must
-  agree. A gang alone makes a group of that name and size.
-- ``cpu_milli``/``memory_bytes``: what Kubernetes counts for the node, the larger of the sum over
-  app containers and the largest init container (rounded up).
+  agree. A gang alone makes a group of that name and size. A gang key written as a label (or a
+  group key as an annotation) is refused with the fix rather than ignored.
+- ``cpu_milli``/``memory_bytes``: what kube-scheduler counts for the node (:func:`node_requests`:
+  app containers, sidecars, init containers, pod-level resources, overhead; rounded up).
 
 :func:`read_pod` never raises: it returns what it could read and every problem found.
 :func:`parse_pod` raises them (:class:`~devshare.model.errors.InvalidRequest`).
@@ -29,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from devshare.model import dialects, names, validation
+from devshare.model import dialects, names, prefixes, validation
 from devshare.model.dialects import Dialect
 from devshare.model.errors import InvalidInput
 from devshare.model.problems import Problems
@@ -53,7 +57,6 @@ def requests_devices(pod: Any) -> bool:
     spec = pod.get("spec") if isinstance(pod, dict) else None
     if not isinstance(spec, dict):
         return False
-    device_names = dialects.resource_names()
     for key in ("containers", "initContainers"):
         containers = spec.get(key)
         if not isinstance(containers, list):
@@ -66,7 +69,8 @@ def requests_devices(pod: Any) -> bool:
                 d = res.get(part)
                 if isinstance(d, dict):
                     for k, v in d.items():
-                        if k in device_names and v not in _ZERO:
+                        # a name a dialect reads, or one under a dialect's prefix to refuse (a misspelling)
+                        if isinstance(k, str) and v not in _ZERO and prefixes.judged(k):
                             return True
     return False
 
@@ -248,6 +252,10 @@ def _group(labels: dict[str, str], annotations: dict[str, str], problems: Proble
                 return None, None
         return name, count
 
+    misplaced = validation.group_keys_misplaced(labels, annotations)
+    if misplaced:
+        problems.extend("group", misplaced)
+        return None
     name, replicas = pair(labels, names.GROUP_NAME, names.GROUP_REPLICA, "label")
     gang, min_available = pair(annotations, names.GANG_NAME, names.GANG_MIN_AVAILABLE, "annotation")
     msgs = validation.group_consistent(name, replicas, gang, min_available)
@@ -294,6 +302,7 @@ def _container_rows(spec: dict[str, Any], problems: Problems) -> list[Row]:
             name = f"#{i}"
         where = f"container {name!r}"
         resources = container_resources(c, where, problems)
+        problems.extend(where, prefixes.refusals(k for k, v in resources.items() if v not in _ZERO))
         asked, readers = dialects.dialects_in(resources)
         msg = validation.one_dialect(asked, "container")
         if msg:
@@ -303,50 +312,110 @@ def _container_rows(spec: dict[str, Any], problems: Problems) -> list[Row]:
     return rows
 
 
-def _app_containers(rows: list[Row], annotations: dict[str, str],
-                    problems: Problems) -> tuple[list[ContainerRequest], int, int]:
+def _app_containers(rows: list[Row], annotations: dict[str, str], problems: Problems) -> list[ContainerRequest]:
     """The containers' requests (with each asked dialect's pod-level input, e.g. mGPU's card counts
-    from the pod's annotation) and their summed CPU and memory."""
+    from the pod's annotation)."""
     contexts: dict[str, Any] = {}
     for _, _, _, readers in rows:
         for d in readers:
             if d.name not in contexts:
                 contexts[d.name] = d.pod_context(annotations, len(rows), problems)
     containers: list[ContainerRequest] = []
-    cpu = memory = 0
     for i, (name, resources, _, readers) in enumerate(rows):
         where = f"container {name!r}"
         devices: list[DeviceRequest] = []
         for d in readers:
             devices += d.read(resources, where, problems, contexts[d.name], i)
         containers.append(ContainerRequest(name=name, devices=tuple(devices)))
-        c_cpu, c_mem = _node_resources(resources, where, problems)
-        cpu, memory = cpu + c_cpu, memory + c_mem
-    return containers, cpu, memory
+    return containers
 
 
-def _init_containers(spec: dict[str, Any], problems: Problems, cpu: int, memory: int) -> tuple[int, int]:
-    """Init containers ask no devices; the pod's CPU and memory are at least the largest one's."""
+def _init_containers(spec: dict[str, Any], problems: Problems) -> tuple[list[ContainerRequest], list[str]]:
+    """Each init container's requests (read in its dialect, with no pod-level input) and dialects."""
     init = spec.get("initContainers")
+    out: list[ContainerRequest] = []
+    asked_in: list[str] = []
     for i, c in enumerate(init if isinstance(init, list) else []):
         if not isinstance(c, dict):
+            problems.add(f"spec.initContainers[{i}]", "must be a mapping with name and resources")
             continue
-        where = f"init container {c.get('name', i)!r}"
+        raw_name = c.get("name")
+        name = raw_name if isinstance(raw_name, str) and raw_name else f"#{i}"
+        where = f"init container {name!r}"
         resources = container_resources(c, where, problems)
-        device_names = dialects.resource_names()
-        asked = sorted(k for k, v in resources.items() if k in device_names and v not in _ZERO)
-        msg = validation.init_container_devices(asked)
+        problems.extend(where, prefixes.refusals(k for k, v in resources.items() if v not in _ZERO))
+        asked, readers = dialects.dialects_in(resources)
+        msg = validation.one_dialect(asked, "container")
         if msg:
             problems.add(where, msg)
-        i_cpu, i_mem = _node_resources(resources, where, problems)
-        cpu, memory = max(cpu, i_cpu), max(memory, i_mem)
+            readers = []
+        devices: list[DeviceRequest] = []
+        for d in readers:
+            if not d.init_containers:
+                problems.add(where, validation.init_container_devices(d.name, sorted(
+                    k for k, v in resources.items() if k in d.resource_names and v not in _ZERO)))
+                continue
+            devices += d.read(resources, where, problems, None, i)
+        asked_in += asked if not msg else []
+        out.append(ContainerRequest(name=name, devices=tuple(devices), restartable=c.get("restartPolicy") == "Always"))
+    return out, asked_in
+
+
+def node_requests(spec: dict[str, Any], problems: Problems) -> tuple[int, int]:
+    """The CPU (milli) and memory (bytes) the pod takes of its node, as kube-scheduler counts them
+    (component-helpers' ``resource.PodRequests``): the app containers summed, with each restartable
+    init container (a sidecar, ``restartPolicy: Always``) added to them; at least each ordinary init
+    container plus the sidecars started before it; pod-level ``spec.resources`` in place of all of it
+    where given; plus ``spec.overhead``."""
+    def each(key: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+        raw = spec.get(key)
+        out = []
+        for i, c in enumerate(raw if isinstance(raw, list) else []):
+            if isinstance(c, dict):
+                where = f"{'init container' if key == 'initContainers' else 'container'} {c.get('name', i)!r}"
+                # the shape of resources is judged where containers are read (_container_rows,
+                # _init_containers); the quantities here
+                out.append((where, c, container_resources(c, where, Problems())))
+        return out
+
+    cpu = memory = 0
+    for where, _, resources in each("containers"):
+        c_cpu, c_mem = _node_resources(resources, where, problems)
+        cpu, memory = cpu + c_cpu, memory + c_mem
+    side_cpu = side_mem = init_cpu = init_mem = 0
+    for where, c, resources in each("initContainers"):
+        c_cpu, c_mem = _node_resources(resources, where, problems)
+        if c.get("restartPolicy") == "Always":
+            cpu, memory = cpu + c_cpu, memory + c_mem
+            side_cpu, side_mem = side_cpu + c_cpu, side_mem + c_mem
+            c_cpu, c_mem = side_cpu, side_mem
+        else:
+            c_cpu, c_mem = c_cpu + side_cpu, c_mem + side_mem
+        init_cpu, init_mem = max(init_cpu, c_cpu), max(init_mem, c_mem)
+    cpu, memory = max(cpu, init_cpu), max(memory, init_mem)
+    pod_level = spec.get("resources")
+    if isinstance(pod_level, dict) and isinstance(pod_level.get("requests"), dict):
+        p_cpu, p_mem = _node_resources(pod_level["requests"], "spec.resources", problems)
+        cpu = p_cpu if "cpu" in pod_level["requests"] else cpu
+        memory = p_mem if "memory" in pod_level["requests"] else memory
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict):
+        o_cpu, o_mem = _node_resources(overhead, "spec.overhead", problems)
+        cpu, memory = cpu + o_cpu, memory + o_mem
     return cpu, memory
 
 
-def _pod_dialect(rows: list[Row], problems: Problems) -> str:
+def pod_node_requests(pod: Any) -> tuple[int, int]:
+    """:func:`node_requests` of a pod object as the API server has it (it validated the quantities);
+    never raises: what does not read counts as 0 (such a pod never passed the API server)."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    return node_requests(spec, Problems()) if isinstance(spec, dict) else (0, 0)
+
+
+def _pod_dialect(rows: list[Row], init_dialects: list[str], problems: Problems) -> str:
     """The one dialect of the pod (one carried by another container's dialect, as nvidia.com/gpu
     beside Koordinator's rdma/fpga, counts as the carrier)."""
-    pod_dialects = dialects.pod_dialects([d for _, _, ds, _ in rows for d in ds])
+    pod_dialects = dialects.pod_dialects([d for _, _, ds, _ in rows for d in ds] + init_dialects)
     msg = validation.one_dialect(pod_dialects, "pod")
     if msg:
         problems.add("Pod", msg)
@@ -379,9 +448,13 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
     annotations = _str_map(meta.get("annotations"), "metadata.annotations", problems)
     # the containers' resources and dialects first: the mGPU card counts depend on them
     rows = _container_rows(spec, problems)
-    containers, cpu, memory = _app_containers(rows, annotations, problems)
-    cpu, memory = _init_containers(spec, problems, cpu, memory)
-    dialect = _pod_dialect(rows, problems)
+    containers = _app_containers(rows, annotations, problems)
+    init_containers, init_dialects = _init_containers(spec, problems)
+    cpu, memory = node_requests(spec, problems)
+    dialect = _pod_dialect(rows, init_dialects, problems)
+    msg = validation.one_card_per_pod(dialect, dialects.dialect_of(dialect), containers + init_containers)
+    if msg:
+        problems.add("Pod", msg)
 
     policy = annotations.get(names.COMPUTE_POLICY)
     msg = validation.compute_policy(policy)
@@ -397,6 +470,7 @@ def read_pod(pod: Any) -> tuple[PodRequest | None, Problems]:
         name=pod_name if isinstance(pod_name, str) else str(pod_name),
         uid=str(meta.get("uid") or ""),
         containers=tuple(containers),
+        init_containers=tuple(init_containers) if any(c.devices for c in init_containers) else (),
         dialect=dialect,
         compute_policy=policy,
         gpu_models=_gpu_models(spec, annotations, problems),

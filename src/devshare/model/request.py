@@ -49,6 +49,9 @@ class ContainerRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     devices: tuple[DeviceRequest, ...] = ()
+    # an init container with restartPolicy Always (a "sidecar"): it runs beside the app containers, and
+    # kubelet keeps its devices for it rather than handing them on (only in PodRequest.init_containers)
+    restartable: bool = False
 
     def get(self, device_type: str) -> DeviceRequest | None:
         for d in self.devices:
@@ -109,6 +112,9 @@ class PodRequest(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     uid: str = ""
     containers: tuple[ContainerRequest, ...] = ()
+    # every init container, in spec order (those asking for nothing too: some dialects' annotations
+    # list them); how their devices are placed: devshare.model.initplan
+    init_containers: tuple[ContainerRequest, ...] = ()
     dialect: str = "koordinator"  # the dialect it asked in: koordinator | nvidia | mgpu | aliyun
     compute_policy: str | None = None  # mGPU compute policy asked by annotation, if any
     gpu_models: tuple[str, ...] = ()  # allowed GPU models; empty = any
@@ -125,17 +131,18 @@ class PodRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     def device_types(self) -> tuple[str, ...]:
         seen: list[str] = []
-        for c in self.containers:
+        for c in (*self.containers, *self.init_containers):
             for d in c.devices:
                 if d.type not in seen:
                     seen.append(d.type)
         return tuple(seen)
 
     def has_devices(self) -> bool:
-        return any(c.devices for c in self.containers)
+        return any(c.devices for c in self.containers) or any(c.devices for c in self.init_containers)
 
     def multi_card_share(self) -> bool:
         """True when some container spreads a fractional share over several GPUs (seed 000)."""
         return any(
-            d.type == "gpu" and d.count > 1 and not d.whole for c in self.containers for d in c.devices
+            d.type == "gpu" and d.count > 1 and not d.whole
+            for c in (*self.containers, *self.init_containers) for d in c.devices
         )

@@ -31,13 +31,25 @@ def one_dialect(dialects: list[str], what: str) -> str | None:
     )
 
 
-def init_container_devices(asked: list[str]) -> str | None:
-    if not asked:
-        return None
+def init_container_devices(dialect: str, asked: list[str]) -> str:
+    """A dialect whose node side gives init containers no devices (Volcano's vGPU plugin reads app
+    containers only): kubelet could, the node side cannot."""
     return (
-        f"init container asks for {', '.join(asked)}: devices are given to app containers only; "
-        "move the request to a container in spec.containers"
+        f"init container asks for {', '.join(asked)}: the {dialect} node side gives devices to app containers "
+        "only; move the request to a container in spec.containers"
     )
+
+
+def one_card_per_pod(dialect_name: str, dialect: Any, containers: Any) -> str | None:
+    """A dialect that records one card per pod (Volcano's gpushare index) needs the pod's devices
+    asked in one container (devshare places each container's ask on its own)."""
+    if dialect is None or not getattr(dialect, "one_card_per_pod", False):
+        return None
+    asking = [c.name for c in containers if c.devices and not getattr(c, "restartable", False)]
+    if len(asking) <= 1:
+        return None
+    return (f"containers {', '.join(repr(n) for n in asking)} each ask for a card, but {dialect_name} records one "
+            "card for the whole pod: ask for the memory in one container")
 
 
 def node_name_bypass(node_name: Any, has_devices: bool, allocated: bool) -> str | None:
@@ -96,6 +108,22 @@ def group_consistent(
             f"label {names.GROUP_REPLICA}={replicas} and annotation {names.GANG_MIN_AVAILABLE}="
             f"{min_available} must be the same: both are the job's number of pods"
         )
+    return out
+
+
+def group_keys_misplaced(labels: dict[str, str], annotations: dict[str, str]) -> list[str]:
+    """Seed 003 reads the group from labels and the gang from annotations (as Koordinator does): a key
+    written in the other place would silently be ignored, and the pod placed alone (issue 40: gang
+    keys written as labels placed two of three members), so it is refused with the fix."""
+    out: list[str] = []
+    for key in (names.GANG_NAME, names.GANG_MIN_AVAILABLE):
+        if key in labels and key not in annotations:
+            out.append(f"{key} is a label here, but gang keys are read from annotations: move it to "
+                       "metadata.annotations (as a label it would be ignored and the pod placed alone)")
+    for key in (names.GROUP_NAME, names.GROUP_REPLICA):
+        if key in annotations and key not in labels:
+            out.append(f"{key} is an annotation here, but group keys are read from labels: move it to "
+                       "metadata.labels (as an annotation it would be ignored and the pod placed alone)")
     return out
 
 

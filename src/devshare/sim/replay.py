@@ -21,6 +21,7 @@ import numpy as np
 
 from devshare.engine.handlers.base import Settings
 from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.policies.firstfit import DraBaselinePolicy
 from devshare.engine.policies.protocol import Policy
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
@@ -28,8 +29,9 @@ from devshare.model import names
 from devshare.model.device import DeviceInfo, NodeDevices
 from devshare.model.node import NodeInfo
 from devshare.model.request import WHOLE, ContainerRequest, DeviceRequest, PodRequest
+from devshare.sim.dra import DraWindow
 from devshare.sim.trace import MIB, MILLI, Trace, TracePod
-from devshare.sim.window import Window, schedule
+from devshare.sim.window import ADAPTIVE, Window, schedule
 
 MAX_ARRIVED = 130  # percent of cluster GPU capacity
 NAMESPACE = "openb"
@@ -121,6 +123,8 @@ def replay(trace: Trace, policy: Policy, seed: int, *, progress: Progress | None
     sched = Scheduler(state, policy=policy, settings=settings or Settings(topology=False))
     lifecycle = Lifecycle(sched)
     win = None if window is None else Window(state, window)
+    if isinstance(policy, DraBaselinePolicy):  # DRA (issue 38): stock kube-scheduler's window is GPU-aware
+        win = DraWindow(state, sched, ADAPTIVE if window is None else window)
     cap = trace.gpu_capacity
     curve = [0.0] * (MAX_ARRIVED + 1)
     recorded = -1

@@ -113,7 +113,7 @@ PLOT_FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".svg": "svg", "
 COLOURS = {"devshare": "#d62728", "fgd": "#1f77b4", "bestfit": "#2ca02c", "random": "#7f7f7f",
            "dotprod": "#9467bd", "clustering": "#8c564b", "packing": "#e377c2"}
 EXTRA_COLOURS = ("#17becf", "#bcbd22", "#ff7f0e")
-X_FROM = 85  # arrived %: below this every policy allocates everything that arrived
+ZOOM_FROM = 85  # arrived %: below this every policy allocates everything that arrived (the inset's left edge)
 
 
 def plot_format(out: Path) -> str:
@@ -130,57 +130,75 @@ def trace_title(trace: str) -> str:
     return f"openb {trace.removeprefix('openb_pod_list_')}" if trace.startswith("openb_pod_list_") else trace
 
 
-def plot(objects: Sequence[dict[str, Any]], out: Path, title: str = "") -> None:
-    """Allocation % (top) and unused capacity % (bottom) against arrived %, on the arrived range where
-    policies differ, with the offline optimum's line where the objects carry it."""
+def figure(objects: Sequence[dict[str, Any]], title: str = "") -> Any:
+    """One panel: GPU allocated (% of the cluster) against arrived workload (% of its GPU capacity),
+    on full axes (0-130% arrived, 0-100% allocated: no axis starts at 84), one line per policy
+    labelled with the table's figure (unallocated GPU % at 100% arrival), the offline optimum (dashed)
+    and the floor (x at 100%) marked where the objects carry them, and an inset that zooms on the
+    range where the policies differ (85-130% arrived), its frame drawn on the main axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fmt = plot_format(out)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7.5), sharex=True,
-                                      gridspec_kw={"height_ratios": [3, 2]})
-    x = list(range(X_FROM, 131))
+    fig, ax = plt.subplots(figsize=(8, 7.6))
+    inset = ax.inset_axes((0.47, 0.07, 0.5, 0.45))  # below the diagonal: no line runs behind it
+    x_all = list(range(0, 131))
     extra = iter(EXTRA_COLOURS * 3)
     low = 100.0
-    unused_top = 1.0  # the bottom panel's height: the most unused from 95% arrived on
     for obj in objects:
         curves = list(obj["allocated_pct"].values())
-        mean = [statistics.fmean(c[i] for c in curves) for i in x]
-        low = min(low, *mean)
+        mean = [statistics.fmean(c[i] for c in curves) for i in x_all]
+        low = min(low, *mean[ZOOM_FROM:])
         colour = COLOURS.get(obj["policy"]) or next(extra, None)
-        label = f"{obj['policy']} ({obj['unallocated_pct_at_100']['mean']:.2f}% unallocated at 100%)"
-        top.plot(x, mean, label=label, linewidth=1.6, color=colour)
-        bottom.plot(x, [100.0 - v for v in mean], color=colour, linewidth=1.6)
-        unused_top = max(unused_top, *(100.0 - v for i, v in zip(x, mean, strict=True) if i >= 95))
+        label = f"{obj['policy']}: {obj['unallocated_pct_at_100']['mean']:.2f}% unallocated at 100% arrival"
+        for axes in (ax, inset):
+            axes.plot(x_all, mean, label=label if axes is ax else None, linewidth=1.6, color=colour)
     opt = next((o for o in objects if "optimum_allocated_pct" in o), None)
     if opt is not None:
         per_seed = list(opt["optimum_allocated_pct"].values())
         xs = [int(k) for k in per_seed[0]]
         ys = [statistics.fmean(c[str(k)] for c in per_seed) for k in xs]
-        fl = opt["floor_unallocated_pct_at_100"]["mean"]
-        label = (f"offline optimum, GPU only ({opt['optimum_unallocated_pct_at_100']['mean']:.2f}% at 100%"
-                 + ("" if fl is None else f"; x: every pod before {FLOOR_PCT}% placed, {fl:.2f}%") + ")")
-        top.plot(xs, ys, color="black", linestyle="--", linewidth=1.2, marker=".", label=label)
-        bottom.plot(xs, [100.0 - v for v in ys], color="black", linestyle="--", linewidth=1.2, marker=".")
-        if fl is not None:  # the floor at 100% arrival: where an online replay that places the early pods can get
-            top.plot([100], [100.0 - fl], color="black", marker="x", linestyle="none", markersize=7)
-            bottom.plot([100], [fl], color="black", marker="x", linestyle="none", markersize=7)
+        label = (f"offline optimum (GPU only): {opt['optimum_unallocated_pct_at_100']['mean']:.2f}% "
+                 "unallocated at 100% arrival")
+        for axes in (ax, inset):
+            axes.plot(xs, ys, color="black", linestyle="--", linewidth=1.2, marker=".",
+                      label=label if axes is ax else None)
         low = min(low, *ys)
-    top.plot(x, [min(v, 100) for v in x], color="grey", linestyle=":", linewidth=1, label="everything arrived")
-    for ax in (top, bottom):
-        ax.axvline(100, color="grey", linewidth=0.8, linestyle="--")
-        ax.grid(alpha=0.3)
-    top.set_ylabel("GPU allocated (% of cluster)")
-    top.set_ylim(max(0.0, low - 2.0), 100.5)
-    top.legend(loc="lower right", fontsize=7.5)
-    top.set_title(title or "GPU allocation against arrived workload")
-    bottom.set_xlabel("arrived workload (% of the cluster's GPU capacity)")
-    bottom.set_ylabel("GPU unused (% of cluster)")
-    bottom.set_xlim(X_FROM, 130)
-    bottom.set_ylim(0, unused_top + 0.5)
+        fl = opt["floor_unallocated_pct_at_100"]["mean"]
+        if fl is not None:  # where an online replay that places every pod arriving before 95% can get
+            label = (f"floor (every pod arriving before {FLOOR_PCT}% placed): {fl:.2f}% unallocated at "
+                     "100% arrival")
+            for axes in (ax, inset):
+                axes.plot([100], [100.0 - fl], color="black", marker="x", linestyle="none", markersize=8,
+                          label=label if axes is ax else None)
+            low = min(low, 100.0 - fl)
+    for axes in (ax, inset):
+        axes.plot(x_all, [min(v, 100) for v in x_all], color="grey", linestyle=":", linewidth=1,
+                  label="all arrived workload allocated" if axes is ax else None)
+        axes.axvline(100, color="grey", linewidth=0.8, linestyle="--")
+        axes.grid(alpha=0.3)
+    ax.set_xlim(0, 130)
+    ax.set_ylim(0, 101)
+    ax.set_xlabel("arrived workload (% of the cluster's GPU capacity)")
+    ax.set_ylabel("GPU allocated (% of the cluster's GPU capacity)")
+    ax.set_title(title or "GPU allocation against arrived workload")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.09), fontsize=8, frameon=False)
+    inset.set_xlim(ZOOM_FROM, 130)
+    inset.set_ylim(max(0.0, low - 1.0), 100.5)
+    inset.set_title(f"zoom: {ZOOM_FROM}-130% arrived", fontsize=8)
+    inset.tick_params(labelsize=7)
+    ax.indicate_inset_zoom(inset, edgecolor="grey")
     fig.tight_layout()
+    return fig
+
+
+def plot(objects: Sequence[dict[str, Any]], out: Path, title: str = "") -> None:
+    """Write :func:`figure` to ``out`` (format from its suffix), through a temporary file and a rename."""
+    import matplotlib.pyplot as plt
+
+    fmt = plot_format(out)
+    fig = figure(objects, title)
     out = Path(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=out.suffix, dir=out.parent if str(out.parent) else ".")
     os.close(fd)

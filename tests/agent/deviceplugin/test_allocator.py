@@ -279,3 +279,40 @@ def test_no_stand_in_while_kubelets_checkpoint_cannot_be_read(backend: FakeBacke
         a.allocate(CORE, ids(30))
     cp.write_text('{"Data": {"PodDeviceEntries": []}}')
     assert a.allocate(CORE, ids(30))[0].envs["NVIDIA_VISIBLE_DEVICES"] in (u[0], u[1])
+
+
+def test_a_checkpoint_that_appears_after_the_agent_started_is_used(backend: FakeBackend, tmp_path: Path) -> None:
+    """Issue 39: on a fresh node there is no checkpoint when the agent starts; kubelet writes it once a
+    plugin has listed its devices. The agent reads it at every call, so stand-ins start with it."""
+    u = [g.uuid for g in backend.discover().gpus]
+    cp = tmp_path / "kubelet_internal_checkpoint"
+    twins = [pod(f"r{i}", "n1", [("c", {KOORD_GPU_CORE: 30}, [gpu(i, u[i], 300)])]) for i in range(2)]
+    inv = backend.discover()
+    a = Allocator("n1", MemoryClient(twins), lambda: inv, resources=SERVED, checkpoint=cp)
+    with pytest.raises(AllocateError, match="ambiguous"):  # nothing could settle a stand-in yet
+        a.allocate(CORE, ids(30))
+    cp.write_text('{"Data": {"PodDeviceEntries": [], "RegisteredDevices": {}}, "Checksum": 1}')
+    assert a.allocate(CORE, ids(30))[0].envs["NVIDIA_VISIBLE_DEVICES"] in (u[0], u[1])
+    assert a.readable and len(a.journal.handouts) == 1
+
+
+def test_a_kubelet_restart_forgets_what_its_checkpoint_does_not_show(backend: FakeBackend, tmp_path: Path) -> None:
+    """kubelet got the answer for container a but died before writing its checkpoint: the new kubelet
+    asks for a again, and the agent must not think a was served (it would hand a's call to b)."""
+    import json
+
+    u = [g.uuid for g in backend.discover().gpus]
+    cp = tmp_path / "cp"
+    cp.write_text(json.dumps({"Data": {"PodDeviceEntries": []}}))
+    p = pod("p", "n1", [("a", {KOORD_GPU_CORE: 50}, [gpu(0, u[0], 500)]),
+                        ("b", {KOORD_GPU_CORE: 50}, [gpu(3, u[3], 500)])])
+    inv = backend.discover()
+    a = Allocator("n1", MemoryClient([p]), lambda: inv, resources=SERVED, checkpoint=cp)
+    assert a.allocate(CORE, ids(50))[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
+    a.kubelet_restarted()
+    assert a.allocate(CORE, ids(50))[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[0]  # a again, not b
+    # what the checkpoint shows survives a restart
+    cp.write_text(json.dumps({"Data": {"PodDeviceEntries": [
+        {"PodUID": "uid-p", "ContainerName": "a", "ResourceName": KOORD_GPU_CORE, "DeviceIDs": {"-1": ["x-0"]}}]}}))
+    a.kubelet_restarted()
+    assert a.allocate(CORE, ids(50))[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[3]

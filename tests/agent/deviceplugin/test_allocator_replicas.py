@@ -140,6 +140,12 @@ def test_identical_replicas_all_start_with_their_own_devices(
             # the container got exactly the cards its pod's annotation records
             assert envs["NVIDIA_VISIBLE_DEVICES"] == ",".join(uuids[g.minor] for g in c.devices), (uid, c.name)
             assert envs["DEVSHARE_GPU_CORE_LIMIT"] == "30"
+            # and kubelet recorded ids of those cards (GetPreferredAllocation): its checkpoint and its
+            # pod-resources API name the cards the container has, trades included
+            for resource in SERVED & set(next(a for a in pods[0]["spec"]["containers"]
+                                              if a["name"] == c.name)["resources"]["limits"]):
+                cards = {int(i.split("-")[0]) for i in kubelet.picked[(uid, c.name, resource)]}
+                assert cards == {g.minor for g in c.devices}, (uid, c.name, resource)
         if ann[names.ALLOCATION] != pods[int(uid[-1])]["metadata"]["annotations"][names.ALLOCATION]:
             assert ann[names.TRADE] in after  # traded, tagged with its partner
 

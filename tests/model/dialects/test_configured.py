@@ -65,7 +65,7 @@ def test_beside_koordinator_names_the_pod_is_koordinators(npu: None) -> None:
         ContainerAllocation(name="c1", devices=())))
     out = encode_annotations(req, alloc, now_ns=1)
     assert json.loads(out["scheduling.koordinator.sh/device-allocated"]) == {
-        "npu": [{"minor": 1, "resources": {NPU: "50"}}]}
+        "npu": [{"minor": 1, "id": "npu-1", "resources": {NPU: "50"}}]}
     assert json.loads(out["devshare.io/allocation"])["containers"][0]["devices"][0]["type"] == "npu"
     # alone, it writes Koordinator's annotation too (Koordinator records every device type there)
     alone = parse_pod(npu_pod({NPU: "50"}))
@@ -79,4 +79,5 @@ def test_configuring_again_replaces_and_a_taken_name_is_refused(npu: None) -> No
         dialects.configure_types({"x": ("example.com/x",), "y": ("nvidia.com/gpu",)})
     assert not [n for n in dialects.DIALECTS if n.startswith("type:")]  # all or nothing
     dialects.configure_types({})
-    assert set(dialects.DIALECTS) == {"koordinator", "nvidia", "mgpu", "aliyun"}
+    assert set(dialects.DIALECTS) == {"koordinator", "nvidia", "mgpu", "aliyun", "hami", "volcano-vgpu",
+                                      "volcano-gpushare"}

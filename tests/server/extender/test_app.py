@@ -83,14 +83,17 @@ async def test_filter_full_node_list_answers_nodes() -> None:
     assert set(out["FailedNodes"]) == {"node-1"}
 
 
-async def test_filter_accepts_camel_case_and_pod_without_devices_passes_everywhere() -> None:
+async def test_filter_accepts_camel_case_and_pod_without_devices_passes_every_known_node() -> None:
+    """A pod asking for no device is judged by its node's CPU and memory alone: every node devshare knows
+    takes it here, with or without devices; a node it does not know is refused, as for any pod."""
     backend = cluster(1, gpus=1, no_device_nodes=1)
     async with running(backend) as (client, _):
         out = await post(client, "/filter", {"pod": pod("p", core=50), "nodes": None, "nodeNames": ["node-0"]})
         assert out["NodeNames"] == ["node-0"]
         plain = pod("cpu-only")
         out = await post(client, "/filter", names_body(plain, ["node-0", "plain-0", "ghost"]))
-        assert out["NodeNames"] == ["node-0", "plain-0", "ghost"]
+        assert out["NodeNames"] == ["node-0", "plain-0"]
+        assert list(out["FailedAndUnresolvableNodes"]) == ["ghost"]
 
 
 async def test_filter_invalid_request_is_unresolvable_everywhere() -> None:

@@ -211,13 +211,31 @@ async def test_a_forged_filter_body_does_not_change_what_bind_writes() -> None:
         assert grant.core_milli == 600 and grant.memory == 10 * 2**30  # the real ask, not the forged one
 
 
-async def test_bind_refuses_a_pod_asking_for_no_device() -> None:
+async def test_bind_refuses_a_pod_asking_for_no_device_of_another_scheduler() -> None:
     plain = pod("plain")
     backend = cluster(1, gpus=1, pods=[plain])
     async with running(backend) as (client, _):
         error = await bind(client, "plain", "node-0")
-        assert "asks for no device devshare manages" in error
+        assert "asks for no device devshare manages and is default-scheduler's" in error
         assert not backend.store.get("pods", "default/plain")["spec"].get("nodeName")
+
+
+async def test_a_pod_asking_for_no_device_of_devshares_profile_is_placed_and_bound() -> None:
+    """kube-scheduler asks about every pod of devshare's profile (deploy/scheduler): one asking for no
+    device is placed by its CPU and memory, bound, and counted on its node."""
+    plain = pod("plain")
+    plain["spec"]["schedulerName"] = "devshare-scheduler"
+    plain["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "3"}}
+    backend = cluster(2, gpus=1, pods=[plain])
+    for name, cpu in (("node-0", "2"), ("node-1", "4")):
+        backend.store.patch("nodes", name, {"status": {"allocatable": {"cpu": cpu, "memory": "8Gi"}}})
+    async with running(backend) as (client, runtime):
+        out = await post(client, "/filter", names_body(plain, ["node-0", "node-1"]))
+        assert out["NodeNames"] == ["node-1"] and "node-0" in out["FailedNodes"]
+        assert await bind(client, "plain", "node-1") == ""
+        assert backend.store.get("pods", "default/plain")["spec"]["nodeName"] == "node-1"
+        row = runtime.state.row_of["node-1"]
+        assert int(runtime.state.cpu_used[row]) == 3000
 
 
 async def test_bind_refuses_a_node_devshare_does_not_know() -> None:

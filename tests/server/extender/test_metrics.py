@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from devshare.engine.state import ClusterState, Conflict
+from devshare.engine.records import Conflict
+from devshare.engine.state import ClusterState
 from devshare.server.extender.metrics import ExtenderMetrics, device_families, reason_class
 from devshare.server.extender.occupancy import MIN_MEMORY
 from support.cluster import GiB, MiB, add_node, bound

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from devshare.engine.state import DeviceColumns
+from devshare.engine.stateview import DeviceColumns
 from devshare.kube.memory import MemoryBackend
 from devshare.server.extender.occupancy import stranded_core
 from devshare.server.extender.serve import ExtenderOptions

@@ -117,3 +117,20 @@ def test_needed_victims_leaves_the_live_state_alone_and_makes_room(
     for k in keys if needed is None else needed:
         lc.release(k)
     assert isinstance(lc.scheduler.allocate_on(asker, "n"), PodAllocation) is (needed is not None)
+async def test_a_claims_devices_are_never_preempted() -> None:
+    """DRA (issue 38): a claim's record is no pod: a high-priority pod does not evict it (docs/dra.md)."""
+    from devshare.engine.dra.allocate import record_request
+    from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
+    from devshare.model.dra import parse_claim
+
+    backend = cluster(1, gpus=1)
+    async with running(backend) as (client, runtime):
+        await settle(runtime, backend)
+        claim = parse_claim({"metadata": {"name": "c", "namespace": "default"}, "spec": {"devices": {}}})
+        grant = DeviceGrant(type="gpu", minor=0, id="", core_milli=1000, memory=0, memory_ratio_milli=1000)
+        runtime.extender.lifecycle.add_watched(record_request(claim), PodAllocation(
+            node="node-0", containers=(ContainerAllocation(name="gpu", devices=(grant,)),)))
+        vip = pod("vip", gpus=1, priority=1000)
+        out = await post(client, "/filter", names_body(vip, ["node-0"]))
+        assert out["NodeNames"] == []
+        assert "default/vip" not in runtime.extender.lifecycle.nominations

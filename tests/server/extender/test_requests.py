@@ -140,7 +140,7 @@ async def test_a_configured_type_is_placed_and_reserved() -> None:
         devices = json.loads(ann["devshare.io/allocation"])["containers"][0]["devices"]
         assert [(d["type"], d["minor"], d["share"]) for d in devices] == [("npu", 1, 60)]
         assert json.loads(ann["scheduling.koordinator.sh/device-allocated"]) == {
-            "npu": [{"minor": 1, "resources": {NPU: "60"}}]}
+            "npu": [{"minor": 1, "id": "NPU-n0-1", "resources": {NPU: "60"}}]}
         await settle(runtime, backend)
         used = {(n["name"], d["minor"]): d["used"]["core"] for n in runtime.state.inspect()["nodes"]
                 for d in n["devices"] if d["type"] == "npu"}

@@ -23,6 +23,7 @@ from typing import Any
 
 from devshare.agent.checkpoint import CheckpointEntry, read_checkpoint
 from devshare.agent.client import AgentClient, WriteRefused
+from devshare.agent.deviceplugin.preferred import preferred_ids
 from devshare.agent.envs import ContainerDevices, container_devices
 from devshare.agent.inventory import Inventory
 from devshare.agent.journal import MARK, Handout, Journal, Write
@@ -38,6 +39,7 @@ from devshare.agent.matching import (
 )
 from devshare.agent.resources import PluginResource
 from devshare.model import trade
+from devshare.model.allocation import DeviceGrant
 from devshare.model.dialects import aliyun
 from devshare.model.errors import InvalidInput
 
@@ -82,21 +84,39 @@ class Allocator:
         # (the container's other resources were served before an agent restart)
         self.unmarked: set[str] = set()
         self.trades = 0  # trades made (a stand-in that was not the pod kubelet admitted)
+        self._checkpoint_state = ""  # missing | unreadable | read: the last state logged
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ what kubelet and the API say
     def _entries(self) -> list[CheckpointEntry]:
-        """kubelet's checkpoint entries of the resources served here (``readable`` tells whether it
-        could be read: stand-ins are only used while it can, else nothing would settle them)."""
-        self.readable = self.checkpoint is not None
+        """kubelet's checkpoint entries of the resources served here, read again at every call (so a
+        checkpoint that appears after the agent started, or that a restarted kubelet rewrote, is
+        seen). ``readable`` tells whether it could be read: stand-ins are only used while it can,
+        else nothing would settle them. kubelet writes it as soon as a device plugin has listed its
+        devices, so on a fresh node it exists before the first Allocate."""
+        self.readable = False
         if self.checkpoint is None:
             return []
         try:
-            return [e for e in read_checkpoint(self.checkpoint) if e.resource in self.resources]
-        except InvalidInput as e:
-            log.warning("cannot read kubelet's checkpoint (identical pods are refused meanwhile): %s", e)
-            self.readable = False
+            entries = [e for e in read_checkpoint(self.checkpoint, missing_ok=False) if e.resource in self.resources]
+        except FileNotFoundError:
+            self._checkpoint_seen("missing", "kubelet's checkpoint %s does not exist (yet): identical pods are "
+                                  "refused until it appears (is kubelet's device plugin directory mounted?)")
             return []
+        except InvalidInput as e:
+            self._checkpoint_seen("unreadable", f"cannot read kubelet's checkpoint %s (identical pods are refused "
+                                  f"meanwhile): {e}")
+            return []
+        self._checkpoint_seen("read", "reading kubelet's checkpoint %s: identical pods are served with stand-ins")
+        self.readable = True
+        return entries
+
+    def _checkpoint_seen(self, state: str, message: str) -> None:
+        """Log a change in the checkpoint's state (missing, unreadable, read), once per change."""
+        if state != self._checkpoint_state:
+            level = logging.INFO if state == "read" or self._checkpoint_state == "" else logging.WARNING
+            log.log(level, message, self.checkpoint)
+            self._checkpoint_state = state
 
     def _progress(self, entries: list[CheckpointEntry]) -> tuple[Served, set[str]]:
         """(what was allocated, the pods kubelet is in the middle of)."""
@@ -142,19 +162,48 @@ class Allocator:
         return out
 
     # ------------------------------------------------------------------ Allocate
+    def _prepare(self, resource: PluginResource) -> tuple[list[PendingPod], Served, set[str]]:
+        """What a call for ``resource`` is matched against: the pending pods (as the writes owed leave
+        them), what was allocated, and the pods kubelet is in the middle of. Settles first what
+        kubelet's checkpoint shows of earlier handouts (the trades are written before anything else)."""
+        api = self.client.list_node_pods(self.node)
+        entries = self._entries()
+        resolved = self._resolve(entries, self._overlaid(api))
+        raw = self._overlaid(api)  # the pods as the writes owed leave them
+        if resolved:
+            self.journal.save()  # a trade's two writes are owed before the first is made
+            self._flush()  # the trade's writes first: the webhook checks each against the API's pods
+        self._drop_stale(resource.name)
+        served, started = self._progress(entries)
+        return self._pending(raw), served, started
+
+    def preferred(self, resource: PluginResource, requests: list[tuple[list[str], list[str], int]]) -> list[list[str]]:
+        """kubelet's GetPreferredAllocation: per container request (available ids, ids it must
+        include, how many), the ids to pick: those of the devices the container's allocation names,
+        as many of each as its share of each (:func:`~devshare.agent.deviceplugin.preferred.preferred_ids`),
+        so that kubelet's checkpoint and its pod-resources API name the cards the container really
+        gets. The container is the one the following Allocate will be matched to (the same rules,
+        nothing recorded); when none matches, kubelet's own pick (the Allocate will say why)."""
+        with self._lock:
+            pods, served, started = self._prepare(resource)
+            inv = self.inventory()
+            out: list[list[str]] = []
+            for available, must, size in requests:
+                grants: list[DeviceGrant] = []
+                try:
+                    m = match(resource.name, size, pods, served, started, standins=self.standins and self.readable)
+                    grants = [g for c in m.pod.allocation.containers if c.name == m.container for g in c.devices
+                              if g.type == resource.device_type]
+                    served = served | {(m.pod.uid, m.container, resource.name)}
+                except AllocateError:
+                    pass
+                out.append(preferred_ids(resource, inv, grants, available, must, size))
+            return out
+
     def allocate(self, resource: PluginResource, requests: list[list[str]]) -> list[ContainerDevices]:
         """One answer per container request of the call; raises AllocateError (nothing is handed out)."""
         with self._lock:
-            api = self.client.list_node_pods(self.node)
-            entries = self._entries()
-            resolved = self._resolve(entries, self._overlaid(api))
-            raw = self._overlaid(api)  # the pods as the writes owed leave them
-            if resolved:
-                self.journal.save()  # a trade's two writes are owed before the first is made
-                self._flush()  # the trade's writes first: the webhook checks each against the API's pods
-            self._drop_stale(resource.name)
-            pods = self._pending(raw)
-            served, started = self._progress(entries)
+            pods, served, started = self._prepare(resource)
             inv = self.inventory()
             answers: list[ContainerDevices] = []
             done: list[tuple[str, str, str]] = []
@@ -230,6 +279,28 @@ class Allocator:
                 entries = self._entries()
                 self._resolve(entries, raw)
                 self._complete_unmarked(entries, self._overlaid(raw))
+            self.journal.save()
+            self._flush()
+
+    def kubelet_restarted(self) -> None:
+        """kubelet restarted (its socket was recreated). What it had recorded survives in its
+        checkpoint, which it read back; an Allocate it got an answer to but had not recorded yet (it
+        writes after each container) is made again by the new kubelet. So: settle the handouts the
+        checkpoint shows, forget what was served that it does not confirm (the new kubelet asks for
+        it again) and which pod was in the middle or given up (the new kubelet starts afresh)."""
+        with self._lock:
+            raw = self._overlaid(self.client.list_node_pods(self.node))
+            entries = self._entries()
+            self._resolve(entries, raw)
+            confirmed = {(e.pod_uid, e.container, e.resource) for e in entries}
+            dropped = len(self.journal.handouts) + len(self.served - confirmed)
+            self._forget_handouts(list(self.journal.handouts))
+            self.served &= confirmed
+            self.last_call.clear()
+            self.abandoned.clear()
+            if dropped:
+                log.info("kubelet restarted: forgetting %d allocation(s) its checkpoint does not show (it will ask "
+                         "again)", dropped)
             self.journal.save()
             self._flush()
 

@@ -70,7 +70,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         self.stopping = stopping
 
     def GetDevicePluginOptions(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.DevicePluginOptions:
-        return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=False)
+        return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
     def ListAndWatch(self, request: pb.Empty, context: grpc.ServicerContext) -> Iterator[pb.ListAndWatchResponse]:
         seen = -1
@@ -89,10 +89,15 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
     def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> pb.PreferredAllocationResponse:
+        asks = [(list(c.available_deviceIDs), list(c.must_include_deviceIDs), int(c.allocation_size))
+                for c in request.container_requests]
+        try:
+            picks = self.allocator.preferred(self.resource, asks)
+        except Exception as e:  # a preference is only advice: kubelet picks itself, the Allocate decides
+            log.warning("GetPreferredAllocation %s: %s; leaving the pick to kubelet", self.resource.name, e)
+            picks = [(must + [i for i in available if i not in must])[:size] for available, must, size in asks]
         out = pb.PreferredAllocationResponse()
-        for c in request.container_requests:
-            ids = list(c.must_include_deviceIDs)
-            ids += [i for i in c.available_deviceIDs if i not in ids][: max(0, c.allocation_size - len(ids))]
+        for ids in picks:
             out.container_responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return out
 
@@ -128,8 +133,10 @@ class DevicePlugins:
         plugin_dir: Path = DEFAULT_DIR,
         kubelet_socket: Path | None = None,
         watch_interval: float = 1.0,
+        on_kubelet_restart: Callable[[], None] | None = None,
     ) -> None:
         self.resources = list(resources)
+        self.on_kubelet_restart = on_kubelet_restart  # before registering again: no Allocate can come yet
         self.allocator = allocator
         self.inventory = inventory
         self.plugin_dir = plugin_dir
@@ -221,6 +228,11 @@ class DevicePlugins:
                 continue
             if ident != self._kubelet_id or ours_gone or pending:
                 log.info("kubelet restarted (its socket was recreated): serving and registering again")
+                if ident != self._kubelet_id and self.on_kubelet_restart is not None:
+                    try:
+                        self.on_kubelet_restart()
+                    except Exception:
+                        log.exception("settling what the previous kubelet left failed; registering anyway")
                 self._kubelet_id = ident
                 if ours_gone or not pending:
                     self._stop_servers()

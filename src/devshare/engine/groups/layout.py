@@ -32,9 +32,10 @@ import numpy.typing as npt
 
 from devshare.engine.handlers.base import SUCCESS, grant_for
 from devshare.engine.lifecycle import WhatIf
+from devshare.engine.records import Conflict
 from devshare.engine.rowwise import sum_per_row
 from devshare.engine.scheduler import Scheduler
-from devshare.engine.state import ClusterState, Conflict
+from devshare.engine.state import ClusterState
 from devshare.engine.topology import mask_of, solver_for
 from devshare.model import names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation

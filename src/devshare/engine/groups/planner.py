@@ -52,8 +52,8 @@ from devshare.engine.groups.plan import (
     quorum_of,
 )
 from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.records import Conflict, PodRecord
 from devshare.engine.scheduler import FilterOutcome, Scheduler
-from devshare.engine.state import Conflict, PodRecord
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
 from devshare.model.request import PodRequest

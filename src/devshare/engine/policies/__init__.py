@@ -30,6 +30,7 @@ from devshare.model.errors import InvalidInput
 
 NAMES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "devshare")
 LIVE_NAMES = ("devshare", "binpack", "spread")  # what the extender and devshare schedule offer
+DRA_BASELINE = "dra-baseline"  # kube-scheduler's own DRA allocation, for comparison (simulate --dra-baseline)
 
 
 def make_policy(name: str, *, seed: int = 0, classes: Mapping[ClassKey, float] | None = None,
@@ -48,6 +49,10 @@ def make_policy(name: str, *, seed: int = 0, classes: Mapping[ClassKey, float] |
         return BinpackPolicy(card_binpack=card, node_binpack=name == "binpack", core_weight=s.core_weight, **opts)
     if name == "random":
         return RandomPolicy(seed)
+    if name == "dra-baseline":  # kube-scheduler's own DRA allocation (issue 38)
+        from devshare.engine.policies.firstfit import DraBaselinePolicy
+
+        return DraBaselinePolicy(seed)
     if name == "dotprod":
         return DotProdPolicy()
     if name == "clustering":
@@ -70,7 +75,8 @@ def make_policy(name: str, *, seed: int = 0, classes: Mapping[ClassKey, float] |
 
         s = settings or Settings()
         return CardPolicy(policy, BinpackPolicy(card_binpack=card_binpack, core_weight=s.core_weight))
-    raise InvalidInput(f"unknown policy {name!r}; choose from {', '.join((*NAMES, *LIVE_NAMES[1:]))}",
+    known = ", ".join((*NAMES, *LIVE_NAMES[1:], DRA_BASELINE))
+    raise InvalidInput(f"unknown policy {name!r}; choose from {known}",
                        field="policy")
 
 

@@ -254,6 +254,10 @@ class DevsharePolicy:
         if self.strand:
             delta = delta + self.strand * self._stranding_removed(view, share)
         if self.quantize:
+            # rounding errors of the sums above (1e-13 where nothing changes) must not cross a step of the
+            # floor: at delta 0 exactly, a node that changes nothing and one off by 1e-13 fell one step apart
+            # (a uniform workload of whole GPUs then spread over 154 nodes where 125 held it)
+            delta = np.round(delta, 6)
             with np.errstate(over="ignore"):
                 q = np.floor(self.quantize / (1.0 + np.exp(-delta / 1000.0)))
             delta = np.where(np.isfinite(delta), q, -np.inf)
@@ -267,6 +271,11 @@ class DevsharePolicy:
                 rest = gpu_free(view.state, view.rows).sum(axis=1)
                 left = rest / MAX_SPEC_GPU
             s = delta - self.fit_weight * 1000.0 * left
+            if self.quantize and view.count:
+                # among nodes of the same step, the one with the least GPU left (less than a step apart): ties
+                # went by node order, which opened new nodes beside half-used ones whenever kube-scheduler's
+                # window of candidates did not start with them
+                s = s - 0.5 * left / (1.0 + left)
             if cols is None:
                 return empty_choice(view, np.asarray(s, np.float64))
             return Choice(np.asarray(s, np.float64), cols)

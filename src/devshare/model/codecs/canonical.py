@@ -1,6 +1,8 @@
 """``devshare.io/allocation``: the canonical allocation annotation (DESIGN.md), the whole truth
 from which the state is rebuilt after a restart.
 
+Init containers that ask for devices are listed too, with ``"init": true`` (their devices are handed
+on to the app containers, as kubelet does: :meth:`~devshare.model.allocation.PodAllocation.usage`).
 GPU entries carry ``type``, ``minor``, ``id``, ``core`` and ``memoryRatio`` (percent of one
 device; fractional when the thousandths are not a multiple of ten) and ``memory`` (bytes). Other
 device types (RDMA, FPGA, ...) carry ``type``, ``minor``, ``id`` and ``share`` (percent).
@@ -33,6 +35,7 @@ class _Device(msgspec.Struct):
 class _Container(msgspec.Struct):
     name: str
     devices: list[_Device] = []
+    init: bool = False
 
 
 class _Allocation(msgspec.Struct):
@@ -56,11 +59,18 @@ def _device(g: DeviceGrant) -> dict[str, Any]:
     return {"type": g.type, "minor": g.minor, "id": g.id, "share": percent(g.core_milli)}
 
 
+def _container(c: ContainerAllocation) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": c.name, "devices": [_device(g) for g in c.devices]}
+    if c.init:
+        out["init"] = True  # an init container (its devices are handed on: PodAllocation.usage)
+    return out
+
+
 def encode_allocation(alloc: PodAllocation) -> str:
     """The annotation's value (compact JSON)."""
     doc = {
         "node": alloc.node,
-        "containers": [{"name": c.name, "devices": [_device(g) for g in c.devices]} for c in alloc.containers],
+        "containers": [_container(c) for c in alloc.containers],
     }
     return msgspec.json.encode(doc).decode()
 
@@ -89,7 +99,7 @@ def parse_allocation(text: str) -> PodAllocation:
                 share = d.share if d.share is not None else d.core
                 grant = DeviceGrant(type=d.type, minor=d.minor, id=d.id, core_milli=milli_of(share, field=field))
             grants.append(grant)
-        containers.append(ContainerAllocation(name=c.name, devices=tuple(grants)))
+        containers.append(ContainerAllocation(name=c.name, devices=tuple(grants), init=c.init))
     return PodAllocation(node=raw.node, containers=tuple(containers))
 
 

@@ -4,6 +4,8 @@
 - :mod:`.nvidia`: ``nvidia.com/gpu``
 - :mod:`.mgpu`: ``vke.volcengine.com/mgpu-*`` and the ``container-multiple-gpu`` annotation
 - :mod:`.aliyun`: ``aliyun.com/gpu-mem`` and ``aliyun.com/gpu-count``
+- :mod:`.hami`: ``nvidia.com/gpumem``, ``gpumem-percentage``, ``gpucores`` (with ``nvidia.com/gpu`` as HAMi's count)
+- :mod:`.volcano`: Volcano's vGPU (``volcano.sh/vgpu-*``) and gpushare (``volcano.sh/gpu-memory``)
 - :mod:`.configured`: the resource names the configuration file gives a new device type
   (``deviceTypes.npu.resources``), registered at start by :func:`configure_types`
 
@@ -19,10 +21,12 @@ from typing import Any
 
 from devshare.model import names
 from devshare.model.dialects.aliyun import AliyunDialect
-from devshare.model.dialects.base import ZERO, Dialect
+from devshare.model.dialects.base import ZERO, Dialect, PlacedGrant, PlacedReading
+from devshare.model.dialects.hami import HamiDialect
 from devshare.model.dialects.koordinator import KoordinatorDialect
 from devshare.model.dialects.mgpu import MgpuDialect
 from devshare.model.dialects.nvidia import NvidiaDialect
+from devshare.model.dialects.volcano import VolcanoGpushareDialect, VolcanoVgpuDialect
 
 DIALECTS: dict[str, Dialect] = {}
 _resource_names: frozenset[str] = frozenset()
@@ -107,6 +111,26 @@ register(KoordinatorDialect())
 register(NvidiaDialect())
 register(MgpuDialect())
 register(AliyunDialect())
+register(HamiDialect())
+register(VolcanoVgpuDialect())
+register(VolcanoGpushareDialect())
+
+NVIDIA_GPU_DIALECTS = ("nvidia", "hami")
+_bare_nvidia = "nvidia"  # whose pods ask nvidia.com/gpu alone: NVIDIA's (whole cards) or HAMi's
+
+
+def configure_nvidia_gpu(dialect: str) -> None:
+    """Whose a pod asking ``nvidia.com/gpu`` without HAMi's companion names is: ``nvidia`` (whole cards,
+    Koordinator's annotation: devshare's agent or NVIDIA's device plugin serves the name) or ``hami``
+    (the same whole cards, HAMi's annotations: HAMi's device plugin serves the name on the nodes)."""
+    global _bare_nvidia
+    if dialect not in NVIDIA_GPU_DIALECTS:
+        raise ValueError(f"unknown nvidia.com/gpu dialect {dialect!r}: use nvidia or hami")
+    _bare_nvidia = dialect
+
+
+def bare_nvidia_gpu() -> str:
+    return _bare_nvidia
 
 DEFAULT = "koordinator"  # the dialect of a pod that asks for no device (PodRequest's default)
 
@@ -155,6 +179,10 @@ def dialects_in(resources: dict[str, Any]) -> tuple[list[str], list[Dialect]]:
             found.append(d)
     if len(found) <= 1:
         return [d.name for d in found], found
+    # a name another dialect reads as its own beside its names (HAMi's nvidia.com/gpu count)
+    found = [d for d in found if not any(h is not d and h.absorbs(d.name, resources) for h in found)]
+    if len(found) <= 1:
+        return [d.name for d in found], found
     found.sort(key=lambda d: _rank[d.name])
     carried = [d for d in found if any(h is not d and _carries(h, d, resources) for h in found)]
     own = [d for d in found if d not in carried]
@@ -164,7 +192,10 @@ def dialects_in(resources: dict[str, Any]) -> tuple[list[str], list[Dialect]]:
 
 
 def pod_dialects(container_dialects: list[str]) -> list[str]:
-    """The containers' dialects with those another container's dialect carries left out."""
+    """The containers' dialects with those another container's dialect carries left out (a bare
+    ``nvidia.com/gpu`` pod is HAMi's where the configuration says so: :func:`configure_nvidia_gpu`)."""
+    if _bare_nvidia != "nvidia":
+        container_dialects = [_bare_nvidia if d == "nvidia" else d for d in container_dialects]
     present = set(container_dialects)
     if len(present) <= 1:
         return container_dialects
@@ -184,6 +215,6 @@ def normalise_resources(resources: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["DEFAULT", "DIALECTS", "Dialect", "configure_schedule_mode", "configure_types", "dialect_of", "dialects_in",
-           "managed_resources", "normalise_resources", "owner_of", "pod_dialects", "register", "resource_names",
-           "unregister"]
+__all__ = ["DEFAULT", "DIALECTS", "Dialect", "PlacedGrant", "PlacedReading", "bare_nvidia_gpu", "configure_nvidia_gpu",
+           "configure_schedule_mode", "configure_types", "dialect_of", "dialects_in", "managed_resources",
+           "normalise_resources", "owner_of", "pod_dialects", "register", "resource_names", "unregister"]

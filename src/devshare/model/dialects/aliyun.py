@@ -38,7 +38,7 @@ import msgspec
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs.units import index_list
-from devshare.model.dialects.base import Dialect, read_whole
+from devshare.model.dialects.base import Dialect, PlacedGrant, PlacedReading, read_whole
 from devshare.model.errors import InvalidAnnotation
 from devshare.model.problems import Problems
 from devshare.model.quantity import MIB
@@ -163,6 +163,36 @@ def aliyun_allocation(
 
 
 # ----------------------------------------------------------------------------------------------
+# pods Aliyun's extender placed
+
+
+def read_placed(annotations: dict[str, str], spec: Any) -> PlacedReading | None:
+    """A pod Aliyun's gpushare extender placed (AliyunContainerService/gpushare-scheduler-extender
+    v0.2.0-3-gc0b6141, ``pkg/utils/pod.go``: ``GetUpdatedPodAnnotationSpec`` writes ``IDX`` (one GPU),
+    ``DEV`` (that GPU's memory) and ``POD`` (the pod's ``aliyun.com/gpu-mem``), in the device plugin's
+    unit, MiB or GiB): ``POD`` of ``DEV`` on the GPU ``IDX`` names, as a share of that GPU's memory (so
+    the unit does not matter); without ``DEV``, ``POD`` MiB. No compute is claimed."""
+    if ALIYUN_IDX not in annotations:
+        return None
+    field = f"annotation {ALIYUN_IDX}"
+    try:
+        minors = index_list(str(annotations[ALIYUN_IDX]), field=field)
+        pod, dev = _int(annotations, ALIYUN_POD), _int(annotations, ALIYUN_DEV)
+    except InvalidAnnotation as e:
+        return PlacedReading(dialect="aliyun", problems=(f"{e}: every GPU of the node is counted as held",),
+                             unreadable=(names.GPU,))
+    if pod is None:
+        return PlacedReading(dialect="aliyun", grants=tuple(PlacedGrant(minor=m, whole=True) for m in minors),
+                             problems=(f"annotation {ALIYUN_POD} is missing: the pod's GPU is counted whole",))
+    if dev:
+        ratio = -(-pod * 1000 // dev)  # rounded up: never less than it holds
+        grants = tuple(PlacedGrant(minor=m, core_milli=0, memory_ratio_milli=ratio) for m in minors)
+    else:
+        grants = tuple(PlacedGrant(minor=m, core_milli=0, memory=pod * MIB) for m in minors)
+    return PlacedReading(dialect="aliyun", grants=grants)
+
+
+# ----------------------------------------------------------------------------------------------
 # the dialect
 
 
@@ -182,3 +212,6 @@ class AliyunDialect(Dialect):
         if not alloc.minors(names.GPU):
             return {}
         return encode_aliyun(aliyun_allocation(pod, alloc, now_ns=now_ns, device_memory=device_memory))
+
+    def read_placed(self, annotations: dict[str, str], spec: dict[str, Any]) -> PlacedReading | None:
+        return read_placed(annotations, spec)

@@ -37,7 +37,7 @@ from typing import Any
 from devshare.model import names
 from devshare.model.allocation import DeviceGrant, PodAllocation
 from devshare.model.codecs.units import json_object, percent_text
-from devshare.model.dialects.base import Dialect, read_whole
+from devshare.model.dialects.base import Dialect, PlacedGrant, PlacedReading, read_whole
 from devshare.model.errors import InvalidAnnotation, InvalidInput
 from devshare.model.problems import Problems
 from devshare.model.quantity import format_bytes, parse_quantity
@@ -57,12 +57,14 @@ LEGACY_GPU_MEMORY = "kubernetes.io/gpu-memory"
 LEGACY_GPU_MEMORY_RATIO = "kubernetes.io/gpu-memory-ratio"
 LEGACY_RDMA = "kubernetes.io/rdma"
 LEGACY_FPGA = "kubernetes.io/fpga"
+KOORD_GPU_SHARED = "koordinator.sh/gpu.shared"  # current Koordinator: the number of cards shared
 KOORD_DEVICE_ALLOCATED = "scheduling.koordinator.sh/device-allocated"  # the annotation
 
 DIMENSIONS = ("gpu", "gpu-core", "gpu-memory", "gpu-memory-ratio", names.RDMA, names.FPGA)
-NAMES = frozenset(p + d for p in KOORD_PREFIXES for d in DIMENSIONS)
-GPU_NAMES = frozenset(p + d for p in KOORD_PREFIXES for d in DIMENSIONS[:4])
-MANAGED = (KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA, KOORD_FPGA)
+NAMES = frozenset(p + d for p in KOORD_PREFIXES for d in DIMENSIONS) | {KOORD_GPU_SHARED}
+GPU_NAMES = frozenset(p + d for p in KOORD_PREFIXES for d in DIMENSIONS[:4]) | {KOORD_GPU_SHARED}
+MANAGED = (KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA, KOORD_FPGA,
+           KOORD_GPU_SHARED)
 
 # ----------------------------------------------------------------------------------------------
 # rules
@@ -112,18 +114,45 @@ def memory_or_ratio(memory_name: str | None, ratio_name: str | None) -> str | No
 
 
 def core_and_memory(core_name: str | None, memory_name: str | None) -> str | None:
-    """gpu-core and a memory dimension go together (Koordinator refuses either one alone)."""
+    """gpu-core needs a memory dimension beside it (Koordinator refuses gpu-core alone); memory alone
+    (gpu-memory or gpu-memory-ratio, no compute claimed) is one of current Koordinator's asks."""
     if core_name and not memory_name:
         return (
             f"{core_name} asks for GPU compute but no GPU memory: add koordinator.sh/gpu-memory-ratio "
             "(percent) or koordinator.sh/gpu-memory (bytes), or ask koordinator.sh/gpu for both at once"
         )
-    if memory_name and not core_name:
-        return (
-            f"{memory_name} asks for GPU memory but no GPU compute: add koordinator.sh/gpu-core "
-            "(percent of one GPU), or ask koordinator.sh/gpu for both at once"
-        )
     return None
+
+
+def shared_value(name: str, value: int) -> str | None:
+    """gpu.shared: the number of cards the container shares, 1 or more."""
+    if value < 1:
+        return f"{name} is {value}; it must be the number of GPUs shared, 1 or more"
+    return None
+
+
+def shared_needs(shared_name: str, others: dict[str, tuple[str, int]]) -> list[str]:
+    """Current Koordinator's gpu.shared rules (pkg/webhook/pod/validating/verify_device_resource.go,
+    pkg/scheduler/plugins/deviceshare/utils.go ValidDeviceResourceCombinationsGPUShared): memory in
+    bytes or as a ratio (one of them), core and ratio multiples of the count, at most 100 per card."""
+    _, n = others["gpu.shared"]
+    out: list[str] = []
+    if "gpu" in others:
+        out.append(f"{others['gpu'][0]} and {shared_name} cannot be asked together (Koordinator forbids both): ask "
+                   f"{shared_name} with gpu-core and gpu-memory (or gpu-memory-ratio)")
+    if "gpu-memory" not in others and "gpu-memory-ratio" not in others:
+        out.append(f"{shared_name}={n} needs the memory it shares: add koordinator.sh/gpu-memory (bytes in all) or "
+                   "koordinator.sh/gpu-memory-ratio (percent in all, a multiple of the count)")
+    for dim in ("gpu-core", "gpu-memory-ratio"):
+        if dim in others:
+            name, v = others[dim]
+            if v % n:
+                out.append(f"{name}={v} must be a multiple of {shared_name}={n} (it is split evenly over the GPUs): "
+                           f"write {v // n * n or n}")
+            elif v // n > WHOLE_PERCENT:
+                out.append(f"{name}={v} over {n} GPU(s) is {v // n} per GPU, more than 100: lower it to at most "
+                           f"{n * WHOLE_PERCENT} or share more GPUs")
+    return out
 
 
 def same_count(core_name: str, core: int, ratio_name: str, ratio: int) -> str | None:
@@ -165,6 +194,15 @@ def _read(resources: dict[str, Any], where: str, problems: Problems) -> tuple[di
     and the dimensions given with a value that was refused (their problems are recorded)."""
     out: dict[str, tuple[str, int]] = {}
     bad: set[str] = set()
+    if KOORD_GPU_SHARED in resources:
+        n = read_whole(resources, KOORD_GPU_SHARED, where, problems, "GPUs")
+        msg = shared_value(KOORD_GPU_SHARED, n) if n is not None and n != 0 else None
+        if n is None or msg:
+            if msg:
+                problems.add(where, msg)
+            bad.add("gpu.shared")
+        elif n > 0:
+            out["gpu.shared"] = (KOORD_GPU_SHARED, n)
     for dim in DIMENSIONS:
         spellings = [(p + dim, resources[p + dim]) for p in KOORD_PREFIXES if p + dim in resources]
         if not spellings:
@@ -192,7 +230,32 @@ def _read(resources: dict[str, Any], where: str, problems: Problems) -> tuple[di
     return out, bad
 
 
+def _whole(n: int) -> DeviceRequest:
+    return DeviceRequest(type=names.GPU, count=n, core_milli=WHOLE, memory_ratio_milli=WHOLE)
+
+
+def _shared(asked: dict[str, tuple[str, int]], where: str, problems: Problems) -> DeviceRequest | None:
+    """gpu.shared: N cards, the amounts given in all and split evenly (current Koordinator)."""
+    name, n = asked["gpu.shared"]
+    memory, ratio = asked.get("gpu-memory"), asked.get("gpu-memory-ratio")
+    msgs: list[str | None] = [*shared_needs(name, asked)]
+    msgs.append(memory_or_ratio(memory[0] if memory else None, ratio[0] if ratio else None))
+    if memory is not None:
+        msgs.append(memory_split(memory[0], memory[1], n))
+    if any(msgs):
+        problems.extend(where, [m for m in msgs if m])
+        return None
+    core = asked["gpu-core"][1] * 10 // n if "gpu-core" in asked else 0
+    per_ratio = ratio[1] * 10 // n if ratio is not None else 0
+    if core >= WHOLE and per_ratio >= WHOLE:
+        return _whole(n)
+    return DeviceRequest(type=names.GPU, count=n, core_milli=core,
+                         memory=memory[1] // n if memory is not None else 0, memory_ratio_milli=per_ratio)
+
+
 def _gpu(asked: dict[str, tuple[str, int]], where: str, problems: Problems) -> DeviceRequest | None:
+    if "gpu.shared" in asked:
+        return _shared(asked, where, problems)
     if "gpu" in asked:
         name, p = asked["gpu"]
         others = [asked[d][0] for d in ("gpu-core", "gpu-memory", "gpu-memory-ratio") if d in asked]
@@ -217,20 +280,22 @@ def _gpu(asked: dict[str, tuple[str, int]], where: str, problems: Problems) -> D
     ]
     if core is not None and ratio is not None:
         bad.append(same_count(core[0], core[1], ratio[0], ratio[1]))
-    n = devices_for(core[1]) if core is not None else 1
-    if memory is not None:
-        bad.append(memory_split(memory[0], memory[1], n))
+    n = devices_for(core[1]) if core is not None else devices_for(ratio[1]) if ratio is not None else 1
     msgs = [m for m in bad if m]
     if msgs:
         problems.extend(where, msgs)
         return None
-    assert core is not None  # koord_core_and_memory refused the other cases
+    if n > 1:  # above 100 in whole multiples: whole cards, on any node (the memory comes with them)
+        return _whole(n)
+    if core is None:  # memory alone: no compute claimed (current Koordinator's memory-only and ratio-only asks)
+        return DeviceRequest(type=names.GPU, count=1, memory=memory[1] if memory is not None else 0,
+                             memory_ratio_milli=ratio[1] * 10 if ratio is not None else 0)
     return DeviceRequest(
         type=names.GPU,
-        count=n,
-        core_milli=core[1] * 10 // n,
-        memory=memory[1] // n if memory is not None else 0,
-        memory_ratio_milli=ratio[1] * 10 // n if ratio is not None else 0,
+        count=1,
+        core_milli=core[1] * 10,
+        memory=memory[1] if memory is not None else 0,
+        memory_ratio_milli=ratio[1] * 10 if ratio is not None else 0,
     )
 
 
@@ -238,7 +303,7 @@ def read_container(resources: dict[str, Any], where: str, problems: Problems) ->
     """The device requests of one container's Koordinator names (problems go to ``problems``)."""
     asked, bad = _read(resources, where, problems)
     out: list[DeviceRequest] = []
-    if not bad & set(DIMENSIONS[:4]):  # combinations are checked once every GPU value is readable
+    if not bad & {*DIMENSIONS[:4], "gpu.shared"}:  # combinations are checked once every GPU value is readable
         gpu = _gpu(asked, where, problems)
         if gpu is not None:
             out.append(gpu)
@@ -263,18 +328,12 @@ _GPU_KEYS = {
 
 
 def device_totals(alloc: PodAllocation) -> dict[str, list[DeviceGrant]]:
-    """The pod's grants added up per (type, minor): what Koordinator records."""
-    sums: dict[tuple[str, int], list[int]] = {}
-    for _, g in alloc.grants():
-        acc = sums.setdefault((g.type, g.minor), [0, 0, 0])
-        acc[0] += g.core_milli
-        acc[1] += g.memory
-        acc[2] += g.memory_ratio_milli
+    """What the pod holds per (type, minor), with the device's id: what Koordinator records (per pod;
+    init containers counted as kubelet does, :meth:`PodAllocation.usage`)."""
     out: dict[str, list[DeviceGrant]] = {}
-    for (dtype, minor), (core, memory, ratio) in sorted(sums.items()):
-        out.setdefault(dtype, []).append(
-            DeviceGrant(type=dtype, minor=minor, core_milli=core, memory=memory, memory_ratio_milli=ratio)
-        )
+    for u in sorted(alloc.usage(), key=lambda u: (u.type, u.minor)):
+        out.setdefault(u.type, []).append(DeviceGrant(type=u.type, minor=u.minor, id=u.id, core_milli=u.core_milli,
+                                                      memory=u.memory, memory_ratio_milli=u.memory_ratio_milli))
     return out
 
 
@@ -288,11 +347,18 @@ def _resources(g: DeviceGrant) -> dict[str, str]:
     return {f"koordinator.sh/{g.type}": percent_text(g.core_milli)}
 
 
+def _entry(g: DeviceGrant) -> dict[str, Any]:
+    # the id beside the minor: current Koordinator's scheduler fills it in (plugin.go fillID) and its
+    # node side reads it (device_plugin_adapter.go); the seed's era wrote the minor alone
+    entry: dict[str, Any] = {"minor": g.minor}
+    if g.id:
+        entry["id"] = g.id
+    entry["resources"] = _resources(g)
+    return entry
+
+
 def encode_koordinator(alloc: PodAllocation) -> dict[str, str]:
-    doc = {
-        dtype: [{"minor": g.minor, "resources": _resources(g)} for g in grants]
-        for dtype, grants in device_totals(alloc).items()
-    }
+    doc = {dtype: [_entry(g) for g in grants] for dtype, grants in device_totals(alloc).items()}
     return {KOORD_DEVICE_ALLOCATED: json.dumps(doc, separators=(",", ":"))}
 
 
@@ -330,11 +396,14 @@ def _grant(dtype: str, entry: Any) -> DeviceGrant:
                 ratio = _milli(value, str(key))
         elif short == dtype:
             core = _milli(value, str(key))
-    return DeviceGrant(type=dtype, minor=minor, core_milli=core, memory=memory, memory_ratio_milli=ratio)
+    dev_id = entry.get("id", "")
+    if not isinstance(dev_id, str):
+        raise InvalidAnnotation(f"{dtype} {minor}: id must be a string, got {dev_id!r}", field=FIELD)
+    return DeviceGrant(type=dtype, minor=minor, id=dev_id, core_milli=core, memory=memory, memory_ratio_milli=ratio)
 
 
 def decode_koordinator(annotations: dict[str, str]) -> dict[str, list[DeviceGrant]] | None:
-    """Device type -> grants per device (no ids: Koordinator records minors only); None when absent."""
+    """Device type -> grants per device (with the ``id`` current releases write beside the minor); None when absent."""
     doc = json_object(annotations, KOORD_DEVICE_ALLOCATED, shape='{"gpu": [{"minor": 0, "resources": {...}}]}')
     if doc is None:
         return None
@@ -364,6 +433,7 @@ _LEGACY_TO_KOORD = (
 )
 # any of these next to koordinator.sh/gpu makes the split ambiguous: leave it to validation
 _GPU_DIMENSIONS = (
+    KOORD_GPU_SHARED,
     KOORD_GPU_CORE,
     KOORD_GPU_MEMORY,
     KOORD_GPU_MEMORY_RATIO,
@@ -396,8 +466,98 @@ def _normalise_in_place(out: dict[str, Any]) -> dict[str, Any]:
 # the dialect
 
 
+# ----------------------------------------------------------------------------------------------
+# pods Koordinator placed
+
+
+def _placed_amount(value: Any, key: str, *, milli: bool) -> tuple[int | None, str | None]:
+    try:
+        q = parse_quantity(value, field=key)
+    except InvalidInput as e:
+        return None, f"{key}: {e.message}"
+    if q < 0:
+        return None, f"{key} is {value!r}, below 0"
+    return (round(q * 10) if milli else int(q)), None
+
+
+def _placed_entry(dtype: str, i: int, entry: Any) -> tuple[PlacedGrant | None, list[str]]:
+    where = f"{dtype}[{i}]"
+    if not isinstance(entry, dict):
+        return None, [f"{where} is not an object with minor and resources"]
+    minor = entry.get("minor")
+    if minor is not None and (isinstance(minor, bool) or not isinstance(minor, int) or minor < 0):
+        return None, [f"{where}: minor {minor!r} is not an integer >= 0"]
+    dev_id = entry.get("id")
+    dev_id = dev_id if isinstance(dev_id, str) else ""
+    if minor is None and not dev_id:
+        return None, [f"{where} names no device (neither minor nor id)"]
+    resources = entry.get("resources", entry.get("resouurces"))
+    problems: list[str] = []
+    core = memory = ratio = None
+    for key, value in (resources.items() if isinstance(resources, dict) else ()):
+        short = str(key).split("/", 1)[-1]
+        what = _GPU_KEYS.get(short) if dtype == names.GPU else ("core" if short == dtype else None)
+        if what is None:
+            continue
+        amount, msg = _placed_amount(value, str(key), milli=what != "memory")
+        if msg:
+            problems.append(f"{where}: {msg}")
+            continue
+        if what == "core":
+            core = amount
+        elif what == "memory":
+            memory = amount
+        else:
+            ratio = amount
+    if not isinstance(resources, dict) or (core is None and memory is None and ratio is None):
+        problems.append(f"{where} gives no amounts (resources): the device is counted whole")
+        return PlacedGrant(type=dtype, minor=minor, id=dev_id, whole=True), problems
+    if problems:
+        return PlacedGrant(type=dtype, minor=minor, id=dev_id, whole=True), problems
+    if dtype == names.GPU and core is None:
+        core = 0  # a memory-only ask claims no compute
+    return PlacedGrant(type=dtype, minor=minor, id=dev_id, core_milli=core, memory=memory,
+                       memory_ratio_milli=ratio if memory is None else None), []
+
+
+def read_placed(annotations: dict[str, str], spec: Any) -> PlacedReading | None:
+    """A pod Koordinator placed: ``device-allocated`` as the seed's era wrote it (minors only, the
+    ``kubernetes.io/`` names, ``gpu-mem``, the ``resouurces`` typo) and as current releases write it
+    (an ``id`` beside each minor). Per pod: Koordinator counts a pod's init containers as kubelet does."""
+    text = annotations.get(KOORD_DEVICE_ALLOCATED)
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as e:
+        return PlacedReading(dialect="koordinator", unreadable=(names.GPU,),
+                             problems=(f"{FIELD} is not JSON ({e}): every GPU of the node is counted as held",))
+    if not isinstance(doc, dict):
+        return PlacedReading(dialect="koordinator", unreadable=(names.GPU,),
+                             problems=(f"{FIELD} is not an object such as {{\"gpu\": [...]}}: every GPU of the "
+                                       "node is counted as held",))
+    grants: list[PlacedGrant] = []
+    problems: list[str] = []
+    unreadable: list[str] = []
+    for dtype, entries in doc.items():
+        if not isinstance(entries, list):
+            problems.append(f"{FIELD}: {dtype} is not a list of devices: every {dtype} of the node is counted as held")
+            unreadable.append(str(dtype))
+            continue
+        for i, entry in enumerate(entries):
+            grant, msgs = _placed_entry(str(dtype), i, entry)
+            problems += [f"{FIELD}: {m}" for m in msgs]
+            if grant is not None:
+                grants.append(grant)
+            elif str(dtype) not in unreadable:
+                unreadable.append(str(dtype))
+    return PlacedReading(dialect="koordinator", grants=tuple(grants), problems=tuple(problems),
+                         unreadable=tuple(unreadable))
+
+
 class KoordinatorDialect(Dialect):
     name = "koordinator"
+    multi_card_share_needs_label = False  # seed 000's rule is mGPU's; above 100 Koordinator asks whole cards
     allocation_annotations = frozenset({KOORD_DEVICE_ALLOCATED})
     resource_names = NAMES
     managed_resources = MANAGED
@@ -422,3 +582,6 @@ class KoordinatorDialect(Dialect):
 
     def renames(self, resources: dict[str, Any]) -> dict[str, Any]:
         return _normalise_in_place(resources)  # normalise_resources' own copy
+
+    def read_placed(self, annotations: dict[str, str], spec: dict[str, Any]) -> PlacedReading | None:
+        return read_placed(annotations, spec)

@@ -25,7 +25,15 @@ from typing import Any
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
 from devshare.model.codecs.units import index_list
-from devshare.model.dialects.base import Dialect, read_whole
+from devshare.model.dialects.base import (
+    Dialect,
+    PlacedGrant,
+    PlacedReading,
+    read_whole,
+    restartable_init,
+    spec_containers,
+    whole_quantity,
+)
 from devshare.model.problems import Problems
 from devshare.model.quantity import MIB
 from devshare.model.request import MAX_DEVICES, WHOLE, WHOLE_PERCENT, DeviceRequest, PodRequest
@@ -304,11 +312,50 @@ def decode_mgpu(annotations: dict[str, str]) -> dict[str, list[int]] | None:
 
 
 # ----------------------------------------------------------------------------------------------
+# pods mGPU placed
+
+
+def read_placed(annotations: dict[str, str], spec: Any) -> PlacedReading | None:
+    """A pod mGPU placed: each container's ``gpu-index-container-<name>`` (indexes, or UUIDs in seed 000's
+    ``MGPUScheduleMode: id``) with the container's own ``mgpu-core`` (percent over its cards) and
+    ``mgpu-memory`` (MiB over its cards), split evenly, as seed 000 allocates them."""
+    devices = decode_mgpu_devices(annotations)
+    if devices is None:
+        return None
+    init, app = spec_containers(spec)
+    resources = dict(init + app)
+    init_names = {n for n, _ in init} - restartable_init(spec)
+    grants: list[PlacedGrant] = []
+    problems: list[str] = []
+    for name, refs in devices.items():
+        if not refs:
+            continue
+        res = resources.get(name)
+        core = whole_quantity(res.get(MGPU_CORE)) if res else None
+        memory = whole_quantity(res.get(MGPU_MEMORY)) if res else None
+        k = len(refs)
+        if res is None or core is None or core <= 0 or (memory is not None and memory < 0):
+            problems.append(f"annotation {MGPU_INDEX_PREFIX}{name} names {k} GPU(s) but container {name!r} asks for no "
+                            f"readable {MGPU_CORE}: its GPUs are counted whole")
+            per_core, per_mem, whole = None, None, True
+        else:
+            whole = memory is None and core >= CARD_PCT * k
+            per_core, per_mem = core * 10 // k, (memory * MIB // k if memory is not None else None)
+        for ref in refs:
+            minor = int(ref) if ref.isascii() and ref.isdigit() else None
+            grants.append(PlacedGrant(container=name, init=name in init_names, minor=minor,
+                                      id="" if minor is not None else ref, core_milli=per_core,
+                                      memory=per_mem, whole=whole))
+    return PlacedReading(dialect="mgpu", grants=tuple(grants), problems=tuple(problems))
+
+
+# ----------------------------------------------------------------------------------------------
 # the dialect
 
 
 class MgpuDialect(Dialect):
     name = "mgpu"
+    multi_card_share_needs_label = True  # seed 000: one container over several shared cards needs the node label
     allocation_annotations = frozenset({MGPU_ASSUMED})
     allocation_prefixes = (MGPU_INDEX_PREFIX,)
     resource_names = NAMES
@@ -332,3 +379,6 @@ class MgpuDialect(Dialect):
     def encode(self, pod: PodRequest, alloc: PodAllocation, *, now_ns: int,
                device_memory: dict[int, int] | None) -> dict[str, str]:
         return encode_mgpu(alloc, self.schedule_mode) if alloc.minors(names.GPU) else {}
+
+    def read_placed(self, annotations: dict[str, str], spec: dict[str, Any]) -> PlacedReading | None:
+        return read_placed(annotations, spec)

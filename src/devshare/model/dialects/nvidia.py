@@ -12,7 +12,7 @@ from typing import Any
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
 from devshare.model.dialects import koordinator
-from devshare.model.dialects.base import Dialect, read_whole
+from devshare.model.dialects.base import Dialect, PlacedReading, read_whole, spec_containers, whole_quantity
 from devshare.model.problems import Problems
 from devshare.model.request import WHOLE, DeviceRequest, PodRequest
 
@@ -40,6 +40,21 @@ def read_container(resources: dict[str, Any], where: str, problems: Problems) ->
     return [DeviceRequest(type=names.GPU, count=n, core_milli=WHOLE, memory_ratio_milli=WHOLE)]
 
 
+def read_placed(annotations: dict[str, str], spec: Any) -> PlacedReading | None:
+    """A pod asking ``nvidia.com/gpu`` that no scheduler recorded cards for: kube-scheduler counted it
+    and NVIDIA's device plugin (through kubelet) picked its cards, which only kubelet's checkpoint
+    knows. Counted through the node's Device when its agent reports them there (seed 001's
+    ``devices-checkpoints``, by pod UID); otherwise every GPU of its node counts as held while it runs
+    (docs/migrate.md, "Plain NVIDIA")."""
+    init, app = spec_containers(spec)
+    if not any(whole_quantity(res.get(NVIDIA_GPU)) for _, res in init + app):
+        return None
+    return PlacedReading(dialect="nvidia-plugin", unreadable=(names.GPU,), in_checkpoint=True, problems=(
+        "asks for nvidia.com/gpu with no scheduler's record of its cards (kube-scheduler and NVIDIA's device "
+        "plugin placed it): every GPU of the node counts as held until the node's kubelet checkpoint, reported "
+        "in its Device, names them",))
+
+
 class NvidiaDialect(Dialect):
     name = "nvidia"
     resource_names = NAMES
@@ -52,3 +67,6 @@ class NvidiaDialect(Dialect):
     def encode(self, pod: PodRequest, alloc: PodAllocation, *, now_ns: int,
                device_memory: dict[int, int] | None) -> dict[str, str]:
         return koordinator.encode_koordinator(alloc) if alloc.grants() else {}
+
+    def read_placed(self, annotations: dict[str, str], spec: dict[str, Any]) -> PlacedReading | None:
+        return read_placed(annotations, spec)

@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from devshare.engine.state import inspect_view
+from devshare.engine.stateview import inspect_view
 from devshare.server.extender.extender import Extender, NotReady
 from devshare.server.extender.metrics import ERROR, MALFORMED, NOT_READY, OK, ExtenderMetrics
 from devshare.server.extender.occupancy import occupancy

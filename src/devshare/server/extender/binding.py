@@ -29,13 +29,14 @@ from typing import Any
 
 from devshare.engine.groups import Bind, MemberPlacement
 from devshare.engine.lifecycle import Lifecycle
-from devshare.engine.state import Conflict
-from devshare.kube.backend import Backend, meta
+from devshare.engine.records import Conflict
+from devshare.kube.backend import Backend
 from devshare.kube.errors import BackendError, Unavailable
 from devshare.kube.errors import Conflict as Changed
 from devshare.model.allocation import PodAllocation
 from devshare.model.annotations import encode_annotations
 from devshare.model.errors import InvalidInput
+from devshare.model.kubeobjects import meta
 from devshare.model.request import PodRequest
 from devshare.server.extender.claims import Claims
 from devshare.server.extender.filtering import Filtering
@@ -50,12 +51,15 @@ NOT_LEADER = "not the leader"
 
 class Binder:
     """``after_bind``: called after each Binding (``--save``); ``before_claim``: a test hook called with
-    the pod's key after the fence and before the claim (the window a paused replica would be in)."""
+    the pod's key after the fence and before the claim (the window a paused replica would be in).
+    ``scheduler_name``: the kube-scheduler profile this extender serves: a pod asking for no device is
+    bound only when it is that profile's (a caller cannot make devshare bind another scheduler's pods);
+    None: any."""
 
     def __init__(self, lifecycle: Lifecycle, backend: Backend, cluster: ClusterView, leadership: Leadership,
                  requests: Requests, filtering: Filtering, groups: Groups, claims: Claims | None, *,
                  clock: Callable[[], float], after_bind: Callable[[], None] | None = None,
-                 before_claim: Callable[[str], None] | None = None) -> None:
+                 before_claim: Callable[[str], None] | None = None, scheduler_name: str | None = None) -> None:
         self.lifecycle = lifecycle
         self.state = lifecycle.state
         self.backend = backend
@@ -68,6 +72,7 @@ class Binder:
         self.clock = clock
         self.after_bind = after_bind
         self.before_claim = before_claim
+        self.scheduler_name = scheduler_name
         self.rereads = 0  # binds from the watched pod whose Binding met a changed pod: read and retried
 
     async def bind(self, ns: str, name: str, node: str, uid: str) -> str:
@@ -124,9 +129,11 @@ class Binder:
             pod, _ = self.requests.from_api(obj)
         except InvalidInput as e:
             return invalid_request(e), False
-        if not pod.has_devices():
-            return (f"pod {key} asks for no device devshare manages: devshare binds only the pods it "
-                    "places (kube-scheduler sends it those alone); its own scheduler binds this one"), False
+        scheduler = (obj.get("spec") or {}).get("schedulerName") or "default-scheduler"
+        if not pod.has_devices() and self.scheduler_name is not None and scheduler != self.scheduler_name:
+            return (f"pod {key} asks for no device devshare manages and is {scheduler}'s (spec.schedulerName), "
+                    f"not {self.scheduler_name}'s: devshare binds only the pods of its profile; its own "
+                    "scheduler binds this one"), False
         if node not in self.state.nodes:
             return f"node {node} is not known to devshare (no such Node, or no Device object lists its devices)", False
         if pod.group is not None:

@@ -45,11 +45,11 @@ from typing import Any
 from devshare.engine.caches import LRU
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.watched import is_bound
-from devshare.kube.backend import meta
 from devshare.kube.errors import BackendError, Conflict
 from devshare.kube.informer import Backoff
 from devshare.kube.ledger import SIZE_LIMIT, Claim, ClaimLedger, Ledger, encode_claim, encoded_size
 from devshare.model.allocation import PodAllocation
+from devshare.model.kubeobjects import meta
 from devshare.model.request import PodRequest
 from devshare.server.extender.view import ClusterView
 

@@ -8,8 +8,9 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from devshare.kube.backend import Backend, meta
+from devshare.kube.backend import Backend
 from devshare.kube.errors import BackendError
+from devshare.model.kubeobjects import meta
 from devshare.model.names import ALLOCATION
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,9 @@ from typing import Any
 from devshare.engine.groups import GroupPlanner
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.refusals import Refusals
-from devshare.kube.backend import Backend, object_key
+from devshare.kube.backend import Backend
 from devshare.model.errors import InvalidInput
+from devshare.model.kubeobjects import object_key
 from devshare.server.extender.binding import Binder
 from devshare.server.extender.claims import Claims
 from devshare.server.extender.claimsweep import ClaimSweep
@@ -63,8 +64,8 @@ class Extender:
                  leadership: Leadership | None = None, metrics: ExtenderMetrics | None = None,
                  refusals: Refusals | None = None, claims: Claims | None = None, events: Events | None = None,
                  shortlist: int = 0, clock: Callable[[], float] = time.monotonic,
-                 after_bind: Callable[[], None] | None = None, before_claim: Callable[[str], None] | None = None
-                 ) -> None:
+                 after_bind: Callable[[], None] | None = None, before_claim: Callable[[str], None] | None = None,
+                 scheduler_name: str | None = None) -> None:
         self.lifecycle = lifecycle
         self.state = lifecycle.state
         self.cluster = cluster
@@ -81,7 +82,8 @@ class Extender:
         self.filtering = Filtering(lifecycle, self.requests, self.groups, self.preemption, self.requeue, self.metrics,
                                    shortlist=shortlist, clock=clock)
         self.binder = Binder(lifecycle, backend, cluster, self.leadership, self.requests, self.filtering, self.groups,
-                             claims, clock=clock, after_bind=after_bind, before_claim=before_claim)
+                             claims, clock=clock, after_bind=after_bind, before_claim=before_claim,
+                             scheduler_name=scheduler_name)
 
     @property
     def is_synced(self) -> bool:

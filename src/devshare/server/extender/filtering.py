@@ -31,8 +31,8 @@ import numpy.typing as npt
 
 from devshare.engine.caches import LRU
 from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.records import Conflict
 from devshare.engine.scheduler import UNKNOWN_NODE, PodEvaluation
-from devshare.engine.state import Conflict
 from devshare.model.errors import InvalidInput
 from devshare.model.request import PodRequest
 from devshare.server.extender.groups import Groups
@@ -102,8 +102,8 @@ class Filtering:
             reason = invalid_request(e)
             self.metrics.fail("filter", [reason])
             return _answer(cands, [], {}, dict.fromkeys(cands.names, reason))
-        if not pod.has_devices():
-            return _answer(cands, cands.names, {}, {})
+        # a pod asking for no device is placed like any other (the node's CPU and memory, the policy's
+        # score): kube-scheduler asks about every pod of devshare's profile (deploy/scheduler's config)
         self.lifecycle.arrived(pod)  # the policy learns of each pod once, at its first filter
         if pod.group is not None:
             return self._filter_member(pod, pod_id, cands)
@@ -207,8 +207,6 @@ class Filtering:
             return self.priorities.encode(*recalled)
         cands = self.requests.candidates(args)
         names = cands.names
-        if not pod.has_devices():
-            return encode_priorities(names, [0] * len(names))
         if pod.group is not None:
             if self.groups.missing(pod) is not None:
                 return encode_priorities(names, [0] * len(names))

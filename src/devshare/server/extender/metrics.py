@@ -31,7 +31,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from devshare.engine.state import ClusterState, DeviceColumns
+from devshare.engine.state import ClusterState
+from devshare.engine.stateview import DeviceColumns
 from devshare.model.names import GPU
 from devshare.server.extender.occupancy import stranded_core
 from devshare.server.extender.view import ClusterView, Leadership

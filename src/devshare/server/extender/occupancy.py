@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.state import DeviceColumns, StateView, inspect_view
+from devshare.engine.stateview import DeviceColumns, StateView, inspect_view
 from devshare.model import names
 from devshare.model.dialects import mgpu
 

@@ -29,12 +29,14 @@ from collections.abc import Callable
 from typing import Any
 
 from devshare.engine.lifecycle import Lifecycle, Nomination
+from devshare.engine.records import PodRecord
 from devshare.engine.scheduler import Scheduler
-from devshare.engine.state import PodRecord
-from devshare.kube.backend import Backend, meta
+from devshare.kube.backend import Backend
 from devshare.kube.errors import BackendError, NotFound
 from devshare.model.allocation import PodAllocation
+from devshare.model.dra import is_claim_record
 from devshare.model.errors import InvalidInput
+from devshare.model.kubeobjects import meta
 from devshare.model.request import PodRequest
 from devshare.server.extender.events import Events, pod_event
 from devshare.server.extender.view import Leadership
@@ -157,14 +159,16 @@ class Preemption:
         """The lowest priority any pod holding devices has (None: none holds any), recomputed only when
         the state changed: a backlog of pending pods retried while nothing changes costs no scan."""
         if self._lowest[0] != self.state.version:
-            self._lowest = (self.state.version, min((r.pod.priority for r in self.state.pods.values()), default=None))
+            self._lowest = (self.state.version, min((r.pod.priority for k, r in self.state.pods.items()
+                                                     if not is_claim_record(k)), default=None))
         return self._lowest[1]
 
     def choose(self, pod: PodRequest, nodes: list[str]) -> tuple[str, list[str]] | None:
         """The node and victims kube-scheduler would pick, or None when no node can be freed."""
         by_node: dict[str, list[tuple[int, str]]] = {}
         for key, rec in self.state.pods.items():
-            if rec.pod.priority < pod.priority and rec.phase == "bound":
+            # (DRA: a claim's record is no pod to evict: claim pods are not preempted, docs/dra.md)
+            if rec.pod.priority < pod.priority and rec.phase == "bound" and not is_claim_record(key):
                 by_node.setdefault(rec.allocation.node, []).append((rec.pod.priority, key))
         best: tuple[tuple[int, int, int], str, list[str]] | None = None
         tried = 0

@@ -31,8 +31,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from devshare.kube.backend import Backend, meta, object_key
+from devshare.kube.backend import Backend
 from devshare.kube.errors import BackendError, NotFound
+from devshare.model.kubeobjects import meta, object_key
 from devshare.model.names import ALLOCATION
 from devshare.server.extender.view import ClusterView, Leadership
 

@@ -30,11 +30,14 @@ from devshare.engine.build import build_engine
 from devshare.engine.state import ClusterState
 from devshare.engine.watched import WatchedCluster
 from devshare.kube.backend import Backend
+from devshare.kube.dra import DraApi
 from devshare.kube.informer import Informer
 from devshare.kube.leader import LeaderElector, LeaseFollower
 from devshare.kube.ledger import ClaimLedger
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.persist import SnapshotWriter
+from devshare.server.dra.controller import DraController
+from devshare.server.dra.metrics import DraCollector
 from devshare.server.eventloop import StallWatch, new_event_loop
 from devshare.server.extender.app import VERBS, make_app
 from devshare.server.extender.claims import Claims, replica_identity
@@ -89,6 +92,8 @@ class ExtenderOptions:
     # serve kube-scheduler's verbs off the socket on a plain-HTTP port (devshare.server.extender.lane);
     # False: every request through aiohttp
     lane: bool = True
+    # DRA (issue 38): allocate the claims of devshare's DeviceClasses on this state (devshare.server.dra)
+    dra_api: DraApi | None = None
 
 
 @dataclass
@@ -101,6 +106,7 @@ class Runtime:
     extender: Extender
     elector: LeaderElector | LeaseFollower | None
     claims: Claims | None = None
+    dra: DraController | None = None  # DRA (issue 38)
     stalls: StallWatch = field(default_factory=lambda: StallWatch("extender"))
     task: asyncio.Task[None] | None = None  # the background tasks, in one task group
 
@@ -133,7 +139,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
     extender = Extender(lifecycle, backend, cluster, leadership=leadership or elector, metrics=metrics,
                         refusals=engine.refusals, claims=claims, events=events, shortlist=engine.shortlist, clock=clock,
                         after_bind=opts.save.request if opts.save is not None else None,
-                        before_claim=StopBeforeClaim(stop_at) if stop_at else None)
+                        before_claim=StopBeforeClaim(stop_at) if stop_at else None, scheduler_name=opts.scheduler_name)
     informer = Informer(backend, [cluster, extender], after_pods_listed=claims.load if claims is not None else None)
     metrics.watch_state(state, cluster, extender.leadership)
     for collector in (SyncCollector(cluster), RequeueCollector(extender.requeue),
@@ -141,6 +147,11 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
                       *([SaveCollector(opts.save)] if opts.save is not None else [])):
         metrics.registry.register(collector)
     runtime = Runtime(state, informer, cluster, extender, elector, claims)
+    if opts.dra_api is not None:  # DRA (issue 38): the same lifecycle, so claims and pods share one accounting
+        runtime.dra = DraController(opts.dra_api, lifecycle, is_leader=extender.leadership.may_write,
+                                    fence=extender.leadership.check, ready=informer.synced.wait,
+                                    assume_ttl=lifecycle.ttl, publish_slices=True)
+        metrics.registry.register(DraCollector(runtime.dra))
     metrics.registry.register(StallCollector(runtime.stalls))
     app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
@@ -157,6 +168,8 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
             tg.create_task(runtime.stalls.run(), name="devshare-stall-watch")
             if opts.freeze_after_sync:
                 tg.create_task(_freeze_when_synced(informer), name="devshare-gc-freeze")
+            if runtime.dra is not None:  # DRA (issue 38)
+                tg.create_task(runtime.dra.run(), name="devshare-dra")
 
     async def start(app: web.Application) -> None:
         runtime.task = asyncio.create_task(background(), name="devshare-extender-background")

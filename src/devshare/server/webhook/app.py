@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from devshare.engine.refusals import refuse_unconfigured
+from devshare.model.dra import shipped_classes
 from devshare.model.errors import InvalidInput
 from devshare.model.pod import requests_devices
 from devshare.server.metrics import metrics_response
@@ -37,6 +38,7 @@ from devshare.server.webhook.allocations import REASON as ALLOCATION_WRITE
 from devshare.server.webhook.bindings import REASON as FOREIGN_BINDING
 from devshare.server.webhook.bindings import is_binding, refuse_binding
 from devshare.server.webhook.cluster import DeviceTypes
+from devshare.server.webhook.dra_gate import ClaimSource, gate_ops, needs_gate
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER, REPLACEABLE_SCHEDULERS, mutation
 from devshare.server.webhook.pods import PodSource
 from devshare.server.webhook.review import (
@@ -71,6 +73,10 @@ class WebhookConfig:
     pods: PodSource | None = None
     # the usernames that may mark pods assigned and trade allocations (the node agent)
     allocation_traders: Collection[str] = DEFAULT_TRADERS
+    # DRA (issue 38): gate pods whose claims use these DeviceClasses; claims read from dra_claims
+    dra: bool = True
+    dra_classes: Collection[str] = field(default_factory=lambda: tuple(shipped_classes()))
+    dra_claims: ClaimSource | None = None
 
 
 CONFIG = web.AppKey("config", WebhookConfig)
@@ -183,11 +189,28 @@ def _validate_failed(review: Review, e: Exception) -> bytes:
     )
 
 
-def _decide_mutate(review: Review, config: WebhookConfig, _: Any) -> tuple[bytes, str]:
+async def _dra_gate(review: Review, config: WebhookConfig) -> str | None:
+    """DRA (issue 38): why the pod must wait for devshare's allocator (None: it need not)."""
+    if not config.dra or review.kind != "Pod" or review.operation != "CREATE" or review.sub_resource:
+        return None
+    if not isinstance(review.object, dict):
+        return None
+    return await needs_gate(with_identity(review.object, review.namespace, review.name), config.dra_claims,
+                            config.dra_classes)
+
+
+def _decide_mutate(review: Review, config: WebhookConfig, gate: Any) -> tuple[bytes, str]:
     pod = _device_pod(review)
-    if pod is None:
+    if pod is None and not gate:
         return allow(review), m.SKIPPED
-    ops, warnings = mutation(pod, scheduler_name=config.scheduler_name, replace_schedulers=config.replace_schedulers)
+    ops: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    if pod is not None:
+        ops, warnings = mutation(pod, scheduler_name=config.scheduler_name,
+                                 replace_schedulers=config.replace_schedulers)
+    if gate:  # DRA (issue 38)
+        ops += gate_ops(review.object)
+        warnings.append(f"devshare holds the pod until it allocates its claims: {gate}")
     return patch(review, ops, warnings), (m.PATCHED if ops else m.ALLOWED)
 
 
@@ -209,7 +232,7 @@ def _binding_failed(review: Review, e: Exception) -> bytes:
 
 
 async def _mutate(request: web.Request) -> web.Response:
-    return await _review(request, "mutate", _decide_mutate, _mutate_failed)
+    return await _review(request, "mutate", _decide_mutate, _mutate_failed, _dra_gate)
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -16,11 +16,12 @@ from typing import Any, Protocol
 
 import yaml
 
-from devshare.kube.backend import Backend, meta
+from devshare.kube.backend import Backend
 from devshare.kube.informer import Informer
 from devshare.model import names
 from devshare.model.device import parse_device
 from devshare.model.errors import InvalidInput
+from devshare.model.kubeobjects import meta
 
 log = logging.getLogger(__name__)
 
