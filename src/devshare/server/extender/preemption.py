@@ -2,9 +2,9 @@
 
 kube-scheduler cannot preempt for devices it does not see. Its DefaultPreemption plugin (v1.37,
 ``SelectVictimsOnNode``) removes the lower-priority pods of a node, then gives each back while the
-preemptor still passes kube-scheduler's *own* filter plugins; devshare's resources are
-ignored by its resource fit (``ignoredResources``), so every victim is given back, the node has no victims and is dropped
-("expected at least one victim pod"), and the extender's ``/preempt`` is never asked. So a
+preemptor still passes kube-scheduler's *own* filter plugins; devshare's resources are ignored by
+its resource fit (``ignoredResources``), so every victim is given back, the node has no victims and is
+dropped ("expected at least one victim pod"), and the extender's ``/preempt`` is never asked. So a
 high-priority GPU pod would stay pending forever behind low-priority GPU pods.
 
 The extender therefore preempts itself, the way kube-scheduler would:
