@@ -51,7 +51,7 @@ def test_schedule_answers_as_the_extender_on_a_peers_cluster(tmp_path: Path, pee
     pods = new_pods(40)
     (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all(pods))
     res = runner.invoke(app, ["schedule", "--cluster", str(cluster), str(tmp_path / "pods.yaml"), "-o", "json"])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # some pods fit nowhere (the cluster is filled)
     predicted = json.loads(res.stdout)["placements"]
     assert any(p["node"] for p in predicted) and any(p["node"] is None for p in predicted), "fill the cluster"
 

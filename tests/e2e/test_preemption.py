@@ -1,7 +1,7 @@
 """Preemption for GPUs through the real kube-scheduler.
 
 v1.37's DefaultPreemption re-runs only kube-scheduler's own filters when it looks for victims; the
-devices are ``ignoredByScheduler``, so it finds none and never calls the extender's ``/preempt``.
+devices are ignored by its resource fit, so it finds none and never calls the extender's ``/preempt``.
 The extender preempts itself (docs/extender.md): the high-priority pod evicts the cheapest
 lower-priority GPU pods and takes their devices."""
 

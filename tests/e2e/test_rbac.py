@@ -40,7 +40,10 @@ def can(cluster: Cluster, who: Path, verb: str, resource: str, *, namespace: str
     ("create", "configmaps", SYSTEM_NS, "", True),
     ("update", "leases.coordination.k8s.io", SYSTEM_NS, "devshare-scheduler", True),
     # beyond its need: refused
-    ("create", "pods", "team-x", "", False), ("update", "pods", "team-x", "", False),
+    # update pods: deploy/dra's, to lift DRA's scheduling gate (a PUT with the pod's resourceVersion);
+    # pod-writes.yaml pins what any write of this identity may change on a pod, PUT or PATCH
+    ("update", "pods", "team-x", "", True),
+    ("create", "pods", "team-x", "", False),
     ("create", "pods/eviction", "team-x", "", False),
     ("update", "nodes", None, "", False), ("patch", "nodes", None, "", False), ("delete", "nodes", None, "", False),
     ("update", "devices.devshare.io", None, "", False), ("delete", "devices.devshare.io", None, "", False),

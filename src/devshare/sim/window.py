@@ -3,7 +3,7 @@
 With an extender, kube-scheduler does not send the extender every node. For each pod it walks its
 node list from a rotating start index (``nextStartNodeIndex``) and stops once it has found
 ``numFeasibleNodesToFind`` nodes that pass its own filters (CPU, memory, ...; GPUs are
-``ignoredByScheduler``, it does not look at them); the start index then advances by the nodes it
+its resource fit ignores them); the start index then advances by the nodes it
 processed (the feasible ones found and the infeasible ones seen), modulo the node count. The
 extender (devshare's engine) chooses among those candidates only; when none fits the pod's devices
 the cycle fails and kube-scheduler retries the pod later, from where the index now is.
