@@ -79,9 +79,11 @@ def harness() -> Path | None:
 
 
 def list_and_watch_step() -> dict[str, Any]:
-    from support.agent import MemoryClient
     from devshare.agent.nvml import NvmlBackend
     from devshare.agent.run import Agent
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from support.agent import MemoryClient  # the tests' in-memory client (no API server on the GPU machine)
 
     root = Path(tempfile.mkdtemp(prefix="dsgpu", dir="/tmp"))
     backend = NvmlBackend(watch_health=False)
