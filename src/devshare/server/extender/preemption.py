@@ -11,14 +11,15 @@ out. Victims devshare holds nothing for are kept as proposed (chosen for kube-sc
 **Preemption by the extender.** kube-scheduler cannot preempt for devices it does not see: its
 DefaultPreemption plugin (v1.37, ``SelectVictimsOnNode``) gives every victim back while the preemptor
 passes its *own* filters, and devshare's resources are ignored by its resource fit
-(``ignoredResources``), so the node has no victims and ``/preempt`` is never asked. So when a filter finds no node for a pod that may preempt
-(``preemptionPolicy`` is not ``Never``) and some nodes failed only for devices in use, the extender
-asks each such node (at most ``max_candidates``) for the fewest lower-priority victims, picks the node
-kube-scheduler's ``pickOneNodeForPreemption`` would (the lowest highest victim priority, then the
-smallest sum of priorities, then the fewest victims), *nominates* it for the pod (a timed hold of the
-lifecycle: until the pod binds, is deleted or ``ttl`` passes, pods of lower priority do not pass it),
-writes a ``Preempted`` event on each victim and deletes it with its own grace period. A nomination is
-made once; only the leader preempts, and every write is checked against its Lease just before.
+(``ignoredResources``), so the node has no victims and ``/preempt`` is never asked. So when a filter
+finds no node for a pod that may preempt (``preemptionPolicy`` is not ``Never``) and some nodes failed
+only for devices in use, the extender asks each such node (at most ``max_candidates``) for the fewest
+lower-priority victims, picks the node kube-scheduler's ``pickOneNodeForPreemption`` would (the lowest
+highest victim priority, then the smallest sum of priorities, then the fewest victims), *nominates* it
+for the pod (a timed hold of the lifecycle: until the pod binds, is deleted or ``ttl`` passes, pods of
+lower priority do not pass it), writes a ``Preempted`` event on each victim and deletes it with its own
+grace period. A nomination is made once; only the leader preempts, and every write is checked against
+its Lease just before.
 """
 
 from __future__ import annotations
