@@ -24,6 +24,7 @@ from devshare.model.dra import parse_claim, slice_object
 from devshare.server.dra.controller import DraController
 from fakeapi.server import FakeApiServer
 from support.cluster import GiB, add_node, bound, usage_key
+from support.waiting import eventually, settled
 
 
 @pytest.fixture
@@ -67,11 +68,7 @@ def gated_pod(name: str, *claims: str, ns: str = "default") -> dict[str, Any]:
 
 
 async def until(cond: Callable[[], bool], what: str) -> None:
-    for _ in range(2000):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
+    await eventually(cond, what=what)  # no deadline a loaded machine could miss (support.waiting)
 
 
 def allocation(fake: FakeApiServer, key: str) -> dict[str, Any] | None:
@@ -139,11 +136,10 @@ async def test_claims_and_bound_pods_never_overbook(fake_api: FakeApiServer, dra
     ctl.start()
     try:
         await until(lambda: not gates(fake_api, "default/p-small"), "small allocated")
-        await asyncio.sleep(0.2)
+        await until(lambda: any(e["reason"] == "FailedDRAAllocation" and e["involvedObject"]["name"] == "p-big"
+                                for e in fake_api.store.list("events")[0]), "p-big refused")
         assert allocation(fake_api, "default/big") is None
         assert gates(fake_api, "default/p-big")
-        events = [e for e in fake_api.store.list("events")[0] if e["reason"] == "FailedDRAAllocation"]
-        assert any(e["involvedObject"]["name"] == "p-big" for e in events)
     finally:
         await ctl.stop()
 
@@ -268,7 +264,7 @@ async def test_a_cluster_without_resource_k8s_io_turns_dra_off_at_once() -> None
 
     api = Unserved()
     controller = DraController(api, engine())  # type: ignore[arg-type]
-    await asyncio.wait_for(controller.run(), 5)
+    await settled(controller.run())
     assert controller.off and not controller.synced.is_set() and api.lists == 1
 
 
@@ -278,5 +274,5 @@ async def test_without_dras_rbac_the_allocator_says_what_to_install_and_stops(ca
             raise BackendError(f"{kind}: forbidden", code=403)
 
     controller = DraController(Refused(), engine())  # type: ignore[arg-type]
-    await asyncio.wait_for(controller.run(), 5)
+    await settled(controller.run())
     assert controller.off and "kubectl apply -k deploy/dra" in caplog.text
