@@ -35,10 +35,10 @@ from devshare.model import names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.annotations import encode_annotations
 from devshare.model.codecs import decode_allocation
-from devshare.model.device import DeviceInfo, NodeDevices, device_object, parse_device
+from devshare.model.device import device_object, parse_device
 from devshare.model.node import parse_node
-from devshare.model.request import ContainerRequest, DeviceRequest, PodRequest
-from support.cluster import GiB, add_node, hold, occupy, pod, records, usage_key
+from devshare.model.request import DeviceRequest, PodRequest
+from support.cluster import GiB, add_node, occupy, pod, records, usage_key
 
 Device = tuple[str, str, int]  # (node, type, minor)
 
@@ -465,20 +465,3 @@ def test_pods_holding_no_record_count_on_their_node_cpu_and_memory() -> None:
     lc.release("ns/web")
     lc.uncount_plain("ns/late")
     assert int(s.cpu_used[row]) == 0 and int(s.cpu_used[s.row_of["b"]]) == 0
-
-
-def test_a_pods_own_record_is_not_counted_twice_when_it_is_judged_again() -> None:
-    """At bind the claim check asks whether a pod's allocation fits ``ignore``-ing its own assumed
-    record: the record's CPU and memory were counted as well as its devices (on a node whose CPU is
-    tracked, a pod that took the last cores was refused at its own bind)."""
-    s = ClusterState()
-    s.upsert_node(parse_node({"metadata": {"name": "a"}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}},
-                             track_resources=True))
-    s.set_devices(NodeDevices(node="a", devices=(DeviceInfo(type="gpu", minor=0, id="GPU-a-0", memory=16 * GiB),)))
-    pod_ = PodRequest(namespace="ns", name="p", cpu_milli=3000, memory_bytes=6 * GiB,
-                      containers=(ContainerRequest(name="main", devices=(DeviceRequest(type="gpu", core_milli=500),)),))
-    alloc = PodAllocation(node="a", containers=(ContainerAllocation(name="main", devices=(
-        DeviceGrant(type="gpu", minor=0, id="GPU-a-0", core_milli=500, memory=0),)),))
-    hold(s, pod_, alloc)
-    assert s.why_not(pod_, alloc, ignore=pod_.key) is None
-    assert s.why_not(pod_, alloc) is not None  # counted again: 6 of 4 cores
