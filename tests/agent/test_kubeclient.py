@@ -10,6 +10,7 @@ import pytest
 
 from devshare.agent.client import WriteRefused
 from devshare.agent.kubeclient import FIELD_MANAGER, KubeAgentClient
+from devshare.kube.errors import BackendError
 from devshare.kube.rest import KubeClient
 from devshare.model import names
 from devshare.model.dialects import koordinator, nvidia
@@ -66,3 +67,35 @@ async def test_a_refused_write_is_write_refused(fake_api: FakeApiServer, fake_ku
             client.close()
 
     await asyncio.to_thread(work)
+
+
+async def test_the_nodes_resource_slice_through_the_one_client(fake_api: FakeApiServer,  # noqa: F811
+                                                               fake_kubeconfig: Path) -> None:  # noqa: F811
+    """DRA on the node (agent/dra/node.py) reads claims and writes the node's ResourceSlice through the
+    agent's client: no second client of the API server."""
+    from devshare.agent.dra.node import publish_slice
+    from devshare.agent.inventory import Inventory
+    from devshare.model import dra
+    from devshare.model.device import DeviceInfo, NodeDevices
+
+    fake_api.put({"apiVersion": dra.API_VERSION, "kind": "ResourceClaim",
+                  "metadata": {"name": "c", "namespace": "team"}, "spec": {"devices": {}}})
+    client = KubeAgentClient(KubeClient.connect(fake_kubeconfig, field_manager=FIELD_MANAGER))
+    nd = NodeDevices(node="n1", devices=(DeviceInfo(type="gpu", minor=0, id="GPU-a", memory=16 * 2**30),))
+
+    def work() -> None:
+        claim = client.get_claim("team", "c")
+        assert claim is not None and claim["metadata"]["name"] == "c"
+        assert client.get_claim("team", "none") is None
+        assert publish_slice(client, nd, Inventory()) is not None  # created
+        assert publish_slice(client, nd, Inventory()) is None  # unchanged: nothing written
+        wider = NodeDevices(node="n1", devices=(*nd.devices, DeviceInfo(type="gpu", minor=1, id="GPU-b",
+                                                                        memory=16 * 2**30)))
+        assert publish_slice(client, wider, Inventory()) is not None  # replaced
+        with pytest.raises(BackendError):
+            client.get_claim("team", "Not A Name")  # refused before any request
+        client.close()
+
+    await asyncio.to_thread(work)
+    slices = fake_api.store.list("resourceslices")[0]
+    assert len(slices) == 1 and len(slices[0]["spec"]["devices"]) == 2

@@ -1,5 +1,5 @@
-"""The :class:`~devshare.agent.client.AgentClient` over the one client of the API server
-(:class:`devshare.kube.rest.KubeClient`).
+"""The :class:`~devshare.agent.client.AgentClient` (and DRA's :class:`~devshare.agent.dra.node.NodeApi`)
+over the one client of the API server (:class:`devshare.kube.rest.KubeClient`).
 
 The agent works in threads (the reporter's loop, the device plugins' gRPC handlers, the trade
 ticker); the client is asynchronous. So the client runs on an event loop of its own, in a thread of
@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from devshare.agent.client import WriteRefused
+from devshare.kube.dra import path_of
 from devshare.kube.errors import BackendError, NotFound
 from devshare.kube.rest import KubeClient
 from devshare.model import names
@@ -91,3 +92,17 @@ class KubeAgentClient:
 
     def record_event(self, namespace: str, event: dict[str, Any]) -> None:
         self._run(self.client.record_event(namespace, event))
+
+    # ------------------------------------------------------------------ DRA (the node's ResourceSlice)
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._run(self.client.get(path_of("resourceclaims", namespace, name)))
+
+    def get_slice(self, name: str) -> dict[str, Any] | None:
+        return self._run(self.client.get(path_of("resourceslices", None, name)))
+
+    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._run(self.client.create(path_of("resourceslices"), obj))
+
+    def replace_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """PUT with the slice's resourceVersion (409 when another writer changed it since)."""
+        return self._run(self.client.replace(path_of("resourceslices", None, str(obj["metadata"]["name"])), obj))

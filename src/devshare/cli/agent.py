@@ -8,15 +8,17 @@ import signal
 import socket
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from devshare.agent.client import AgentClient
 from devshare.agent.inventory import Backend
 from devshare.cli.common import LogLevelOption, emit, fail, user_errors
 from devshare.cli.common import log_level as parse_log_level
 from devshare.model.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from devshare.agent.kubeclient import KubeAgentClient
 
 agent_app = typer.Typer(name="agent", help="The node agent: device reporter and kubelet device plugin.",
                         no_args_is_help=True)
@@ -101,7 +103,7 @@ def _journal(path: Path | None) -> Path | None:
     return None
 
 
-def _client() -> AgentClient:
+def _client() -> KubeAgentClient:
     from devshare.agent.kubeclient import KubeAgentClient
 
     try:
@@ -215,7 +217,8 @@ def run(
         name = _node(node)
         backend = _backend(fake, devices, name, ignore_xids, watch_health=True)
         try:
-            agent = Agent(backend, name, _client(), resources=chosen, plugin_dir=plugin_dir,
+            client = _client()
+            agent = Agent(backend, name, client, resources=chosen, plugin_dir=plugin_dir,
                           override=_override(bandwidth), checkpoint=_checkpoint(checkpoint, plugin_dir),
                           label_node=node_labels, journal=journal, usage_interval=usage_interval,
                           usage_publish_interval=usage_report_interval, proc_root=proc_root,
@@ -226,9 +229,9 @@ def run(
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     agent.start()
     if dra:  # DRA (issue 38): the kubelet plugin and the node's ResourceSlice, from the reporter's inventory
-        from devshare.agent.dra.node import DraNode, LightkubeNodeApi
+        from devshare.agent.dra.node import DraNode
 
-        dra_node = DraNode(name, LightkubeNodeApi(), lambda: agent.reporter.inventory,
+        dra_node = DraNode(name, client, lambda: agent.reporter.inventory,
                            lambda: agent.reporter.previous, cdi_dir=cdi_dir)
         dra_node.start(interval=interval)
     try:

@@ -2,7 +2,8 @@
 as the Device object (the reporter's), with what only the node knows (NUMA node, driver version).
 
 :class:`NodeApi` is the narrow interface to the API server this needs (read a claim, read and write
-the node's slice); :class:`LightkubeNodeApi` implements it on the agent's lightkube client.
+the node's slice); the agent's client implements it (:class:`devshare.agent.kubeclient.KubeAgentClient`,
+over the one API client).
 """
 
 from __future__ import annotations
@@ -102,38 +103,3 @@ class DraNode:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.plugin.stop()
-
-
-class LightkubeNodeApi:
-    """:class:`NodeApi` over a lightkube (sync) client, with resource.k8s.io/v1 as generic resources."""
-
-    def __init__(self, client: Any | None = None) -> None:
-        from lightkube import Client
-        from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-
-        self.client = client or Client(field_manager="devshare-agent")
-        self.Slice = create_global_resource("resource.k8s.io", "v1", "ResourceSlice", "resourceslices")
-        self.Claim = create_namespaced_resource("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims")
-
-    def _get(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        from lightkube.core.exceptions import ApiError
-
-        try:
-            obj = self.client.get(res, name, namespace=namespace) if namespace else self.client.get(res, name)
-        except ApiError as e:
-            if e.status.code == 404:
-                return None
-            raise
-        return dict(obj)
-
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(self.Claim, name, namespace)
-
-    def get_slice(self, name: str) -> dict[str, Any] | None:
-        return self._get(self.Slice, name)
-
-    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.client.create(self.Slice(**obj)))
-
-    def replace_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.client.replace(self.Slice(**obj)))
