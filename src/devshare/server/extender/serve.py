@@ -146,12 +146,13 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
                       *([ClaimsCollector(claims)] if claims is not None else []),
                       *([SaveCollector(opts.save)] if opts.save is not None else [])):
         metrics.registry.register(collector)
-    runtime = Runtime(state, informer, cluster, extender, elector, claims)
+    dra = None
     if opts.dra_api is not None:  # DRA (issue 38): the same lifecycle, so claims and pods share one accounting
-        runtime.dra = DraController(opts.dra_api, lifecycle, is_leader=extender.leadership.may_write,
-                                    fence=extender.leadership.check, ready=informer.synced.wait,
-                                    assume_ttl=lifecycle.ttl, publish_slices=True)
-        metrics.registry.register(DraCollector(runtime.dra))
+        dra = DraController(opts.dra_api, lifecycle, is_leader=extender.leadership.may_write,
+                            fence=extender.leadership.check, ready=informer.synced.wait,
+                            assume_ttl=lifecycle.ttl, publish_slices=True)
+        metrics.registry.register(DraCollector(dra))
+    runtime = Runtime(state, informer, cluster, extender, elector, claims, dra)
     metrics.registry.register(StallCollector(runtime.stalls))
     app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
