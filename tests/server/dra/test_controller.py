@@ -175,6 +175,28 @@ async def test_pod_deleted_before_its_gate_is_lifted_releases_its_claim(fake_api
         await ctl.stop()
 
 
+async def test_a_pod_without_claims_leaving_the_pending_pods_costs_no_read(fake_api: FakeApiServer,
+                                                                         dra_api: LiveDraApi) -> None:
+    """The pending pods are watched with ``spec.nodeName=``: every pod bound leaves that watch (DELETED).
+    Only a pod with claims may have some to release; the others are not read again (at 5,000 nodes,
+    bench_e2e counted one GET per pod scheduled before this: 3,000 requests for 3,000 pods)."""
+    life = engine()
+    publish(fake_api, life)
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": "default"},
+             "spec": {"containers": [{"name": "main", "image": "x"}]}}
+    fake_api.put(plain)
+    ctl = DraController(dra_api, life, retry=0.05)
+    ctl.start()
+    try:
+        await until(lambda: "default/plain" in ctl.pods, "pending pod seen")
+        reads = fake_api.count("get", "pods")
+        fake_api.store.patch("pods", "default/plain", {"spec": {"nodeName": "n0"}})  # bound
+        await until(lambda: "default/plain" not in ctl.pods, "left the pending pods")
+        assert fake_api.count("get", "pods") == reads and not ctl._side
+    finally:
+        await ctl.stop()
+
+
 async def test_a_stale_decision_never_writes(fake_api: FakeApiServer, dra_api: LiveDraApi) -> None:
     life = engine(nodes=1, gpus=1)
     publish(fake_api, life)

@@ -309,7 +309,7 @@ class DraController:
             old = self.pods.pop(key, None)
             self._waiting.discard(key)
             self._reported.pop(key, None)
-            if old is not None:
+            if old is not None and pod_claims(old):  # a pod without claims has none to release: no read
                 self._spawn(self._pod_gone(key, old))
             return
         if (obj.get("spec") or {}).get("nodeName"):
