@@ -57,6 +57,7 @@ from devshare.model.names import GANG_NAME, GROUP_NAME
 from devshare.model.node import parse_node
 from devshare.model.pod import parse_pod, pod_node_requests
 from devshare.model.request import PodRequest
+from devshare.model.usage import NodeUsage, parse_usage
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ class WatchedCluster:
         self.scheduler_name = scheduler_name
         self.track_node_resources = track_node_resources
         self.pending: dict[str, Obj] = {}
+        # what each node's GPUs really use, as its agent last wrote it in the Device's status.usage (/ui)
+        self.usage: dict[str, NodeUsage] = {}
         self.synced = False  # every kind listed once
         self.versions: dict[str, str] = {}  # how far the watch of each kind has come
         # counters (exported as metrics by the server)
@@ -143,7 +146,7 @@ class WatchedCluster:
                 source = "devshare" if kind == "devices" else "koordinator"
                 for name in [n for n, found in self.inventories.sources.items()
                              if found.get(source) is not None and n not in present]:
-                    self.inventories.set(name, source, None)
+                    self._drop_device(name, source)
             elif kind == "pods":
                 for key in [k for k in self.pods_present if k not in present]:
                     self._absent(key)
@@ -221,8 +224,10 @@ class WatchedCluster:
         "koordinator"), which is the node's inventory where it has no devshare Device."""
         name = str(meta(obj).get("name", ""))
         if type_ == "DELETED":
-            self.inventories.set(name, source, None)  # another source may stand in
+            self._drop_device(name, source)  # another source may stand in
             return
+        if source == "devshare":
+            self._apply_usage(name, obj)
         try:
             nd = parse_device(obj) if source == "devshare" else koordinator_device(obj)
         except InvalidInput as e:
@@ -231,6 +236,23 @@ class WatchedCluster:
                         "Device" if source == "devshare" else "Koordinator's Device", name, e)
             return
         self.inventories.set(name, source, nd)
+
+    def _drop_device(self, name: str, source: str) -> None:
+        self.inventories.set(name, source, None)
+        if source == "devshare":
+            self.usage.pop(name, None)
+
+    def _apply_usage(self, name: str, obj: Obj) -> None:
+        """The usage the node's agent wrote (``status.usage``); a bad block is dropped, not the Device."""
+        try:
+            usage = parse_usage(obj)
+        except InvalidInput as e:
+            usage = None
+            log.warning("ignoring the usage of Device %s: %s", name, e)
+        if usage is None:
+            self.usage.pop(name, None)
+        else:
+            self.usage[name] = usage
 
     # ------------------------------------------------------------------ pods
     def _present(self, key: str, uid: str, obj: Obj) -> None:

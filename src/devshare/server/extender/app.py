@@ -2,7 +2,9 @@
 
 ``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` (kube-scheduler's extender protocol),
 ``GET /inspect`` (the JSON of ``devshare inspect -o json``), ``/metrics``, ``/healthz``, ``/readyz``,
-``/ui/`` (the live occupancy page) and ``/ui/occupancy`` (its JSON, :mod:`occupancy`).
+``/ui/`` (the live occupancy page; ``/`` leads there) and ``/ui/occupancy`` (its JSON, :mod:`occupancy`).
+/inspect and /ui/occupancy are answered from one shared snapshot (:mod:`snapshot`), rebuilt at most
+once per interval off the event loop: an open page never makes a verb wait.
 
 A body that is not the verb's type gets HTTP 400 with a one-line message (never a 500). Logical
 refusals are HTTP 200 with ``Error`` set, which kube-scheduler shows in the pod's events. Before
@@ -15,17 +17,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 from aiohttp import web
 
-from devshare.engine.stateview import inspect_view
+from devshare.config import Configuration
 from devshare.server.extender.extender import Extender, NotReady
+from devshare.server.extender.history import History
 from devshare.server.extender.metrics import ERROR, MALFORMED, NOT_READY, OK, ExtenderMetrics
-from devshare.server.extender.occupancy import occupancy
+from devshare.server.extender.page import config_summary
+from devshare.server.extender.snapshot import Busy, ReadSurface
 from devshare.server.extender.wire import (
     TOO_DEEP,
     BadRequest,
@@ -47,6 +51,7 @@ JSON = "application/json"
 
 EXTENDER = web.AppKey("extender", Extender)
 VERBS = web.AppKey("verbs", dict)  # path -> Verb (:func:`verbs`)
+SURFACE = web.AppKey("read_surface", ReadSurface)
 
 Handler = Callable[[Extender, bytes], Awaitable[tuple[Any, str]]]
 
@@ -148,12 +153,25 @@ def verbs() -> dict[str, Verb]:
     }
 
 
-async def _inspect(request: web.Request) -> web.Response:
-    ext = request.app[EXTENDER]
-    if not ext.is_synced:
+async def _snapshot(request: web.Request, answer: Callable[[ReadSurface], Awaitable[bytes]]) -> web.Response:
+    """An answer of the read surface's shared snapshot: 503 before the state is synced or while too
+    many requests wait for its build."""
+    if not request.app[EXTENDER].is_synced:
         return _json(_error_body("not ready: state not synced"), 503)
-    view = ext.state.view()  # a copy, taken here; the JSON is built from it in a thread (0.1-0.4 s at 5,000 nodes)
-    return _json(await asyncio.to_thread(lambda: encode(inspect_view(view))))
+    try:
+        return _json(await answer(request.app[SURFACE]))
+    except Busy as e:
+        response = _json(_error_body(f"{request.path[1:]}: {e}"), 503)
+        response.headers["Retry-After"] = "1"
+        return response
+
+
+async def _inspect(request: web.Request) -> web.Response:
+    return await _snapshot(request, lambda surface: surface.inspect())
+
+
+async def _root(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/ui/")
 
 
 async def _ui(request: web.Request) -> web.Response:
@@ -169,11 +187,8 @@ def _ui_page() -> bytes:
 
 
 async def _occupancy(request: web.Request) -> web.Response:
-    ext = request.app[EXTENDER]
-    if not ext.is_synced:
-        return _json(_error_body("not ready: state not synced"), 503)
-    view = ext.state.view()  # a copy, taken here: /ui asks every 2 s, and at 5,000 nodes building it takes
-    return _json(await asyncio.to_thread(lambda: encode(occupancy(view))))  # most of a second
+    q = request.query.get("q", "")[:256]  # the page's filter: nodes or holders whose name holds it
+    return await _snapshot(request, lambda surface: surface.occupancy(q))
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -190,8 +205,13 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
-# what a caller without a verified client certificate may not reach (with client_auth)
-PROTECTED = frozenset({"/filter", "/prioritize", "/bind", "/preempt", "/inspect"})
+# what a caller without a verified client certificate may not reach (with client_auth): the verbs,
+# and what shows pods and their use (/inspect, the /ui page and its JSON)
+PROTECTED = frozenset({"/filter", "/prioritize", "/bind", "/preempt", "/inspect", "/ui"})
+
+
+def protected(path: str) -> bool:
+    return path in PROTECTED or path.startswith("/ui/")
 NO_CLIENT_CERT = ("a client certificate is required: configure kube-scheduler's extender tlsConfig with a "
                   "certFile/keyFile signed by the CA given to devshare as --tls-client-ca")
 
@@ -199,19 +219,24 @@ NO_CLIENT_CERT = ("a client certificate is required: configure kube-scheduler's 
 @web.middleware
 async def _require_client_cert(request: web.Request,
                                handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    if request.path in PROTECTED and not peer_verified(request.transport):
+    if protected(request.path) and not peer_verified(request.transport):
         return _json(_error_body(f"{request.path[1:]}: {NO_CLIENT_CERT}"), 403)
     return await handler(request)
 
 
-def make_app(extender: Extender, *, client_auth: bool = False) -> web.Application:
-    """The application; with ``client_auth`` the verbs and /inspect answer 403 to a connection
-    without a verified client certificate (probes and /metrics stay open)."""
+def make_app(extender: Extender, *, client_auth: bool = False, config: Configuration | None = None,
+             surface: ReadSurface | None = None) -> web.Application:
+    """The application; with ``client_auth`` the verbs, /inspect and /ui answer 403 to a connection
+    without a verified client certificate (probes and /metrics stay open). ``config``: the active
+    configuration /ui shows; ``surface``: the read surface (tests give one with their own clock)."""
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_require_client_cert] if client_auth else [])
     app[EXTENDER] = extender
     app[VERBS] = verbs()
+    app[SURFACE] = surface or ReadSurface(extender, History(extender.state, time.time), config_summary(config))
+    app.cleanup_ctx.append(_history)
     for path, verb in app[VERBS].items():
         app.router.add_post(path, verb.serve)
+    app.router.add_get("/", _root)
     app.router.add_get("/inspect", _inspect)
     app.router.add_get("/ui", _ui)
     app.router.add_get("/ui/", _ui)
@@ -220,3 +245,14 @@ def make_app(extender: Extender, *, client_auth: bool = False) -> web.Applicatio
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     return app
+
+
+async def _history(app: web.Application) -> AsyncIterator[None]:
+    """The allocation history's sampling, while the application runs."""
+    surface = app[SURFACE]
+    extender = app[EXTENDER]
+    task = asyncio.create_task(surface.history.run(lambda: extender.is_synced), name="devshare-ui-history")
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    surface.close()

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from devshare.engine.groups import GroupPlanner
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.refusals import Refusals
@@ -35,6 +37,7 @@ from devshare.server.extender.filtering import Filtering
 from devshare.server.extender.groups import Groups
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.preemption import Preemption
+from devshare.server.extender.refused import RefusalLog, summarize
 from devshare.server.extender.requests import Requests
 from devshare.server.extender.requeue import Requeue
 from devshare.server.extender.verdicts import event_safe
@@ -47,6 +50,7 @@ from devshare.server.extender.wire import (
     ExtenderFilterResult,
     ExtenderPreemptionArgs,
     ExtenderPreemptionResult,
+    decode_pod_id,
     is_null,
 )
 
@@ -65,7 +69,7 @@ class Extender:
                  refusals: Refusals | None = None, claims: Claims | None = None, events: Events | None = None,
                  shortlist: int = 0, clock: Callable[[], float] = time.monotonic,
                  after_bind: Callable[[], None] | None = None, before_claim: Callable[[str], None] | None = None,
-                 scheduler_name: str | None = None) -> None:
+                 scheduler_name: str | None = None, wall_clock: Callable[[], float] = time.time) -> None:
         self.lifecycle = lifecycle
         self.state = lifecycle.state
         self.cluster = cluster
@@ -74,6 +78,7 @@ class Extender:
         self.clock = clock
         self.claims = claims
         self.sweep = ClaimSweep(claims) if claims is not None else None
+        self.refusals = RefusalLog(wall_clock)  # the pods refused lately and why (/ui's queue)
         self.requests = Requests(self.state, cluster, refusals or Refusals())
         self.groups = Groups(GroupPlanner(lifecycle.scheduler, lifecycle=lifecycle), backend, cluster, clock)
         self.preemption = Preemption(lifecycle, backend, self.leadership, events or Events(backend),
@@ -104,7 +109,23 @@ class Extender:
         if not self.is_synced:
             self.requests.candidates(args)  # a malformed body is still a 400
             return ExtenderFilterResult(error=NOT_READY)
-        return self.filtering.filter(args)
+        answer = self.filtering.filter(args)
+        if answer.error or answer.failed_nodes or answer.failed_and_unresolvable_nodes:
+            self._note_filter(args, answer)
+        return answer
+
+    def _note_filter(self, args: ExtenderArgs, answer: ExtenderFilterResult) -> None:
+        """A filter that passed no node goes into the record of refusals, with its reasons counted."""
+        passed = answer.node_names if answer.nodes is None else answer.nodes.get("items")
+        if isinstance(passed, msgspec.Raw):
+            passed = None if bytes(passed).strip() in (b"[]", b"null") else [passed]
+        if passed:
+            return
+        named = decode_pod_id(bytes(args.pod)) if not is_null(args.pod) else None
+        if named is None:
+            return
+        reason, nodes = summarize([*answer.failed_nodes.values(), *answer.failed_and_unresolvable_nodes.values()])
+        self.refusals.refused(named[0], "filter", answer.error or reason, nodes)
 
     def prioritize(self, args: ExtenderArgs) -> bytes:
         """The HostPriorityList, encoded (JSON bytes)."""
@@ -120,8 +141,10 @@ class Extender:
         if error:
             self.metrics.fail("bind", [error])
             log.info("bind %s to %s refused: %s", key, args.node, error)
+            self.refusals.refused(key, "bind", f"{args.node}: {error}")
         else:
             self.requeue.forget(key)
+            self.refusals.forget(key)
         return ExtenderBindingResult(error=error)
 
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
@@ -147,6 +170,8 @@ class Extender:
                 self.claims.pod_changed(type_, obj)
             if type_ != "DELETED" and self.is_synced and self.cluster.pending_pod(key) is obj:
                 self.requests.judged_from_api(obj)
+            if type_ == "DELETED" or (obj.get("spec") or {}).get("nodeName"):
+                self.refusals.forget(key)  # deleted or placed: no longer waiting
             if type_ == "DELETED":
                 self.groups.deleted(key)
                 if self.groups.planner.plans:

@@ -12,10 +12,17 @@ compute waits until a holder leaves. Free memory beside no free compute is not c
 memory-only ask (Aliyun ``gpu-mem``) can still use it. RDMA and FPGA (no memory) strand their free
 share only at the container limit. Unhealthy cards and cards held by another device plugin are
 ``unavailable``, not stranded. ``strandedGpus`` is the stranded compute in whole GPUs (100% = 1).
+
+**Used** is what the card's processes really hold, as the node agent last wrote it in the Device's
+``status.usage`` (:mod:`devshare.model.usage`): per card ``usage`` (``memoryUsed`` bytes,
+``utilization`` 0..1 or null, ``at``), per holder ``memoryUsed`` and ``utilization``, and the
+processes of the card that belong to no holder (another scheduler's pod, a process outside any
+container: ``unknown/unknown``) under ``usage.others``. A card whose node reports no usage has none.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -24,6 +31,7 @@ import numpy.typing as npt
 from devshare.engine.stateview import DeviceColumns, StateView, inspect_view
 from devshare.model import names
 from devshare.model.dialects import mgpu
+from devshare.model.usage import GpuUse, NodeUsage
 
 MIN_MEMORY = mgpu.MIN_GPU_MEMORY
 
@@ -40,9 +48,26 @@ def stranded_core(cols: DeviceColumns, max_containers: int) -> npt.NDArray[np.fl
     return np.where(stranded, free, 0) / 10
 
 
-def occupancy(view: StateView) -> dict[str, Any]:
+def _with_usage(device: dict[str, Any], use: GpuUse | None, at: str) -> dict[str, Any]:
+    """``device`` with what its processes really use (the module doc), when its node reports it."""
+    if use is None:
+        return device
+    by_holder = {(c.pod, c.container): c for c in use.containers}
+    for h in device["holders"]:
+        c = by_holder.pop((h["pod"], h["container"]), None)
+        h["memoryUsed"] = c.memory_used if c is not None else 0
+        h["utilization"] = c.utilization if c is not None else None
+    device["usage"] = {"at": at, "memoryUsed": use.memory_used, "utilization": use.utilization,
+                       "others": [{"pod": c.pod, "container": c.container, "memoryUsed": c.memory_used,
+                                   "utilization": c.utilization} for c in by_holder.values()]}
+    return device
+
+
+def occupancy(view: StateView, usage: Mapping[str, NodeUsage] | None = None) -> dict[str, Any]:
     """``{"nodes": [...], "totals": {...}, "maxContainersPerCard": N}``: per node, per device, its
-    capacity, use, free and stranded share, and each holder (``ns/pod/container``) with its share."""
+    capacity, use, free and stranded share, and each holder (``ns/pod/container``) with its share;
+    with ``usage`` (node -> what its agent reported), what is really used beside what is allocated."""
+    usage = usage or {}
     holders: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for key, alloc, phase in view.pods:
         for ci, g in alloc.grants():
@@ -58,6 +83,8 @@ def occupancy(view: StateView) -> dict[str, Any]:
     nodes = []
     for node in inspect_view(view)["nodes"]:
         node_stranded = 0.0
+        reported = usage.get(node["name"])
+        gpu_use = {g.minor: g for g in reported.gpus} if reported is not None else {}
         devices = []
         for d in node["devices"]:
             stranded = stranded_of[(node["name"], d["type"], d["minor"])]
@@ -69,7 +96,7 @@ def occupancy(view: StateView) -> dict[str, Any]:
                 totals["gpusIdle"] += int(available and not d["used"].get("containers"))
                 totals["unavailable"] += int(not available)
                 node_stranded += stranded
-            devices.append({
+            devices.append(_with_usage({
                 **{k: d[k] for k in ("type", "minor", "id", "health", "heldOutside", "total", "used")},
                 "available": available,
                 "free": {"core": float(d["total"]["core"]) - used_core,
@@ -78,7 +105,7 @@ def occupancy(view: StateView) -> dict[str, Any]:
                 "stranded": {"core": stranded},
                 "holders": sorted(holders.get((node["name"], d["type"], d["minor"]), []),
                                   key=lambda h: (h["pod"], h["container"])),
-            })
+            }, gpu_use.get(d["minor"]) if d["type"] == names.GPU else None, reported.at if reported else ""))
         totals["nodes"] += 1
         totals["strandedGpus"] += node_stranded / 100
         nodes.append({"name": node["name"], "strandedGpus": node_stranded / 100, "devices": devices})

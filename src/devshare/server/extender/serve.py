@@ -154,7 +154,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
         metrics.registry.register(DraCollector(dra))
     runtime = Runtime(state, informer, cluster, extender, elector, claims, dra)
     metrics.registry.register(StallCollector(runtime.stalls))
-    app = make_app(extender, client_auth=opts.client_auth)
+    app = make_app(extender, client_auth=opts.client_auth, config=opts.config)
     app[RUNTIME] = runtime
     if opts.metrics_port:
         app.middlewares.append(read_only_on(opts.metrics_port))
@@ -249,7 +249,7 @@ async def _freeze_when_synced(informer: Informer) -> None:
     log.info("state synced; %d objects frozen out of garbage collection", gc.get_freeze_count())
 
 
-READ_ONLY = ("/metrics", "/healthz", "/readyz", "/inspect", "/ui")
+READ_ONLY = ("/metrics", "/healthz", "/readyz", "/inspect", "/ui", "/")
 
 
 def read_only_on(port: int) -> Callable[..., Any]:

@@ -3,21 +3,33 @@
 - :class:`ClusterView`: the cluster as the informer follows it (implemented by the engine's
   :class:`~devshare.engine.watched.WatchedCluster`, which the informer of :mod:`devshare.kube.informer`
   feeds): whether the first list is in, the pending pods kept for bind, which pods and groups exist,
-  how far the watch of pods has come, the bound pods it holds back, and a pod read from the API server
-  to apply as a change.
+  how far the watch of pods has come, the bound pods it holds back, a pod read from the API server
+  to apply as a change, and what the node agents report their GPUs really use (``/ui``).
 - :class:`Leadership`: whether this replica may write (the Lease: :class:`~devshare.kube.leader.
   LeaderElector` or :class:`~devshare.kube.leader.LeaseFollower`; :class:`Unelected` without one).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from devshare.model.allocation import PodAllocation
 from devshare.model.request import PodRequest
+from devshare.model.usage import NodeUsage
 
 
 class ClusterView(Protocol):
+    @property
+    def pending(self) -> Mapping[str, dict[str, Any]]:
+        """The pending pods of this extender's scheduler as the watch last delivered them, by key."""
+        ...
+
+    @property
+    def usage(self) -> Mapping[str, NodeUsage]:
+        """Node -> what its agent last wrote in its Device's ``status.usage``."""
+        ...
+
     @property
     def synced(self) -> bool:
         """Every kind was listed once: the state may be used."""
