@@ -73,7 +73,7 @@ class RefusalLog:
     def recent(self, limit: int) -> list[tuple[str, list[Refusal]]]:
         """The ``limit`` pods refused most recently, the latest first, each with its refusals (oldest
         first). A copy: read off the event loop while the record goes on."""
-        out = []
+        out: list[tuple[str, list[Refusal]]] = []
         for key in reversed(self._pods):
             if len(out) >= limit:
                 break

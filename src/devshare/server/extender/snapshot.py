@@ -123,7 +123,8 @@ class ReadSurface:
         taken = self._current()
         built = self._built.get(name)
         if built is not None and built.generation == taken.generation and built.future.done():
-            return built.future.result()
+            done: T = built.future.result()
+            return done
         if self._waiting >= self.max_waiting:
             self.busy += 1
             raise Busy(f"{self._waiting} requests wait for the read surface already: retry in a second")
