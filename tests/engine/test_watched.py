@@ -193,3 +193,34 @@ def test_without_a_scheduler_name_no_pending_pod_is_kept() -> None:
     sync = Following(MemoryBackend()).cluster
     sync.changed("pods", "ADDED", ours(pod("a")))
     assert sync.pending == {}
+
+
+def usage_block(memory_used: int) -> dict[str, Any]:
+    return {"at": "2026-11-28T07:40:00Z", "gpus": [{"minor": 0, "id": "GPU-0", "memoryUsed": memory_used,
+                                                    "utilization": 0.25, "containers": []}]}
+
+
+def test_the_usage_agents_report_is_kept_per_node_from_the_device_events() -> None:
+    """Issue 39: /ui reads what each node's GPUs really use from its Device's status.usage."""
+    mb, sync = one_node_synced()
+    cluster = sync.cluster
+    assert cluster.usage == {}
+    seen = mb.store.rv
+    mb.store.patch("devices", "n1", {"status": {"usage": usage_block(3 * GiB)}})
+    sync.replay(mb, seen)
+    assert cluster.usage["n1"].gpus[0].memory_used == 3 * GiB
+    assert cluster.usage["n1"].gpus[0].utilization == 0.25
+    # a bad block is dropped with a warning; the Device's inventory stays
+    seen = mb.store.rv
+    mb.store.patch("devices", "n1", {"status": {"usage": {"at": "x", "gpus": [{"minor": "zero"}]}}})
+    sync.replay(mb, seen)
+    assert "n1" not in cluster.usage and "n1" in sync.state.row_of
+    assert cluster.invalid_objects == 0
+    # a fresh report, then the Device deleted: its usage goes with it
+    seen = mb.store.rv
+    mb.store.patch("devices", "n1", {"status": {"usage": usage_block(GiB)}})
+    sync.replay(mb, seen)
+    assert cluster.usage["n1"].gpus[0].memory_used == GiB
+    mb.store.delete("devices", "n1")
+    cluster.listed("devices", mb.store.list("devices")[0], initial=False)  # a re-list without it
+    assert cluster.usage == {}

@@ -79,6 +79,17 @@ def test_client_without_a_certificate_is_refused_but_probes_work(served: ServerT
         assert call(served, pki, "GET", probe)[0] == 200, probe
 
 
+@pytest.mark.parametrize("path", ["/ui/occupancy", "/ui/", "/ui", "/inspect"])
+def test_the_ui_needs_what_inspect_needs(served: ServerThread, pki: dict[str, Any], path: str) -> None:
+    """Issue 37: /ui/occupancy names every pod and what it holds; it answered 200 without a certificate
+    while /inspect answered 403."""
+    status, text = call(served, pki, "GET", path)
+    assert status == 403, text
+    assert "client certificate" in json.loads(text)["error"]
+    status, text = call(served, pki, "GET", path, client=pki["client"])
+    assert status in (200, 302), text
+
+
 def test_client_certificate_of_another_ca_fails_the_handshake(served: ServerThread, pki: dict[str, Any]) -> None:
     with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
         call(served, pki, "POST", "/filter", FILTER, client=pki["stranger"])

@@ -14,7 +14,7 @@ from devshare.engine.stateview import DeviceColumns
 from devshare.kube.memory import MemoryBackend
 from devshare.server.extender.occupancy import stranded_core
 from devshare.server.extender.serve import ExtenderOptions
-from support.extender import GiB, device, node, running
+from support.extender import GiB, bind, cluster, device, names_body, node, pod, post, running
 
 MiB = 2**20
 
@@ -128,3 +128,56 @@ async def test_read_only_listener_serves_only_reads() -> None:
             assert "read-only port" in await r.text()
     finally:
         await client.close()
+
+
+def reported(node_name: str = "n0") -> dict[str, Any]:
+    """What n0's agent reports: the hog uses 6 GiB of its share, the half pod nothing yet, and a
+    process no container could be found for holds 1 GiB on card 1."""
+    return {"at": "2026-11-28T07:40:00Z", "gpus": [
+        {"minor": 0, "id": f"GPU-{node_name}-0", "memoryUsed": 6 * GiB, "utilization": 0.9, "containers": [
+            {"pod": "default/hog", "container": "main", "memoryUsed": 6 * GiB, "utilization": 0.9}]},
+        {"minor": 1, "id": f"GPU-{node_name}-1", "memoryUsed": GiB, "utilization": None, "containers": [
+            {"pod": "unknown/unknown", "container": "unknown", "memoryUsed": GiB}]}]}
+
+
+async def test_occupancy_shows_what_holders_use_beside_what_they_were_given() -> None:
+    """Issue 39: the usage the agent writes on the Device, per card and per holder."""
+    b = backend()
+    b.store.patch("devices", "n0", {"status": {"usage": reported()}})
+    async with running(b) as (client, _):
+        data = await (await client.get("/ui/occupancy")).json()
+    cards = {d["minor"]: d for d in data["nodes"][0]["devices"]}
+    assert cards[0]["usage"] == {"at": "2026-11-28T07:40:00Z", "memoryUsed": 6 * GiB, "utilization": 0.9,
+                                 "others": []}
+    (hog,) = cards[0]["holders"]
+    assert (hog["memory"], hog["memoryUsed"], hog["utilization"]) == (16 * GiB - 128 * MiB, 6 * GiB, 0.9)
+    (half,) = cards[1]["holders"]
+    assert (half["memoryUsed"], half["utilization"]) == (0, None)  # reported nothing: uses nothing
+    assert cards[1]["usage"]["others"] == [{"pod": "unknown/unknown", "container": "unknown",
+                                            "memoryUsed": GiB, "utilization": None}]
+    assert "usage" not in cards[2]  # the node reported nothing of this card
+    assert "memoryUsed" not in cards[2]["holders"][0]
+
+
+async def test_root_leads_to_the_page() -> None:
+    async with running(backend()) as (client, _):
+        r = await client.get("/", allow_redirects=False)
+    assert r.status == 302 and r.headers["Location"] == "/ui/"
+
+
+async def test_the_queue_says_why_a_pod_was_refused_until_it_is_bound() -> None:
+    """Issue 40: the page shows the pods devshare refused, with the reasons its filter and bind gave."""
+    waiting = pod("big", core=100, mem="20Gi")
+    waiting["spec"]["schedulerName"] = "devshare-scheduler"
+    async with running(cluster(2, gpus=2, memory=16 * GiB, pods=[waiting])) as (client, _):
+        await post(client, "/filter", names_body(waiting, ["node-0", "node-1"]))
+        assert await bind(client, "big", "node-0") != ""
+        queue = (await (await client.get("/ui/occupancy")).json())["queue"]
+    assert (queue["pending"], queue["refused"], queue["total"]) == (1, 1, 1)
+    (big,) = queue["pods"]
+    assert big["pod"] == "default/big" and big["pending"]
+    assert big["asks"] == {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "20Gi"}
+    filtered, bound = big["refusals"]
+    assert filtered["verb"] == "filter" and filtered["nodes"] == 2
+    assert filtered["reason"].startswith("2 nodes: ") and "20 GiB" in filtered["reason"]
+    assert bound["verb"] == "bind" and bound["reason"].startswith("node-0: ")
