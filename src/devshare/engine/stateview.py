@@ -5,7 +5,7 @@ and read anywhere (a thread) while the state goes on changing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -15,6 +15,8 @@ from devshare.engine.nodetables import NodeTables
 from devshare.engine.records import Phase, PodRecord
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
+
+PAUSE_EVERY = 256  # devices between two calls of inspect_view's pause
 
 
 class DeviceColumns(msgspec.Struct, frozen=True):
@@ -51,11 +53,14 @@ class StateView(msgspec.Struct, frozen=True):
     peers: list[tuple[str, str, str, tuple[str, ...]]] = []
 
 
-def inspect_view(view: StateView) -> dict[str, Any]:
+def inspect_view(view: StateView, pause: Callable[[], None] | None = None) -> dict[str, Any]:
     """DESIGN.md's inspect JSON: per node (by name), per device (by type, then minor), what is used
-    and by whom."""
+    and by whom. ``pause``: called every few hundred devices (a builder in a thread lets the event
+    loop's thread have the interpreter: ``time.sleep(0)``)."""
     by_device: dict[tuple[str, str, int], list[str]] = {}
-    for key, alloc, _ in view.pods:
+    for n, (key, alloc, _) in enumerate(view.pods):
+        if pause is not None and not n % PAUSE_EVERY:
+            pause()
         for ci, g in alloc.grants():
             who = f"{key}/{alloc.containers[ci].name}"
             lst = by_device.setdefault((alloc.node, g.type, g.minor), [])
@@ -64,9 +69,12 @@ def inspect_view(view: StateView) -> dict[str, Any]:
     devices_of: dict[str, list[dict[str, Any]]] = {name: [] for name in view.nodes}
     for c in view.columns:
         t = c.type
-        for node, minor, id_, healthy, held, total_core, used_core, total_mem, used_mem, containers in zip(
-                c.node, c.minor.tolist(), c.id, c.healthy.tolist(), c.held_outside.tolist(), c.total_core.tolist(),
-                c.used_core.tolist(), c.total_mem.tolist(), c.used_mem.tolist(), c.containers.tolist(), strict=True):
+        rows = zip(c.node, c.minor.tolist(), c.id, c.healthy.tolist(), c.held_outside.tolist(), c.total_core.tolist(),
+                   c.used_core.tolist(), c.total_mem.tolist(), c.used_mem.tolist(), c.containers.tolist(), strict=True)
+        for i, (node, minor, id_, healthy, held, total_core, used_core, total_mem, used_mem, containers) in enumerate(
+                rows):
+            if pause is not None and not i % PAUSE_EVERY:
+                pause()
             total: dict[str, Any] = {"core": total_core / 10}
             used: dict[str, Any] = {"core": used_core / 10}
             if c.memory:

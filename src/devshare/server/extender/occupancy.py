@@ -22,7 +22,7 @@ container: ``unknown/unknown``) under ``usage.others``. A card whose node report
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -63,13 +63,20 @@ def _with_usage(device: dict[str, Any], use: GpuUse | None, at: str) -> dict[str
     return device
 
 
-def occupancy(view: StateView, usage: Mapping[str, NodeUsage] | None = None) -> dict[str, Any]:
+def occupancy(view: StateView, usage: Mapping[str, NodeUsage] | None = None, *,
+              inspected: dict[str, Any] | None = None, pause: Callable[[], None] | None = None) -> dict[str, Any]:
     """``{"nodes": [...], "totals": {...}, "maxContainersPerCard": N}``: per node, per device, its
     capacity, use, free and stranded share, and each holder (``ns/pod/container``) with its share;
-    with ``usage`` (node -> what its agent reported), what is really used beside what is allocated."""
+    with ``usage`` (node -> what its agent reported), what is really used beside what is allocated.
+    ``inspected``: :func:`inspect_view` of ``view``, made already (not changed here); ``pause``: called
+    every few dozen nodes (see :func:`inspect_view`)."""
     usage = usage or {}
+    if inspected is None:
+        inspected = inspect_view(view, pause)
     holders: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    for key, alloc, phase in view.pods:
+    for n, (key, alloc, phase) in enumerate(view.pods):
+        if pause is not None and not n % 256:
+            pause()
         for ci, g in alloc.grants():
             holders.setdefault((alloc.node, g.type, g.minor), []).append({
                 "pod": key, "container": alloc.containers[ci].name, "phase": phase,
@@ -81,7 +88,9 @@ def occupancy(view: StateView, usage: Mapping[str, NodeUsage] | None = None) -> 
                                                strict=True)}
     totals = {"nodes": 0, "gpus": 0, "gpusUsed": 0.0, "gpusIdle": 0, "strandedGpus": 0.0, "unavailable": 0}
     nodes = []
-    for node in inspect_view(view)["nodes"]:
+    for i, node in enumerate(inspected["nodes"]):
+        if pause is not None and not i % 32:
+            pause()
         node_stranded = 0.0
         reported = usage.get(node["name"])
         gpu_use = {g.minor: g for g in reported.gpus} if reported is not None else {}
