@@ -5,13 +5,14 @@ rows; the verbs never wait for it."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import threading
 import time
 
 from devshare.server.extender.history import History
 from devshare.server.extender.serve import Runtime
-from devshare.server.extender.snapshot import Busy, ReadSurface
+from devshare.server.extender.snapshot import Body, Busy, ReadSurface
 from support.extender import bind, cluster, names_body, pod, post, running
 
 
@@ -27,8 +28,9 @@ async def test_concurrent_callers_share_one_copy_and_one_build_each() -> None:
         answers = await asyncio.gather(*[surface.occupancy() for _ in range(8)], surface.inspect(), surface.inspect())
         surface.close()
     assert surface.takes == 1 and surface.builds == 2  # one copy; one occupancy and one inspect build
-    assert len(set(answers[:8])) == 1 and answers[8] == answers[9]
-    assert [n["name"] for n in json.loads(answers[8])["nodes"]] == ["node-0", "node-1", "node-2"]
+    assert all(a is answers[0] for a in answers[:8]) and answers[8] is answers[9]
+    assert [n["name"] for n in json.loads(answers[8].raw)["nodes"]] == ["node-0", "node-1", "node-2"]
+    assert answers[0].gz is not None and json.loads(gzip.decompress(answers[0].gz)) == json.loads(answers[0].raw)
 
 
 async def test_at_most_one_build_per_interval_counted_from_the_end_of_the_last() -> None:
@@ -38,13 +40,13 @@ async def test_at_most_one_build_per_interval_counted_from_the_end_of_the_last()
     async with running(backend) as (client, runtime):
         clock = [10.0]
         surface = surface_of(runtime, clock)
-        first = json.loads(await surface.occupancy())
+        first = json.loads((await surface.occupancy()).raw)
         assert first["queue"]["pending"] == 1 and first["totals"]["gpusUsed"] == 0
         assert await bind(client, "p", "node-0") == ""
         clock[0] += 1.9  # within the interval: the same answer, though the state changed
-        assert json.loads(await surface.occupancy()) == first
+        assert json.loads((await surface.occupancy()).raw) == first
         clock[0] += 0.2
-        second = json.loads(await surface.occupancy())
+        second = json.loads((await surface.occupancy()).raw)
         surface.close()
     assert second["totals"]["gpusUsed"] == 0.5 and second["queue"]["pending"] == 0
     assert surface.takes == 2 and surface.builds == 2
@@ -55,16 +57,16 @@ async def test_too_many_waiters_are_told_to_retry() -> None:
         surface = surface_of(runtime, [0.0], max_waiting=2)
         out = await asyncio.gather(*[surface.occupancy() for _ in range(3)], return_exceptions=True)
         surface.close()
-    assert [type(o) for o in out] == [bytes, bytes, Busy] and surface.busy == 1
+    assert [type(o) for o in out] == [Body, Body, Busy] and surface.busy == 1
     assert "retry" in str(out[2])
 
 
 async def test_answers_are_bounded_and_say_so() -> None:
     async with running(cluster(5, gpus=1)) as (_, runtime):
         surface = surface_of(runtime, [0.0], max_nodes=2, max_inspect_nodes=3)
-        capped = json.loads(await surface.occupancy())
-        found = json.loads(await surface.occupancy("NODE-4"))
-        inspect = json.loads(await surface.inspect())
+        capped = json.loads((await surface.occupancy()).raw)
+        found = json.loads((await surface.occupancy("NODE-4")).raw)
+        inspect = json.loads((await surface.inspect()).raw)
         surface.close()
     assert [n["name"] for n in capped["nodes"]] == ["node-0", "node-1"]
     assert (capped["shown"], capped["matched"], capped["maxNodes"]) == (2, 5, 2)
@@ -85,5 +87,33 @@ async def test_the_verbs_never_wait_for_a_build() -> None:
         assert sorted(out["NodeNames"]) == ["node-0", "node-1"]
         assert not page.done()
         gate.set()
-        assert json.loads(await page)["totals"]["nodes"] == 2
+        assert json.loads((await page).raw)["totals"]["nodes"] == 2
         surface.close()
+
+
+async def test_the_interval_grows_with_what_a_snapshot_costs() -> None:
+    """The builder rests at least REST times as long as its last snapshot took."""
+    async with running(cluster(1, gpus=1)) as (_, runtime):
+        clock = [0.0]
+        surface = surface_of(runtime, clock)
+        def slow(taken: object) -> Body:
+            clock[0] += 3.0
+            return Body(b"{}")
+
+        await surface._get("slow", slow)  # type: ignore[arg-type]
+        assert surface.last_seconds == 3.0
+        clock[0] += 11.9  # REST x 3 s = 12 s: still fresh
+        assert surface._current().generation == 1
+        clock[0] += 0.2
+        assert surface._current().generation == 2
+        surface.close()
+
+
+async def test_a_client_that_accepts_gzip_gets_it() -> None:
+    async with running(cluster(2, gpus=2)) as (client, _):
+        for path in ("/inspect", "/ui/occupancy"):
+            r = await client.get(path, headers={"Accept-Encoding": "gzip"})
+            assert r.status == 200 and r.headers["Content-Encoding"] == "gzip", path
+            assert len((await r.json())["nodes"]) == 2  # the client decompresses it
+            r = await client.get(path, headers={"Accept-Encoding": "identity"})
+            assert "Content-Encoding" not in r.headers and len((await r.json())["nodes"]) == 2

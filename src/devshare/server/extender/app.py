@@ -29,7 +29,7 @@ from devshare.server.extender.extender import Extender, NotReady
 from devshare.server.extender.history import History
 from devshare.server.extender.metrics import ERROR, MALFORMED, NOT_READY, OK, ExtenderMetrics
 from devshare.server.extender.page import config_summary
-from devshare.server.extender.snapshot import Busy, ReadSurface
+from devshare.server.extender.snapshot import Body, Busy, ReadSurface
 from devshare.server.extender.wire import (
     TOO_DEEP,
     BadRequest,
@@ -153,13 +153,17 @@ def verbs() -> dict[str, Verb]:
     }
 
 
-async def _snapshot(request: web.Request, answer: Callable[[ReadSurface], Awaitable[bytes]]) -> web.Response:
-    """An answer of the read surface's shared snapshot: 503 before the state is synced or while too
-    many requests wait for its build."""
+async def _snapshot(request: web.Request, answer: Callable[[ReadSurface], Awaitable[Body]]) -> web.Response:
+    """An answer of the read surface's shared snapshot (gzipped for a client that accepts it): 503
+    before the state is synced or while too many requests wait for its build."""
     if not request.app[EXTENDER].is_synced:
         return _json(_error_body("not ready: state not synced"), 503)
     try:
-        return _json(await answer(request.app[SURFACE]))
+        body = await answer(request.app[SURFACE])
+        if body.gz is not None and "gzip" in request.headers.get("Accept-Encoding", ""):
+            return web.Response(body=body.gz, content_type=JSON,
+                                headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+        return web.Response(body=body.raw, content_type=JSON, headers={"Vary": "Accept-Encoding"})
     except Busy as e:
         response = _json(_error_body(f"{request.path[1:]}: {e}"), 503)
         response.headers["Retry-After"] = "1"

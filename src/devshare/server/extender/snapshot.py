@@ -3,12 +3,16 @@ built per request, so that open pages and scripts never starve the scheduling ve
 
 - **At most once per interval.** A copy of the state (:meth:`ClusterState.view`, the usage the agents
   reported, the queue, the quotas, the history) is *taken* on the event loop when a request finds the
-  last one older than ``interval`` seconds, counted from the end of the last build (so the builder is
-  idle at least ``interval`` between two builds, whatever a build costs). Every caller of that
-  interval is answered from it.
+  last one stale: older than the interval, counted from the end of the last build. The interval is
+  ``interval`` seconds (2), or ``REST`` (4) times what that build took, whichever is longer: the
+  builder rests at least four times as long as it works, so it never takes more than a fifth of a
+  core, whatever the cluster's size and the machine's load. Every caller of that interval is
+  answered from it.
 - **Shared.** Each answer (the occupancy page's JSON, the inspect JSON) is built from the taken copy
   once, in one worker thread, off the event loop; requests that come while it is built wait for that
   same build, not one of their own. Only one build runs at a time.
+- **Compressed.** Each unfiltered answer is gzipped once, in the worker, and sent so to a client that
+  accepts it (browsers, Go and Python HTTP clients do; ``curl`` with ``--compressed``).
 - **Bounded.** At most ``max_waiting`` requests wait for a build; more are answered 503 with
   ``Retry-After`` (:class:`Busy`). The occupancy JSON lists at most ``max_nodes`` nodes (those matching
   the page's filter, ``?q=``, first by name), and says so (``"shown"``, ``"matched"``); its totals cover
@@ -20,6 +24,7 @@ The verbs never wait here: they take no lock of this module, and the thread hold
 from __future__ import annotations
 
 import asyncio
+import gzip
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,10 +40,12 @@ from devshare.server.extender.history import History
 from devshare.server.extender.occupancy import occupancy
 from devshare.server.extender.page import take_queue, take_quotas
 
-INTERVAL = 2.0  # seconds a snapshot answers for, after its build ended
+INTERVAL = 2.0  # seconds a snapshot answers for at least, after its build ended
+REST = 4.0  # ... and at least this many times what it took to make
 MAX_WAITING = 64  # requests waiting for a build at once; more get a 503
 MAX_NODES = 500  # nodes in one occupancy answer (the page's filter picks which)
 MAX_INSPECT_NODES = 20_000  # nodes in one inspect answer
+GZIP_LEVEL = 1  # fast: 7.5 MiB of inspect JSON (5,000 nodes) in tens of milliseconds, off the GIL
 
 T = TypeVar("T")
 encode = msgspec.json.Encoder().encode
@@ -53,6 +60,7 @@ class Taken:
     """What was copied on the event loop for one interval's answers."""
 
     generation: int
+    at: float  # when it was taken (the surface's clock)
     view: StateView
     usage: dict[str, NodeUsage]
     extras: dict[str, Any]  # queue, quotas, config, history: small, already plain JSON types
@@ -73,18 +81,37 @@ def pause() -> None:
 
 
 @dataclass
+class Body:
+    """An answer's JSON, and gzipped (made once per snapshot, in the worker: ``zlib`` lets go of the
+    GIL) for the clients that accept it: JSON of thousands of cards shrinks about tenfold, and so does
+    the cost of sending it to every page and script again and again."""
+
+    raw: bytes
+    gz: bytes | None = None
+
+    @classmethod
+    def compressed(cls, raw: bytes) -> Body:
+        return cls(raw, gzip.compress(raw, compresslevel=GZIP_LEVEL, mtime=0))
+
+
+@dataclass
 class OccupancyDoc:
-    """The occupancy JSON of one snapshot, node by node, so a filtered answer is a join of bytes."""
+    """The occupancy JSON of one snapshot, node by node, so a filtered answer is a join of bytes; the
+    unfiltered answer made once."""
 
     head: dict[str, Any]  # everything but the nodes
     nodes: list[tuple[str, bytes]]  # (what the filter searches: node and holders' names, lower case; JSON)
+    limit: int
+    whole: Body | None = None
 
-    def answer(self, q: str, limit: int) -> bytes:
+    def answer(self, q: str) -> Body:
         q = q.strip().lower()
+        if not q and self.whole is not None:
+            return self.whole
         matched = [raw for text, raw in self.nodes if q in text] if q else [raw for _, raw in self.nodes]
-        shown = matched[:limit]
-        head = {**self.head, "matched": len(matched), "shown": len(shown), "maxNodes": limit, "query": q}
-        return b'{"nodes":[' + b",".join(shown) + b"]," + encode(head)[1:]
+        shown = matched[:self.limit]
+        head = {**self.head, "matched": len(matched), "shown": len(shown), "maxNodes": self.limit, "query": q}
+        return Body(b'{"nodes":[' + b",".join(shown) + b"]," + encode(head)[1:])
 
 
 @dataclass
@@ -106,6 +133,7 @@ class ReadSurface:
     builds: int = 0  # answers built (each shared by every request of its interval)
     takes: int = 0  # copies taken
     busy: int = 0  # requests answered 503
+    last_seconds: float = 0.0  # what the last build took
     _taken: Taken | None = None
     _fresh_until: float = float("-inf")
     _built: dict[str, _Built[Any]] = field(default_factory=dict)
@@ -120,11 +148,12 @@ class ReadSurface:
         quotas = ext.lifecycle.scheduler.quotas
         self.takes += 1
         return Taken(
-            generation=self.takes, view=state.view(), usage=dict(cluster.usage),
+            generation=self.takes, at=self.clock(), view=state.view(), usage=dict(cluster.usage),
             extras={"queue": take_queue(cluster.pending, ext.refusals),
                     "quotas": take_quotas(quotas, {ns: list(v) for ns, v in state.namespace_gpu.items()}),
                     "config": self.config, "history": self.history.json(), "snapshot": {
-                        "intervalSeconds": self.interval, "takenAt": time.time()}})
+                        "intervalSeconds": max(self.interval, REST * self.last_seconds),
+                        "lastBuildSeconds": round(self.last_seconds, 3), "takenAt": time.time()}})
 
     def _current(self) -> Taken:
         now = self.clock()
@@ -143,9 +172,10 @@ class ReadSurface:
             self.busy += 1
             raise Busy(f"{self._waiting} requests wait for the read surface already: retry in a second")
         if built is None or built.generation != taken.generation:
+            started = self.clock()
             future = asyncio.get_running_loop().run_in_executor(self._pool, build, taken)
             built = self._built[name] = _Built(taken.generation, future)
-            future.add_done_callback(lambda _: self._done(taken))
+            future.add_done_callback(lambda _: self._done(taken, started))
             self.builds += 1
         self._waiting += 1
         try:
@@ -154,16 +184,19 @@ class ReadSurface:
         finally:
             self._waiting -= 1
 
-    def _done(self, taken: Taken) -> None:
+    def _done(self, taken: Taken, started: float) -> None:
         if self._taken is taken:
-            self._fresh_until = self.clock() + self.interval
+            now = self.clock()
+            self.last_seconds = now - started
+            self._fresh_until = now + max(self.interval, REST * self.last_seconds)
 
     # ------------------------------------------------------------------ the answers
-    async def occupancy(self, q: str = "") -> bytes:
-        doc = await self._get("occupancy", _occupancy_doc)
-        return doc.answer(q, self.max_nodes)
+    async def occupancy(self, q: str = "") -> Body:
+        limit = self.max_nodes
+        doc = await self._get("occupancy", lambda taken: _occupancy_doc(taken, limit))
+        return doc.answer(q)
 
-    async def inspect(self) -> bytes:
+    async def inspect(self) -> Body:
         limit = self.max_inspect_nodes
         return await self._get("inspect", lambda taken: _inspect_json(taken, limit))
 
@@ -171,7 +204,7 @@ class ReadSurface:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _occupancy_doc(taken: Taken) -> OccupancyDoc:
+def _occupancy_doc(taken: Taken, limit: int) -> OccupancyDoc:
     """In the worker thread: the occupancy of the taken copy, node by node."""
     occ = occupancy(taken.view, taken.usage, inspected=taken.inspected(), pause=pause)
     nodes = []
@@ -181,11 +214,13 @@ def _occupancy_doc(taken: Taken) -> OccupancyDoc:
         who = {h["pod"].lower() for d in n["devices"] for h in d["holders"]}
         nodes.append((" ".join([n["name"].lower(), *sorted(who)]), encode(n)))
     head = {k: v for k, v in occ.items() if k != "nodes"}
-    return OccupancyDoc({**head, **taken.extras}, nodes)
+    doc = OccupancyDoc({**head, **taken.extras}, nodes, limit)
+    doc.whole = Body.compressed(doc.answer("").raw)
+    return doc
 
 
-def _inspect_json(taken: Taken, limit: int) -> bytes:
+def _inspect_json(taken: Taken, limit: int) -> Body:
     out = taken.inspected()
     if len(out["nodes"]) > limit:
         out = {**out, "nodes": out["nodes"][:limit], "truncated": {"nodes": len(out["nodes"]), "shown": limit}}
-    return encode(out)
+    return Body.compressed(encode(out))
