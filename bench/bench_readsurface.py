@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -69,14 +70,15 @@ def peak_rss_mib(pid: int) -> float:
 
 
 # ------------------------------------------------------------------ the load (its own process)
-def _load(port: int, pages: int, scripts: int, seconds: float, out: Any) -> None:
+def _load(port: int, pages: int, scripts: int, seconds: float, gzip: bool, out: Any) -> None:
     """The pages and scripts, niced and reading the answers without decompressing them: their clients
     run elsewhere in a cluster, and on this shared 2-core machine their own CPU would otherwise be
     counted against the server's latency."""
     os.nice(10)
 
     async def poll(path: str, pause: float, stats: dict[str, Any]) -> None:
-        async with aiohttp.ClientSession(auto_decompress=False) as http:
+        headers = {"Accept-Encoding": "gzip" if gzip else "identity"}
+        async with aiohttp.ClientSession(auto_decompress=False, headers=headers) as http:
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 t = time.perf_counter()
@@ -150,6 +152,7 @@ def main() -> None:
     ap.add_argument("--scripts", type=int, default=2, help="/inspect loops (back to back)")
     ap.add_argument("--seconds", type=float, default=30.0, help="length of each phase")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--no-gzip", action="store_true", help="pollers refuse gzip (curl without --compressed)")
     ap.add_argument("--extender-arg", action="append", default=[])
     args = ap.parse_args()
 
@@ -177,7 +180,7 @@ def main() -> None:
             cpu1 = cpu_seconds(proc.pid)
             queue: multiprocessing.Queue[Any] = multiprocessing.Queue()
             loader = multiprocessing.Process(target=_load, args=(port, args.pages, args.scripts,
-                                                                 args.seconds + 2, queue))
+                                                                 args.seconds + 2, not args.no_gzip, queue))
             loader.start()
             time.sleep(1.0)  # the pollers connect and make their first requests
             cpu2 = cpu_seconds(proc.pid)
@@ -187,11 +190,14 @@ def main() -> None:
             polled = queue.get(timeout=120)
             loader.join(30)
             rss = peak_rss_mib(proc.pid)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui/occupancy?q=node-00000", timeout=60) as r:
+                snapshot = json.loads(r.read())["snapshot"]
         finally:
             proc.terminate()
             proc.wait(30)
     print(f"\n== {args.nodes} nodes x 8 GPUs, {args.bound} bound + {args.pending} pending pods; "
-          f"{args.pages} pages polling /ui/occupancy every 2 s, {args.scripts} /inspect loops; "
+          f"{args.pages} pages polling /ui/occupancy every 2 s, {args.scripts} /inspect loops"
+          f"{' (no gzip)' if args.no_gzip else ' (gzip)'}; "
           f"{args.seconds:.0f} s per phase ==")
     print(f"load average at the end of each phase: quiet {load_avg_quiet:.2f}, loaded {load_avg_loaded:.2f} "
           f"(2 CPUs shared with other work: wall-clock figures include it)")
@@ -204,6 +210,8 @@ def main() -> None:
         print(line(path, s["lat"]) + f"  statuses {s['status']}  largest answer {s['bytes'] / 2**20:.1f} MiB")
     print(f"server CPU per phase: quiet {cpu1 - cpu0:.1f} s, loaded {cpu3 - cpu2:.1f} s (of {args.seconds:.0f} s); "
           f"peak RSS {rss:.0f} MiB")
+    print(f"the last snapshot: copy on the event loop {snapshot['copySeconds'] * 1000:.1f} ms, build "
+          f"{snapshot['lastBuildSeconds']:.2f} s, interval {snapshot['intervalSeconds']:.1f} s")
     target = max(3 * pct(quiet["filter"], 0.99), 25.0)
     filter_ok = pct(loaded["filter"], 0.99) <= target
     health_ok = max(loaded["healthz"] + loaded["burst"]) < 1.0

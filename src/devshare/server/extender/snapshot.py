@@ -147,13 +147,17 @@ class ReadSurface:
         cluster = ext.cluster
         quotas = ext.lifecycle.scheduler.quotas
         self.takes += 1
-        return Taken(
+        started = time.perf_counter()
+        taken = Taken(
             generation=self.takes, at=self.clock(), view=state.view(), usage=dict(cluster.usage),
             extras={"queue": take_queue(cluster.pending, ext.refusals),
                     "quotas": take_quotas(quotas, {ns: list(v) for ns, v in state.namespace_gpu.items()}),
-                    "config": self.config, "history": self.history.json(), "snapshot": {
-                        "intervalSeconds": max(self.interval, REST * self.last_seconds),
-                        "lastBuildSeconds": round(self.last_seconds, 3), "takenAt": time.time()}})
+                    "config": self.config, "history": self.history.json()})
+        # what the copy held the event loop for, and what the last build took (wall-clock seconds)
+        taken.extras["snapshot"] = {"intervalSeconds": max(self.interval, REST * self.last_seconds),
+                                    "lastBuildSeconds": round(self.last_seconds, 3),
+                                    "copySeconds": round(time.perf_counter() - started, 4), "takenAt": time.time()}
+        return taken
 
     def _current(self) -> Taken:
         now = self.clock()
