@@ -4,7 +4,7 @@ built per request, so that open pages and scripts never starve the scheduling ve
 - **At most once per interval.** A copy of the state (:meth:`ClusterState.view`, the usage the agents
   reported, the queue, the quotas, the history) is *taken* on the event loop when a request finds the
   last one stale: older than the interval, counted from the end of the last build. The interval is
-  ``interval`` seconds (2), or ``REST`` (4) times what that build took, whichever is longer: the
+  ``interval`` seconds (1), or ``REST`` (4) times what that build took, whichever is longer: the
   builder rests at least four times as long as it works, so it never takes more than a fifth of a
   core, whatever the cluster's size and the machine's load. Every caller of that interval is
   answered from it.
@@ -40,7 +40,7 @@ from devshare.server.extender.history import History
 from devshare.server.extender.occupancy import occupancy
 from devshare.server.extender.page import take_queue, take_quotas
 
-INTERVAL = 2.0  # seconds a snapshot answers for at least, after its build ended
+INTERVAL = 1.0  # seconds a snapshot answers for at least, after its build ended
 REST = 4.0  # ... and at least this many times what it took to make
 MAX_WAITING = 64  # requests waiting for a build at once; more get a 503
 MAX_NODES = 500  # nodes in one occupancy answer (the page's filter picks which)
