@@ -117,3 +117,43 @@ async def test_a_client_that_accepts_gzip_gets_it() -> None:
             assert len((await r.json())["nodes"]) == 2  # the client decompresses it
             r = await client.get(path, headers={"Accept-Encoding": "identity"})
             assert "Content-Encoding" not in r.headers and len((await r.json())["nodes"]) == 2
+
+
+async def test_inspect_holds_every_change_made_before_it_the_page_may_lag() -> None:
+    """A script that binds, then inspects, sees its bind (README's try-it block); the page's answer
+    may be up to one interval old."""
+    waiting = pod("p", core=50, mem="4Gi")
+    async with running(cluster(1, gpus=2, pods=[waiting])) as (client, runtime):
+        clock = [0.0]
+        surface = surface_of(runtime, clock)
+        before = json.loads((await surface.inspect()).raw)
+        page = json.loads((await surface.occupancy()).raw)
+        assert await bind(client, "p", "node-0") == ""
+        clock[0] += 0.5  # within the interval
+        assert json.loads((await surface.occupancy()).raw) == page  # the page: the same snapshot
+        after = json.loads((await surface.inspect()).raw)
+        assert json.loads((await surface.occupancy()).raw) != page  # the page shares the new copy
+        again = await surface.inspect()  # nothing changed since: no new copy
+        surface.close()
+    holders = [sorted(p for d in n["devices"] for p in d["pods"]) for n in before["nodes"] + after["nodes"]]
+    assert holders == [[], ["default/p/main"]]
+    assert surface.takes == 2 and json.loads(again.raw) == after
+
+
+async def test_inspect_after_a_change_waits_for_the_builder_to_rest() -> None:
+    """After a build that took d seconds the next copy waits REST x d: an /inspect after a change waits
+    for it (and for a build in flight) rather than answer from before the change."""
+    waiting = pod("p", core=50, mem="4Gi")
+    async with running(cluster(1, gpus=2, pods=[waiting])) as (client, runtime):
+        surface = ReadSurface(runtime.extender, History(runtime.state, time.time), {}, interval=60.0)
+
+        def slow(taken: object) -> Body:
+            time.sleep(0.05)  # a build of 50 ms: the builder then rests 200 ms
+            return Body(b"{}")
+
+        await surface._get("slow", slow)  # type: ignore[arg-type]
+        assert await bind(client, "p", "node-0") == ""
+        after = json.loads((await surface.inspect()).raw)
+        surface.close()
+    assert surface.takes == 2
+    assert [p for d in after["nodes"][0]["devices"] for p in d["pods"]] == ["default/p/main"]

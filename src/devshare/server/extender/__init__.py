@@ -10,5 +10,8 @@
 - :mod:`.claims` and :mod:`.claimsweep`: the claim ledger's writes and upkeep (several replicas);
 - :mod:`.nodeset`, :mod:`.verdicts`, :mod:`.shortlist`, :mod:`.scores`: answers over thousands of nodes;
 - :mod:`.metrics`, :mod:`.collectors`, :mod:`.occupancy`, :mod:`.events`: what it tells people;
+- the read surface: :mod:`.snapshot` (/ui/occupancy and /inspect from one snapshot per interval),
+  :mod:`.page` (the page's queue, quotas, configuration), :mod:`.refused` (the pods refused lately, and
+  why), :mod:`.history` (allocation and stranded % over the last hour);
 - :mod:`.serve`: wiring to a backend (engine, informer, leader election, upkeep) and running it.
 """

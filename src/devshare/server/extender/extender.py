@@ -5,7 +5,8 @@
 - :mod:`~devshare.server.extender.binding`: the bind path (the reservation, the claim, the Binding);
 - :mod:`~devshare.server.extender.preemption`: ``/preempt``, and preemption driven by the extender;
 - :mod:`~devshare.server.extender.groups`: group members that exist, gang members to bind again;
-- :mod:`~devshare.server.extender.requeue`: pods refused for devices in use, nudged when some free up.
+- :mod:`~devshare.server.extender.requeue`: pods refused for devices in use, nudged when some free up;
+- :mod:`~devshare.server.extender.refused`: the pods refused lately and why (what ``/ui``'s queue shows).
 
 Every engine call is synchronous and made on the event loop's thread, so two requests never interleave
 inside the engine. The cluster is read through one :class:`~devshare.server.extender.view.ClusterView`
@@ -78,7 +79,7 @@ class Extender:
         self.clock = clock
         self.claims = claims
         self.sweep = ClaimSweep(claims) if claims is not None else None
-        self.refusals = RefusalLog(wall_clock)  # the pods refused lately and why (/ui's queue)
+        self.refused = RefusalLog(wall_clock)  # the pods refused lately and why (/ui's queue)
         self.requests = Requests(self.state, cluster, refusals or Refusals())
         self.groups = Groups(GroupPlanner(lifecycle.scheduler, lifecycle=lifecycle), backend, cluster, clock)
         self.preemption = Preemption(lifecycle, backend, self.leadership, events or Events(backend),
@@ -125,7 +126,7 @@ class Extender:
         if named is None:
             return
         reason, nodes = summarize([*answer.failed_nodes.values(), *answer.failed_and_unresolvable_nodes.values()])
-        self.refusals.refused(named[0], "filter", answer.error or reason, nodes)
+        self.refused.refused(named[0], "filter", answer.error or reason, nodes)
 
     def prioritize(self, args: ExtenderArgs) -> bytes:
         """The HostPriorityList, encoded (JSON bytes)."""
@@ -141,10 +142,10 @@ class Extender:
         if error:
             self.metrics.fail("bind", [error])
             log.info("bind %s to %s refused: %s", key, args.node, error)
-            self.refusals.refused(key, "bind", f"{args.node}: {error}")
+            self.refused.refused(key, "bind", f"{args.node}: {error}")
         else:
             self.requeue.forget(key)
-            self.refusals.forget(key)
+            self.refused.forget(key)
         return ExtenderBindingResult(error=error)
 
     def preempt(self, args: ExtenderPreemptionArgs) -> ExtenderPreemptionResult:
@@ -171,7 +172,7 @@ class Extender:
             if type_ != "DELETED" and self.is_synced and self.cluster.pending_pod(key) is obj:
                 self.requests.judged_from_api(obj)
             if type_ == "DELETED" or (obj.get("spec") or {}).get("nodeName"):
-                self.refusals.forget(key)  # deleted or placed: no longer waiting
+                self.refused.forget(key)  # deleted or placed: no longer waiting
             if type_ == "DELETED":
                 self.groups.deleted(key)
                 if self.groups.planner.plans:

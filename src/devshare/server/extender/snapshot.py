@@ -7,7 +7,9 @@ built per request, so that open pages and scripts never starve the scheduling ve
   ``interval`` seconds (1), or ``REST`` (4) times what that build took, whichever is longer: the
   builder rests at least four times as long as it works, so it never takes more than a fifth of a
   core, whatever the cluster's size and the machine's load. Every caller of that interval is
-  answered from it.
+  answered from it; ``/inspect`` moreover holds every change made before its request (a script that
+  binds then inspects sees its bind): when the state changed since the copy, a new one is taken as
+  soon as the builder has rested (``REST`` times its last build), shared by every caller waiting so.
 - **Shared.** Each answer (the occupancy page's JSON, the inspect JSON) is built from the taken copy
   once, in one worker thread, off the event loop; requests that come while it is built wait for that
   same build, not one of their own. Only one build runs at a time.
@@ -61,6 +63,7 @@ class Taken:
 
     generation: int
     at: float  # when it was taken (the surface's clock)
+    version: int  # the state's version then (ClusterState.version: bumped by every change)
     view: StateView
     usage: dict[str, NodeUsage]
     extras: dict[str, Any]  # queue, quotas, config, history: small, already plain JSON types
@@ -136,6 +139,7 @@ class ReadSurface:
     last_seconds: float = 0.0  # what the last build took
     _taken: Taken | None = None
     _fresh_until: float = float("-inf")
+    _rest_until: float = float("-inf")
     _built: dict[str, _Built[Any]] = field(default_factory=dict)
     _waiting: int = 0
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "devshare-read-surface"))
@@ -149,8 +153,8 @@ class ReadSurface:
         self.takes += 1
         started = time.perf_counter()
         taken = Taken(
-            generation=self.takes, at=self.clock(), view=state.view(), usage=dict(cluster.usage),
-            extras={"queue": take_queue(cluster.pending, ext.refusals),
+            generation=self.takes, at=self.clock(), version=state.version, view=state.view(), usage=dict(cluster.usage),
+            extras={"queue": take_queue(cluster.pending, ext.refused),
                     "quotas": take_quotas(quotas, {ns: list(v) for ns, v in state.namespace_gpu.items()}),
                     "config": self.config, "history": self.history.json()})
         # what the copy held the event loop for, and what the last build took (wall-clock seconds)
@@ -162,11 +166,39 @@ class ReadSurface:
     def _current(self) -> Taken:
         now = self.clock()
         if self._taken is None or now >= self._fresh_until:
-            self._taken = self._take()
-            self._fresh_until = float("inf")  # until its first build ends
+            self._renew()
+        assert self._taken is not None
         return self._taken
 
-    async def _get(self, name: str, build: Callable[[Taken], T]) -> T:
+    def _renew(self) -> None:
+        self._taken = self._take()
+        self._fresh_until = self._rest_until = float("inf")  # until its first build ends
+
+    async def _catch_up(self) -> None:
+        """Until the copy holds every change of the state made before now: a new copy as soon as the
+        builder has rested (after the build in flight, if any), shared with every caller waiting so."""
+        version = self.extender.state.version
+        while self._taken is not None and self._taken.version < version:
+            now = self.clock()
+            if now >= self._rest_until:
+                self._renew()
+                return
+            in_flight = [b.future for b in self._built.values() if not b.future.done()]
+            if in_flight:
+                await asyncio.wait(in_flight)
+            else:
+                await asyncio.sleep(self._rest_until - now)
+
+    async def _get(self, name: str, build: Callable[[Taken], T], *, current: bool = False) -> T:
+        if current and self._taken is not None and self._taken.version != self.extender.state.version:
+            if self._waiting >= self.max_waiting:
+                self.busy += 1
+                raise Busy(f"{self._waiting} requests wait for the read surface already: retry in a second")
+            self._waiting += 1
+            try:
+                await self._catch_up()
+            finally:
+                self._waiting -= 1
         taken = self._current()
         built = self._built.get(name)
         if built is not None and built.generation == taken.generation and built.future.done():
@@ -192,6 +224,7 @@ class ReadSurface:
         if self._taken is taken:
             now = self.clock()
             self.last_seconds = now - started
+            self._rest_until = now + REST * self.last_seconds
             self._fresh_until = now + max(self.interval, REST * self.last_seconds)
 
     # ------------------------------------------------------------------ the answers
@@ -201,8 +234,11 @@ class ReadSurface:
         return doc.answer(q)
 
     async def inspect(self) -> Body:
+        """DESIGN.md's inspect JSON, holding every change made before the request (a script that binds,
+        then inspects, sees its bind): a new copy when the state changed since the last, as soon as
+        the builder has rested."""
         limit = self.max_inspect_nodes
-        return await self._get("inspect", lambda taken: _inspect_json(taken, limit))
+        return await self._get("inspect", lambda taken: _inspect_json(taken, limit), current=True)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
