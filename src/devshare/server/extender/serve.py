@@ -141,7 +141,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
                         after_bind=opts.save.request if opts.save is not None else None,
                         before_claim=StopBeforeClaim(stop_at) if stop_at else None, scheduler_name=opts.scheduler_name)
     informer = Informer(backend, [cluster, extender], after_pods_listed=claims.load if claims is not None else None)
-    metrics.watch_state(state, cluster, extender.leadership)
+    metrics.watch_state(state, cluster, extender.leadership, quotas=engine.scheduler.quotas)
     for collector in (SyncCollector(cluster), RequeueCollector(extender.requeue),
                       *([ClaimsCollector(claims)] if claims is not None else []),
                       *([SaveCollector(opts.save)] if opts.save is not None else [])):

@@ -1,0 +1,28 @@
+"""devshare.buildinfo: every devshare process (extender, webhook, node agent) tells its version on
+/metrics and exports no ``_created`` series (issue 40). The extender's: tests/server/extender/test_collectors.py;
+the agent's: tests/agent/test_metrics.py."""
+
+from __future__ import annotations
+
+import platform
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from devshare import __version__
+from devshare.server.webhook.metrics import Metrics
+
+
+def build_info(text: str) -> dict[str, str]:
+    [info] = [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "devshare_build_info"]
+    assert info.value == 1
+    return dict(info.labels)
+
+
+def test_the_webhook_tells_its_build_and_has_no_created_series() -> None:
+    metrics = Metrics()
+    metrics.reviews.labels("mutate", "patched").inc()
+    metrics.latency.labels("mutate").observe(0.001)
+    text = metrics.render().decode()
+    assert "devshare_webhook_reviews_total" in text and "_created" not in text
+    assert build_info(text) == {"version": __version__, "python": platform.python_version()}
+
