@@ -8,10 +8,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-
-import pytest
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devshare.config import parse_config

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devshare.engine.quotas import Quota, Quotas
 from devshare.engine.records import Conflict
 from devshare.engine.state import ClusterState
-from devshare.engine.quotas import Quota, Quotas
 from devshare.server.extender.metrics import (
     CLUSTER_FAMILIES,
     ExtenderMetrics,
@@ -159,7 +159,8 @@ def test_namespace_gpu_and_quotas() -> None:
     bound(state, "q", "n0", 1, core=250, memory=GiB, ns="team-b")
     quotas = Quotas({"team-a": Quota(core_milli=2000, memory=64 * GiB), "team-c": Quota(memory=GiB)})
     got = samples("".join(generate_latest_families(namespace_families(state, quotas))))
-    ns = (lambda n: (("namespace", n),))
+    def ns(n: str) -> tuple[tuple[str, str]]:
+        return (("namespace", n),)
     assert got[("devshare_namespace_gpu_allocated", ns("team-a"))] == 0.5
     assert got[("devshare_namespace_gpu_allocated", ns("team-b"))] == 0.25
     assert got[("devshare_namespace_gpu_allocated", ns("team-c"))] == 0.0

@@ -94,6 +94,7 @@ class ExtenderOptions:
     lane: bool = True
     # DRA (issue 38): allocate the claims of devshare's DeviceClasses on this state (devshare.server.dra)
     dra_api: DraApi | None = None
+    bind_summary_interval: float = 60.0  # seconds between two INFO lines summing up the binds (bindlog.py); 0: none
 
 
 @dataclass
@@ -164,9 +165,11 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
             tg.create_task(informer.run(), name="devshare-informer")
             if elector is not None:
                 tg.create_task(elector.run(), name="devshare-leader-election")
-            tg.create_task(upkeep(extender, cluster, opts.expire_interval), name="devshare-upkeep")
+            tg.create_task(upkeep(extender, cluster, opts.expire_interval, opts.bind_summary_interval),
+                           name="devshare-upkeep")
             tg.create_task(extender.requeue.run(), name="devshare-requeue")
             tg.create_task(runtime.stalls.run(), name="devshare-stall-watch")
+            tg.create_task(_tell_when_synced(informer, cluster, time.monotonic()), name="devshare-synced-log")
             if opts.freeze_after_sync:
                 tg.create_task(_freeze_when_synced(informer), name="devshare-gc-freeze")
             if runtime.dra is not None:  # DRA (issue 38)
@@ -191,12 +194,14 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
     return app
 
 
-async def upkeep(extender: Extender, cluster: WatchedCluster, interval: float) -> None:
+async def upkeep(extender: Extender, cluster: WatchedCluster, interval: float, summary: float = 0.0) -> None:
     """Every ``interval`` seconds: the extender's timed holds expire (and the claim ledger is swept),
-    and the node agents' trade writes whose partner never came are applied alone."""
+    the node agents' trade writes whose partner never came are applied alone, and the binds are summed
+    up in the log when ``summary`` seconds have passed since the last time."""
     while True:
         await asyncio.sleep(interval)
         try:
+            extender.binder.log.tick(summary)
             extender.expire()
             cluster.trades.expire()
             await extender.sweep_claims()
@@ -246,7 +251,15 @@ async def _freeze_when_synced(informer: Informer) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-    log.info("state synced; %d objects frozen out of garbage collection", gc.get_freeze_count())
+    log.debug("%d objects moved out of the garbage collector's reach", gc.get_freeze_count())
+
+
+async def _tell_when_synced(informer: Informer, cluster: WatchedCluster, started: float) -> None:
+    """Log, in an operator's words, when the extender has read the whole cluster and may schedule."""
+    await informer.synced.wait()
+    nodes, pods = len(cluster.state.nodes), len(cluster.pods_present)
+    log.info("cluster synced: %d node%s, %d pod%s, in %.1f s; ready to schedule", nodes, "" if nodes == 1 else "s",
+             pods, "" if pods == 1 else "s", time.monotonic() - started)
 
 
 READ_ONLY = ("/metrics", "/healthz", "/readyz", "/inspect", "/ui")
@@ -271,26 +284,25 @@ def read_only_on(port: int) -> Callable[..., Any]:
 
 
 def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str = "127.0.0.1",
-          port: int = 8888, metrics_host: str = "0.0.0.0", tls: CertReloader | None = None) -> None:
+          port: int = 8888, metrics_host: str = "127.0.0.1", tls: CertReloader | None = None) -> None:
     """Serve until SIGINT/SIGTERM: over TLS with ``tls`` (kube-scheduler's extender config sets
     ``enableHTTPS`` and its ``tlsConfig``), plain HTTP otherwise (with the verbs' lane unless
-    ``options.lane`` is off)."""
+    ``options.lane`` is off). The read-only port (``options.metrics_port``, on ``metrics_host``) uses
+    TLS, with the same certificate, when the extender does."""
     opts = options or ExtenderOptions()
     opts.freeze_after_sync = True
     opts.client_auth = tls is not None and tls.client_ca is not None
     app = build_app(backend, opts)
     if tls is not None:
         app[RUNTIME].extender.metrics.registry.register(TLSCollector(tls))
-    scheme = "https" if tls is not None else "http"
     metrics_sock = None
     if opts.metrics_port:
         metrics_sock = socket.create_server((metrics_host, opts.metrics_port), reuse_port=False)
 
     def listening() -> None:  # logged once every socket is bound: never for a port it failed to take
-        log.info("devshare extender listening on %s://%s:%d%s%s%s", scheme, host, port,
-                 f" (read-only on {metrics_host}:{opts.metrics_port})" if opts.metrics_port else "",
-                 " (client certificates required)" if opts.client_auth else "",
-                 "" if tls is not None or not opts.lane else " (kube-scheduler's verbs in the lane)")
+        log.info("%s", listening_line(host, port, tls=tls is not None, client_auth=opts.client_auth,
+                                      read_only=(metrics_host, opts.metrics_port) if opts.metrics_port else None))
+        log.info("%s", election_line(opts))
 
     loop = new_event_loop(opts.event_loop)
     main = loop.create_task(_run(app, host, port, tls.context if tls is not None else None, metrics_sock,
@@ -339,7 +351,8 @@ async def serving(app: web.Application, host: str, port: int, *, ssl: SSLContext
     """``app`` served on ``host:port`` (and the read-only ``metrics_sock``) while in the block. On a
     plain-HTTP port with ``lane``, each connection starts in the verbs' lane
     (:mod:`devshare.server.extender.lane`), which hands it to aiohttp's handler for anything but
-    kube-scheduler's verbs; over TLS, and on the read-only port, every request goes through aiohttp."""
+    kube-scheduler's verbs; over TLS, and on the read-only port, every request goes through aiohttp.
+    The read-only port is served over TLS with ``ssl`` too."""
     runner = web.AppRunner(app, handle_signals=handle_signals, access_log=None)
     await runner.setup()
     lanes: Lanes | None = None
@@ -357,8 +370,8 @@ async def serving(app: web.Application, host: str, port: int, *, ssl: SSLContext
             site = web.TCPSite(runner, host, port, ssl_context=ssl)
             await site.start()
             bound = runner.addresses[-1][1]
-        if metrics_sock is not None:
-            await web.SockSite(runner, metrics_sock).start()
+        if metrics_sock is not None:  # over TLS when the extender API is: the same certificate
+            await web.SockSite(runner, metrics_sock, ssl_context=ssl).start()
         yield Serving(bound, lanes)
     finally:
         if server is not None:
@@ -368,6 +381,29 @@ async def serving(app: web.Application, host: str, port: int, *, ssl: SSLContext
         if collector is not None:
             app[RUNTIME].extender.metrics.registry.unregister(collector)
         await runner.cleanup()
+
+
+def listening_line(host: str, port: int, *, tls: bool, client_auth: bool,
+                   read_only: tuple[str, int] | None) -> str:
+    """The start-up line: where kube-scheduler's requests and the read-only port are served, and how."""
+    scheme = "https" if tls else "http"
+    how = "TLS, client certificate required" if client_auth else "TLS" if tls else "plain HTTP"
+    line = f"devshare extender listening: kube-scheduler's requests on {scheme}://{host}:{port} ({how})"
+    if read_only is None:
+        return line + "; no read-only port (--metrics-port 0)"
+    return (line + f"; read-only port ({', '.join(READ_ONLY)}) on {scheme}://{read_only[0]}:{read_only[1]} "
+            f"({'TLS' if tls else 'plain HTTP'})")
+
+
+def election_line(opts: ExtenderOptions) -> str:
+    """The start-up line that says which replica binds."""
+    if opts.follow_lease:
+        return (f"leader election: follows the Lease {opts.follow_lease} of the kube-scheduler in this pod "
+                f"({opts.pod_name}): binds while that kube-scheduler leads, answers filters always")
+    if opts.leader_election:
+        return (f"leader election: on (Lease {opts.lease_name}, identity {opts.identity}): binds while it holds "
+                "the Lease")
+    return "leader election: off: this extender binds every pod it is asked to (run a single replica)"
 
 
 def is_loopback(host: str) -> bool:
