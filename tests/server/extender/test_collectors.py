@@ -3,6 +3,7 @@ read at scrape time, under the names the dashboards use."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import platform
 import time
@@ -14,18 +15,24 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devshare import __version__
+from devshare.config import parse_config
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.engine.watched import WatchedCluster
 from devshare.kube.memory import MemoryBackend
+from devshare.server.dra.metrics import DraCollector
 from devshare.server.eventloop import StallWatch
 from devshare.server.extender.collectors import LaneCollector, RequeueCollector, StallCollector, SyncCollector
 from devshare.server.extender.requeue import Requeue
+from devshare.server.extender.serve import ExtenderOptions
+from devshare.server.tls import TLSCollector
 from support import REPO
 from support.extender import Switch, cluster, pod, post, running
 
 PEERS = REPO / "tests" / "fixtures" / "peers"
+QUOTAS = parse_config({"apiVersion": "devshare.io/v1alpha1", "kind": "DevshareConfiguration",
+                       "quotas": {"default": {"gpuCore": 200, "gpuMemory": "64Gi"}}})
 
 
 def scrape(*collectors: object) -> dict[str, float]:
@@ -81,19 +88,27 @@ async def test_peers_pods_and_unreadable_inventories_on_metrics_and_inspect() ->
 JARGON = (".py", "aiohttp", "watermark", "occupancy", " lane", "verbs")
 
 
-async def test_help_texts_are_written_for_operators() -> None:
-    """Issue 40: one HELP text named a source file. Every family a live extender exports (and the
-    fast path's, registered only on a plain-HTTP port) says what it counts in an operator's words."""
+async def test_help_texts_are_written_for_operators_and_documented() -> None:
+    """Issue 40: one HELP text named a source file. Every family a live extender exports (with those
+    registered only on a plain-HTTP port, with DRA, or over TLS) says what it counts in an operator's
+    words, and docs/metrics.md lists it."""
     backend = cluster(nodes=1, gpus=1, pods=[pod("p", core=30)])
-    async with running(backend) as (client, runtime):
-        lanes: Any = SimpleNamespace(served=1, handed=2)
-        runtime.extender.metrics.registry.register(LaneCollector(lanes))
+    lanes: Any = SimpleNamespace(served=1, handed=2)
+    dra: Any = SimpleNamespace(allocated=1, gates_lifted=1, refused=0, conflicts=0, released=0, overbooked=0,
+                               invalid=0, synced=asyncio.Event(), _waiting={})
+    tls: Any = SimpleNamespace(reloads=1, failures={"expired": 1}, not_after=("x", 2e9))
+    async with running(backend, ExtenderOptions(config=QUOTAS)) as (client, runtime):
+        for extra in (LaneCollector(lanes), DraCollector(dra), TLSCollector(tls)):
+            runtime.extender.metrics.registry.register(extra)
         text = await (await client.get("/metrics")).text()
     helps = [line for line in text.splitlines() if line.startswith("# HELP ")]
-    assert len(helps) > 30
+    assert len(helps) > 40
+    documented = (REPO / "docs" / "metrics.md").read_text()
     for line in helps:
+        name, words = line.split(" ", 3)[2:]
         assert not any(word in line for word in JARGON), line
-        assert len(line.split(" ", 3)[3]) > 20, line  # a sentence, not a label
+        assert len(words) > 20 and (words[0].isupper() or words[0].isdigit()), line  # a sentence, not a label
+        assert f"`{name.removesuffix('_total')}" in documented, f"{name} is not in docs/metrics.md"
 
 
 async def test_no_created_series_and_the_build_is_told() -> None:
