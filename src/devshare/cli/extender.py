@@ -166,7 +166,7 @@ def extender(
             raise fail("--tls-cert and --tls-key go together: give both (or neither, on 127.0.0.1)")
         if tls_client_ca is not None and tls_cert is None:
             raise fail("--tls-client-ca needs --tls-cert and --tls-key (client certificates are checked over TLS)")
-        from devshare.server.extender.serve import listen_check
+        from devshare.server.extender.listening import listen_check
 
         try:
             warning = listen_check(host, tls=tls_client_ca is not None, insecure=insecure)

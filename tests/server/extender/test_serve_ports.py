@@ -10,7 +10,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from devshare.server.extender.serve import ExtenderOptions, build_app, election_line, listening_line, serving
+from devshare.server.extender.listening import listening_line
+from devshare.server.extender.serve import ExtenderOptions, build_app, election_line, serving
 from devshare.server.tls import CertReloader, make_serving_cert
 from support.extender import cluster
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import ipaddress
 import logging
 import os
 import signal
@@ -21,7 +20,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from ssl import SSLContext
-from typing import Any
 
 from aiohttp import web
 
@@ -52,7 +50,9 @@ from devshare.server.extender.collectors import (
 from devshare.server.extender.events import Events
 from devshare.server.extender.extender import Extender
 from devshare.server.extender.lane import Lanes
+from devshare.server.extender.listening import listening_line, read_only_on
 from devshare.server.extender.metrics import ExtenderMetrics
+from devshare.server.extender.steering import Steerer
 from devshare.server.extender.view import Leadership
 from devshare.server.tls import CertReloader, TLSCollector
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER
@@ -108,6 +108,7 @@ class Runtime:
     elector: LeaderElector | LeaseFollower | None
     claims: Claims | None = None
     dra: DraController | None = None  # DRA (issue 38)
+    steerer: Steerer | None = None  # the steering taint on Nodes (issue 41)
     stalls: StallWatch = field(default_factory=lambda: StallWatch("extender"))
     task: asyncio.Task[None] | None = None  # the background tasks, in one task group
 
@@ -141,7 +142,14 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
                         refusals=engine.refusals, claims=claims, events=events, shortlist=engine.shortlist, clock=clock,
                         after_bind=opts.save.request if opts.save is not None else None,
                         before_claim=StopBeforeClaim(stop_at) if stop_at else None, scheduler_name=opts.scheduler_name)
-    informer = Informer(backend, [cluster, extender], after_pods_listed=claims.load if claims is not None else None)
+    cfg = opts.config
+    if cfg is not None and cfg.scheduling.steer_other_pods and cfg.scheduling.shortlist == 0:
+        log.warning("scheduling.steerOtherPods with shortlist 0: kube-scheduler also scores devshare's own pods"
+                    " away from the nodes marked %s (set shortlist: 1, as deploy/ does)", "devshare.io/whole-gpu-free")
+    steerer = Steerer(state, backend, extender.leadership, ready=lambda: informer.synced.wait(),
+                      enabled=cfg is not None and cfg.scheduling.steer_other_pods)
+    informer = Informer(backend, [cluster, extender, steerer],
+                        after_pods_listed=claims.load if claims is not None else None)
     metrics.watch_state(state, cluster, extender.leadership, quotas=engine.scheduler.quotas)
     for collector in (SyncCollector(cluster), RequeueCollector(extender.requeue),
                       *([ClaimsCollector(claims)] if claims is not None else []),
@@ -153,7 +161,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
                             fence=extender.leadership.check, ready=informer.synced.wait,
                             assume_ttl=lifecycle.ttl, publish_slices=True)
         metrics.registry.register(DraCollector(dra))
-    runtime = Runtime(state, informer, cluster, extender, elector, claims, dra)
+    runtime = Runtime(state, informer, cluster, extender, elector, claims, dra, steerer)
     metrics.registry.register(StallCollector(runtime.stalls))
     app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
@@ -170,6 +178,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
             tg.create_task(extender.requeue.run(), name="devshare-requeue")
             tg.create_task(runtime.stalls.run(), name="devshare-stall-watch")
             tg.create_task(_tell_when_synced(informer, cluster, time.monotonic()), name="devshare-synced-log")
+            tg.create_task(steerer.run(), name="devshare-steering")
             if opts.freeze_after_sync:
                 tg.create_task(_freeze_when_synced(informer), name="devshare-gc-freeze")
             if runtime.dra is not None:  # DRA (issue 38)
@@ -260,27 +269,6 @@ async def _tell_when_synced(informer: Informer, cluster: WatchedCluster, started
     nodes, pods = len(cluster.state.nodes), len(cluster.pods_present)
     log.info("cluster synced: %d node%s, %d pod%s, in %.1f s; ready to schedule", nodes, "" if nodes == 1 else "s",
              pods, "" if pods == 1 else "s", time.monotonic() - started)
-
-
-READ_ONLY = ("/metrics", "/healthz", "/readyz", "/inspect", "/ui")
-
-
-def read_only_on(port: int) -> Callable[..., Any]:
-    """Middleware: requests that came in on ``port`` may only GET the read-only paths."""
-
-    @web.middleware
-    async def guard(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
-        if sockname and sockname[1] == port:
-            allowed = request.method in ("GET", "HEAD") and (
-                request.path in READ_ONLY or request.path.startswith("/ui/"))
-            if not allowed:
-                return web.Response(status=404, text=f"not served on the read-only port {port}: "
-                                    f"{', '.join(READ_ONLY)} only\n")
-        response: web.StreamResponse = await handler(request)
-        return response
-
-    return guard
 
 
 def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str = "127.0.0.1",
@@ -383,18 +371,6 @@ async def serving(app: web.Application, host: str, port: int, *, ssl: SSLContext
         await runner.cleanup()
 
 
-def listening_line(host: str, port: int, *, tls: bool, client_auth: bool,
-                   read_only: tuple[str, int] | None) -> str:
-    """The start-up line: where kube-scheduler's requests and the read-only port are served, and how."""
-    scheme = "https" if tls else "http"
-    how = "TLS, client certificate required" if client_auth else "TLS" if tls else "plain HTTP"
-    line = f"devshare extender listening: kube-scheduler's requests on {scheme}://{host}:{port} ({how})"
-    if read_only is None:
-        return line + "; no read-only port (--metrics-port 0)"
-    return (line + f"; read-only port ({', '.join(READ_ONLY)}) on {scheme}://{read_only[0]}:{read_only[1]} "
-            f"({'TLS' if tls else 'plain HTTP'})")
-
-
 def election_line(opts: ExtenderOptions) -> str:
     """The start-up line that says which replica binds."""
     if opts.follow_lease:
@@ -404,33 +380,6 @@ def election_line(opts: ExtenderOptions) -> str:
         return (f"leader election: on (Lease {opts.lease_name}, identity {opts.identity}): binds while it holds "
                 "the Lease")
     return "leader election: off: this extender binds every pod it is asked to (run a single replica)"
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to anything
-
-
-def listen_check(host: str, *, tls: bool, insecure: bool) -> str | None:
-    """Whether the extender may listen on ``host``: raises ValueError on a non-loopback address
-    without TLS and client certificates (whoever reaches /bind can bind any pod anywhere), unless
-    ``insecure``; then returns the warning to log."""
-    if tls or is_loopback(host):
-        return None
-    if not insecure:
-        raise ValueError(
-            f"refusing to listen on {host} without TLS: anyone who reaches it could bind pods. Give "
-            "--tls-cert, --tls-key and --tls-client-ca (the CA of kube-scheduler's client certificate, "
-            "its extender tlsConfig certFile/keyFile), listen on 127.0.0.1 beside kube-scheduler, or "
-            "pass --insecure to accept the risk"
-        )
-    return (f"INSECURE: listening on {host} in plain HTTP without client authentication (--insecure): "
-            "anyone who reaches this port can filter, bind and preempt pods")
 
 
 def cluster_saver(backend: MemoryBackend, path: Path, *, delay: float = 0.5) -> SnapshotWriter:
