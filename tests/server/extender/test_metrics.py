@@ -181,3 +181,20 @@ def generate_latest_families(families: list[Any]) -> list[str]:
 
     registry.register(Fixed())  # type: ignore[arg-type]
     return [generate_latest(registry).decode()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(clusters(), st.booleans())
+def test_only_the_leader_exports_the_clusters_figures(state: ClusterState, leading: bool) -> None:
+    """Whatever the cluster: a follower's scrape holds none of the cluster's families, so a sum over a
+    leader and any number of followers is the leader's; the leader's holds every device's."""
+    metrics = ExtenderMetrics()
+    metrics.watch_state(state, Synced(), Switch(leading=leading))  # type: ignore[arg-type]
+    got = samples(asyncio.run(metrics.exposition()).decode())
+    names = {name for name, _ in got}
+    if not leading:
+        assert not names & CLUSTER_FAMILIES
+        return
+    assert {"devshare_device_containers", "devshare_stranded_gpus", "devshare_extender_pods"} <= names
+    devices = sum(len(n["devices"]) for n in state.inspect()["nodes"])
+    assert sum(1 for name, _ in got if name == "devshare_device_containers") == devices
