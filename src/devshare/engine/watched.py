@@ -224,6 +224,7 @@ class WatchedCluster:
         "koordinator"), which is the node's inventory where it has no devshare Device."""
         name = str(meta(obj).get("name", ""))
         if type_ == "DELETED":
+            self.inventories.unreadable(name, source, None)
             self._drop_device(name, source)  # another source may stand in
             return
         if source == "devshare":
@@ -234,7 +235,9 @@ class WatchedCluster:
             self.invalid_objects += 1
             log.warning("ignoring %s %s (keeping what it said before): %s",
                         "Device" if source == "devshare" else "Koordinator's Device", name, e)
+            self.inventories.unreadable(name, source, str(e))
             return
+        self.inventories.unreadable(name, source, None)
         self.inventories.set(name, source, nd)
 
     def _drop_device(self, name: str, source: str) -> None:
@@ -244,14 +247,13 @@ class WatchedCluster:
 
     def _apply_usage(self, name: str, obj: Obj) -> None:
         """The usage the node's agent wrote (``status.usage``); a bad block is dropped, not the Device."""
+        self.usage.pop(name, None)
         try:
             usage = parse_usage(obj)
         except InvalidInput as e:
-            usage = None
             log.warning("ignoring the usage of Device %s: %s", name, e)
-        if usage is None:
-            self.usage.pop(name, None)
-        else:
+            return
+        if usage is not None:
             self.usage[name] = usage
 
     # ------------------------------------------------------------------ pods
