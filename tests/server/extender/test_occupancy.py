@@ -115,7 +115,7 @@ async def test_read_only_listener_serves_only_reads() -> None:
     client: TestClient[Any, Any] = TestClient(TestServer(app, port=port))
     await client.start_server()
     try:
-        for path in ("/metrics", "/healthz", "/ui/", "/ui/occupancy", "/inspect"):
+        for path in ("/metrics", "/healthz", "/", "/ui/", "/ui/occupancy", "/inspect"):
             for _ in range(200):
                 r = await client.get(path)
                 if r.status != 503:

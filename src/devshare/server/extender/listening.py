@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-READ_ONLY = ("/metrics", "/healthz", "/readyz", "/inspect", "/ui", "/")
+READ_ONLY = ("/metrics", "/healthz", "/readyz", "/inspect", "/ui")
 
 
 def read_only_on(port: int) -> Callable[..., Any]:
@@ -21,7 +21,7 @@ def read_only_on(port: int) -> Callable[..., Any]:
         sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
         if sockname and sockname[1] == port:
             allowed = request.method in ("GET", "HEAD") and (
-                request.path in READ_ONLY or request.path.startswith("/ui/"))
+                request.path in READ_ONLY or request.path == "/" or request.path.startswith("/ui/"))  # /: to /ui
             if not allowed:
                 return web.Response(status=404, text=f"not served on the read-only port {port}: "
                                     f"{', '.join(READ_ONLY)} only\n")
