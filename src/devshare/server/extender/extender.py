@@ -131,6 +131,11 @@ class Extender:
 
     # ------------------------------------------------------------------ what the informer delivers
     def listed(self, kind: str, items: list[dict[str, Any]], *, initial: bool) -> list[str]:
+        """After the state applied a list: the claims learn which claimed pods are bound, as from the watch
+        (after a restart, the claims of pods bound meanwhile then leave the ledger)."""
+        if kind == "pods" and self.claims is not None:
+            for obj in items:
+                self.claims.pod_changed("ADDED", obj)
         return []
 
     def progressed(self, kind: str, version: str, *, synced: bool) -> None:
