@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def extender_bind(port: int, ns: str, name: str, uid: str, node: str) -> str:
+    """Ask the extender on ``port`` to bind a pod, as kube-scheduler does; its answer's Error ("": bound)."""
+    body = json.dumps({"PodName": name, "PodNamespace": ns, "PodUID": uid, "Node": node}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/bind", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return str(json.load(r)["Error"])
 
 
 def wait_until(check: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.1, what: str = "") -> Any:

@@ -314,3 +314,90 @@ async def test_the_followers_fence_reads_the_lease_at_most_once_a_retry_period_w
     assert await follower.check() is None
     clock.now += 10.1
     assert follower.fence() is not None and await follower.check() is not None
+
+
+# ---- Leases that lie (issue 37, item 5): a renewTime in the future, a duration that is not one ----
+
+POD = "devshare-scheduler-5d8c7b9f4-x7k2p"
+
+
+async def test_a_renewtime_in_the_future_goes_stale_by_the_followers_own_clock() -> None:
+    """A forged Lease (or a clock set back) renewed an hour from now: the follower counts its age from
+    when it first read that renewTime, so it stops binding once the deadline has passed on its clock."""
+    from devshare.kube.leader import LeaseFollower
+
+    backend = MemoryBackend()
+    clock = Clock()
+    clock.now = 1_700_000_000.0
+    follower = LeaseFollower(backend, pod_name=POD, clock=clock, retry_period=1.0)
+    await backend.create_lease("devshare-system", _scheduler_lease(f"{POD}_3f0c9a", clock.now + 3600))
+    assert await follower.check() is None and follower.is_leader  # as if renewed now
+    clock.now += 9.9  # two thirds of the 15 s lease, by this clock, since the renewTime was first seen
+    assert await follower.check() is None
+    clock.now += 0.2
+    reason = await follower.check()
+    assert reason is not None and "last renewed its Lease 10.1 s ago" in reason and not follower.is_leader
+    clock.now += 3600  # nothing renewed meanwhile: still stale
+    assert await follower.check() is not None
+    # a renewal (a new renewTime, even in the future again) counts from when it is seen
+    lease = await backend.get_lease("devshare-system", "devshare-scheduler")
+    assert lease is not None
+    await backend.replace_lease("devshare-system", {**lease, **_scheduler_lease(f"{POD}_3f0c9a", clock.now + 60)})
+    assert await follower.check() is None
+
+
+@pytest.mark.parametrize(("duration", "words"), [
+    (0, "leaseDurationSeconds 0, which is not a positive number of seconds"),
+    (-5, "leaseDurationSeconds -5, which is not a positive number of seconds"),
+    (None, "has no leaseDurationSeconds"),
+])
+async def test_a_lease_without_a_positive_duration_is_refused_with_one_log_line(
+        duration: int | None, words: str, caplog: pytest.LogCaptureFixture) -> None:
+    from devshare.kube.leader import LeaseFollower
+
+    backend = MemoryBackend()
+    clock = Clock()
+    clock.now = 1_700_000_000.0
+    lease = _scheduler_lease(f"{POD}_3f0c9a", clock.now)
+    spec = lease["spec"]
+    assert isinstance(spec, dict)
+    if duration is None:
+        del spec["leaseDurationSeconds"]
+    else:
+        spec["leaseDurationSeconds"] = duration
+    await backend.create_lease("devshare-system", lease)
+    follower = LeaseFollower(backend, pod_name=POD, clock=clock, retry_period=1.0)
+    with caplog.at_level("WARNING", logger="devshare.kube.leader"):
+        for _ in range(3):
+            reason = await follower.check()
+            assert reason is not None and words in reason and not follower.is_leader
+            clock.now += 2  # each check reads the Lease again
+    said = [r.getMessage() for r in caplog.records if words in r.getMessage()]
+    assert len(said) == 1 and "leaderElection.leaseDuration" in said[0], said
+    lease = await backend.get_lease("devshare-system", "devshare-scheduler")
+    assert lease is not None
+    await backend.replace_lease("devshare-system", {**lease, **_scheduler_lease(f"{POD}_3f0c9a", clock.now)})
+    assert await follower.check() is None  # repaired: it binds again
+
+
+async def test_an_elector_never_takes_a_lease_sooner_than_its_own_duration_whatever_the_lease_says(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from devshare.kube.leader import micro_time
+
+    backend = MemoryBackend()
+    clock = Clock()
+    await backend.create_lease("devshare-system", {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "devshare-extender", "namespace": "devshare-system"},
+        "spec": {"holderIdentity": "x", "leaseDurationSeconds": -5, "renewTime": micro_time()}})
+    b = LeaderElector(backend, identity="b", namespace="devshare-system", clock=clock, **LEASE)
+    with caplog.at_level("WARNING", logger="devshare.kube.leader"):
+        assert not await b.try_acquire_or_renew()
+        clock.now += LEASE["lease_duration"] - 1
+        assert not await b.try_acquire_or_renew()  # -5 s would have let it take over at once
+    said = [r.getMessage() for r in caplog.records if "leaseDurationSeconds -5" in r.getMessage()]
+    assert len(said) == 1 and "waits its own lease duration (15 s)" in said[0], said
+    clock.now += 2
+    assert await b.try_acquire_or_renew()
+    lease = await backend.get_lease("devshare-system", "devshare-extender")
+    assert lease is not None and lease["spec"]["leaseDurationSeconds"] == 15
