@@ -66,8 +66,13 @@ def extender_bind(port: int, ns: str, name: str, uid: str, node: str) -> str:
         return str(json.load(r)["Error"])
 
 
+WAIT_FLOOR = 120.0  # seconds every wait allows at least: a hang guard, never a measure of speed (issue 37)
+
+
 def wait_until(check: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.1, what: str = "") -> Any:
-    """Poll ``check`` until it returns a truthy value; raise with ``what`` when ``timeout`` passes."""
+    """Poll ``check`` until it returns a truthy value; raise with ``what`` when ``timeout`` passes (never
+    before :data:`WAIT_FLOOR`: on a loaded machine a control plane may take long to act)."""
+    timeout = max(timeout, WAIT_FLOOR)
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from devshare.agent.run import Agent
 from devshare.model.dialects import aliyun, koordinator_names, nvidia
 from support.agent import GIB, MemoryClient, gpu, pod, write_fake
 from support.kubelet import Kubelet
+from support.waiting import eventually_in_thread
 
 
 @pytest.fixture
@@ -100,17 +100,12 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
         assert got.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[0]},{u[1]}"
         # the agent counts a registration round once its last Register call has returned, which can
         # be just after kubelet saw the request: wait for it rather than race it
-        deadline = time.monotonic() + 10
-        while agent.plugins.registrations < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually_in_thread(lambda: agent.plugins.registrations >= 2, what="the second registration counted")
         assert agent.plugins.registrations == 2
     finally:
         agent.close()
         kubelet.stop()
-    deadline = time.monotonic() + 5
-    while any(sockdir.glob("devshare-*.sock")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(sockdir.glob("devshare-*.sock"))
+    eventually_in_thread(lambda: not any(sockdir.glob("devshare-*.sock")), what="the plugin sockets removed")
 
 
 def test_multi_container_request_in_one_call(sockdir: Path, tmp_path: Path) -> None:

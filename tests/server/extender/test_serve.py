@@ -20,7 +20,7 @@ import yaml
 from devshare.kube.memory import MemoryBackend
 from devshare.server.extender.serve import ExtenderOptions, cluster_saver
 from support.extender import cluster, pod, running
-from support.waiting import settled
+from support.waiting import eventually, settled
 
 
 async def bind(client: Any, name: str, node: str = "node-0") -> tuple[int, str]:
@@ -168,10 +168,7 @@ async def test_once_synced_the_objects_are_frozen_and_full_collections_made_rare
     assert GC_THRESHOLDS[0] > 700 and GC_THRESHOLDS[2] > 10  # rarer than Python's own (700, 10, 10)
     try:
         async with running(cluster(), ExtenderOptions(freeze_after_sync=True)) as (client, _):
-            for _ in range(200):
-                if gc.get_threshold() == GC_THRESHOLDS:
-                    break
-                await asyncio.sleep(0.01)
+            await eventually(lambda: gc.get_threshold() == GC_THRESHOLDS)
             assert gc.get_threshold() == GC_THRESHOLDS
             assert gc.get_freeze_count() > 0
             assert (await client.get("/readyz")).status == 200
