@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from devshare.engine.groups import GroupPlanner
@@ -64,7 +64,8 @@ class Extender:
                  leadership: Leadership | None = None, metrics: ExtenderMetrics | None = None,
                  refusals: Refusals | None = None, claims: Claims | None = None, events: Events | None = None,
                  shortlist: int = 0, clock: Callable[[], float] = time.monotonic,
-                 after_bind: Callable[[], None] | None = None, before_claim: Callable[[str], None] | None = None,
+                 after_bind: Callable[[], Awaitable[str | None]] | None = None,
+                 before_claim: Callable[[str], None] | None = None,
                  scheduler_name: str | None = None) -> None:
         self.lifecycle = lifecycle
         self.state = lifecycle.state
