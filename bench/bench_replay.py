@@ -18,7 +18,9 @@ Pods ask as users would: a share of one GPU ``koordinator.sh/gpu-core`` + ``koor
 (both the trace's milli-GPU / 10), whole GPUs ``nvidia.com/gpu``, all with the trace's CPU and memory and
 ``schedulerName: devshare-scheduler``. Pods asking for no GPU go to devshare-scheduler too, or with
 ``--cpu-pods default-scheduler`` to a second kube-scheduler with the default profile, as in a cluster
-where devshare schedules only GPU pods.
+where devshare schedules only GPU pods; the extender's leader then marks the nodes with a free GPU
+(``scheduling.steerOtherPods``, on in deploy/; ``--no-steer``: off), and each seed starts once every
+node carries the mark. The simulator's figure is then its model of that cluster (sim/online.py).
 
 ``--nodes N`` takes N nodes: the first N of the trace's (shuffled once by seed 0) when N is smaller,
 the trace's nodes repeated when larger (``-r1``, ``-r2``, ... suffixes); the pods are inflated to 130% of
@@ -65,13 +67,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_e2e import NS, POD, api, create, devshare_config, start_extender
 
 from devshare.cli.simulate import parse_seeds
+from devshare.engine.steering import TAINT_KEY
 from devshare.model.codecs import decode_allocation
+from devshare.sim.online import replay_online
 from devshare.sim.replay import MAX_ARRIVED, arrival_order, replay
 from devshare.sim.runner import DEFAULT_NODES, DEFAULT_PODS, bundled, policy_for
 from devshare.sim.trace import MILLI, Trace, TraceNode, TracePod, load_trace
 from e2e.cluster import SCHEDULER_NAME, ControlPlane, control_plane
 
 DEFAULT_SCHEDULER = "default-scheduler"
+SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "scheduler" / "config" / "devshare-config.yaml"
 GPU_MEMORY = "80Gi"  # each card's memory: shares ask a ratio of it, so any size gives the same packing
 
 
@@ -249,7 +254,7 @@ def overbooked_cards(cp: ControlPlane) -> int:
 
 # --- one seed ----------------------------------------------------------------------------------------
 
-def start_schedulers(cp: ControlPlane, cpu_pods: str, window: int | None) -> None:
+def start_schedulers(cp: ControlPlane, cpu_pods: str, window: int | None, steer: bool = True) -> None:
     """devshare's extender and kube-scheduler as deploy/ runs them (fresh: no memory of an earlier seed;
     ``window``: percentageOfNodesToScore, None as deploy/ ships it), and the default scheduler when
     CPU-only pods go to it."""
@@ -257,7 +262,15 @@ def start_schedulers(cp: ControlPlane, cpu_pods: str, window: int | None) -> Non
         proc = cp.processes.get(name)
         if proc is not None and proc.alive:
             proc.stop()
-    start_extender(cp, "devshare")
+    if steer:
+        start_extender(cp, "devshare")
+    else:  # deploy/'s configuration with the steering taint off
+        cfg = yaml.safe_load(SHIPPED_CONFIG.read_text())
+        cfg["scheduling"]["steerOtherPods"] = False
+        path = cp.root / "devshare-config-no-steer.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        cp.start_extender("--log-level", "warning", "--follow-lease", "devshare-scheduler", "--pod-name", POD,
+                          "--config", str(path))
     cp.start_scheduler(config=devshare_config(cp, window), hostname=POD)
     if cpu_pods == DEFAULT_SCHEDULER:
         path = cp.root / "default-scheduler.yaml"
@@ -269,13 +282,31 @@ def start_schedulers(cp: ControlPlane, cpu_pods: str, window: int | None) -> Non
         cp.start_scheduler(config=path, name="kube-scheduler-default")
 
 
+def steering_settled(cp: ControlPlane, nodes: tuple[TraceNode, ...], timeout: float = 900) -> float:
+    """Wait until every node carries devshare's steering taint (an empty cluster: every GPU free), as in
+    a cluster where devshare has run a while; returns the seconds waited. The leader writes 20 nodes a
+    second, so 1,213 nodes take about a minute after a fresh start."""
+    want = sum(1 for n in nodes if n.gpus > 0)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        items = cp.get("nodes")["items"]
+        marked = sum(1 for o in items if any(t.get("key") == TAINT_KEY for t in o["spec"].get("taints") or []))
+        if marked >= want:
+            return time.monotonic() - t0
+        time.sleep(2)
+    raise TimeoutError(f"the steering taint on {marked} of {want} nodes after {timeout:.0f} s")
+
+
 def kind_of(p: TracePod) -> str:
     return "cpu_only" if not p.num_gpu else "gpu_whole" if p.gpu_milli >= MILLI else "gpu_share"
 
 
 def live_seed(cp: ControlPlane, http: Api, outcomes: Outcomes, trace: Trace, seed: int, args: argparse.Namespace
               ) -> dict[str, Any]:
-    start_schedulers(cp, args.cpu_pods, args.window)
+    start_schedulers(cp, args.cpu_pods, args.window, not args.no_steer)
+    if args.cpu_pods == DEFAULT_SCHEDULER and not args.no_steer:
+        print(f"seed {seed}: steering taint on every node after {steering_settled(cp, trace.nodes):.0f} s",
+              file=sys.stderr, flush=True)
     cap = trace.gpu_capacity
     curve: list[float] = []
     arrived = allocated = done = 0
@@ -316,9 +347,15 @@ def live_seed(cp: ControlPlane, http: Api, outcomes: Outcomes, trace: Trace, see
     return {"curve": curve, "skipped": dict(skipped), "pods": done, "seconds": seconds, "overbooked": overbooked}
 
 
-def sim_seed(trace: Trace, seed: int) -> list[float]:
-    """``devshare simulate --policy devshare``'s curve for the same nodes and seed."""
-    result = replay(trace, policy_for("devshare", trace, seed), seed)
+def sim_seed(trace: Trace, seed: int, cpu_pods: str = SCHEDULER_NAME, steered: bool = True) -> list[float]:
+    """``devshare simulate --policy devshare``'s curve for the same nodes and seed; with CPU-only pods to
+    the default scheduler, the simulator's model of that cluster (sim/online.py: kube-scheduler's
+    window for GPU pods, its default profile for the others, the steering taint when ``steered``)."""
+    policy = policy_for("devshare", trace, seed)
+    if cpu_pods == DEFAULT_SCHEDULER:
+        result = replay_online(trace, policy, seed, window=0, steered=steered)
+    else:
+        result = replay(trace, policy, seed)
     return [round(x, 3) for x in result.allocated_pct]
 
 
@@ -332,7 +369,7 @@ def replay_main(args: argparse.Namespace) -> None:
     sim: dict[int, list[float]] = {}
     if not args.no_sim:
         for seed in seeds:
-            sim[seed] = sim_seed(trace, seed)
+            sim[seed] = sim_seed(trace, seed, args.cpu_pods, not args.no_steer)
             print(f"seed {seed}: simulated unallocated at 100%: {100 - sim[seed][100]:.2f}%", file=sys.stderr,
                   flush=True)
     live: dict[int, dict[str, Any]] = {}
@@ -354,7 +391,7 @@ def replay_main(args: argparse.Namespace) -> None:
     pods = sum(r["pods"] for r in live.values())
     print(json.dumps({
         "trace": trace.name, "nodes": len(nodes), "seeds": seeds, "cpu_pods": args.cpu_pods, "until": args.until,
-        "window": args.window,
+        "window": args.window, "steer": not args.no_steer,
         "live_unallocated_pct": live_un, "sim_unallocated_pct": sim_un,
         "live_mean": round(statistics.fmean(live_un.values()), 3),
         "sim_mean": round(statistics.fmean(sim_un.values()), 3) if sim_un else None,
@@ -405,6 +442,8 @@ def main() -> None:
     ap.add_argument("--nodes-csv", type=Path, default=bundled(DEFAULT_NODES))
     ap.add_argument("--pods-csv", type=Path, default=bundled(DEFAULT_PODS))
     ap.add_argument("--no-sim", action="store_true", help="leave out the simulator's figures")
+    ap.add_argument("--no-steer", action="store_true",
+                    help="the extender with scheduling.steerOtherPods off (deploy/ turns it on)")
     ap.add_argument("--timeout", type=float, default=120, help="seconds a pod may take to be decided")
     ap.add_argument("--window", type=int, default=None,
                     help="devshare-scheduler's percentageOfNodesToScore (default: as deploy/ ships it, adaptive)")

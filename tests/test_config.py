@@ -150,11 +150,12 @@ def test_webhook_refuses_disabled_types() -> None:
 
 def test_the_shipped_configmap_is_valid_and_complete() -> None:
     cfg = load_config(SHIPPED)
-    # shipped with the defaults, every field spelled out, and the shortlist on (one node per pod)
-    assert cfg == msgspec.structs.replace(Configuration(), scheduling=Scheduling(shortlist=1))
+    # shipped with the defaults, every field spelled out, the shortlist on (one node per pod) and the
+    # steering taint on (issue 41)
+    assert cfg == msgspec.structs.replace(Configuration(), scheduling=Scheduling(shortlist=1, steer_other_pods=True))
     text = SHIPPED.read_text()
     for field in ("deviceTypes", "dialects", "nodePolicy", "cardPolicy", "coreWeight", "scheduleMode",
-                  "maxContainersPerCard", "topology", "dfsBudget", "assumeTTLSeconds", "shortlist", "policies",
+                  "maxContainersPerCard", "topology", "dfsBudget", "assumeTTLSeconds", "shortlist", "steerOtherPods", "policies",
                   "quotas"):
         assert f"{field}:" in text, field
 

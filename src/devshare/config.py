@@ -21,6 +21,7 @@ scheduling:
   dfsBudget: 2000
   assumeTTLSeconds: 60
   shortlist: 0                # filter passes only the best K nodes of a pod without soft wishes (0: all)
+  steerOtherPods: false       # mark nodes with a wholly free GPU so that other schedulers' pods go elsewhere
 policies:
   binpack: {cardWeight: 0.5}
   devshare: {kappa: 0.05, remainderWeight: 2.0, cpuPack: 0.5, priorWeight: 2.0, coverage: 1.0}
@@ -111,6 +112,11 @@ class Scheduling(_Strict):
     # the extender's filter passes only the best K nodes (by devshare's score) of a pod without soft
     # wishes (server/extender/shortlist.py); 0: every node that fits
     shortlist: Annotated[int, msgspec.Meta(ge=0)] = 0
+    # the extender's leader marks each node holding a whole GPU that nobody uses with a PreferNoSchedule
+    # taint (devshare.io/whole-gpu-free), so that kube-scheduler's other profiles place the pods asking
+    # no GPU on nodes whose GPUs are taken, leaving CPU beside the free GPUs (engine/steering.py,
+    # docs/deploy.md "Pods that ask for no GPU"); off: the leader removes the taints it wrote
+    steer_other_pods: bool = False
 
 
 class BinpackSettings(_Strict):

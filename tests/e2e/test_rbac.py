@@ -35,6 +35,8 @@ def can(cluster: Cluster, who: Path, verb: str, resource: str, *, namespace: str
     ("create", "pods/binding", "team-x", "", True), ("create", "events", "team-x", "", True),
     ("list", "devices.devshare.io", None, "", True), ("watch", "devices.devshare.io", None, "", True),
     ("list", "nodes", None, "", True),
+    # patch nodes: the steering taint (issue 41); node-writes.yaml pins it to that one taint
+    ("patch", "nodes", None, "", True),
     ("get", "configmaps", SYSTEM_NS, "devshare-claims", True),
     ("update", "configmaps", SYSTEM_NS, "devshare-claims", True),
     ("create", "configmaps", SYSTEM_NS, "", True),
@@ -45,7 +47,7 @@ def can(cluster: Cluster, who: Path, verb: str, resource: str, *, namespace: str
     ("update", "pods", "team-x", "", True),
     ("create", "pods", "team-x", "", False),
     ("create", "pods/eviction", "team-x", "", False),
-    ("update", "nodes", None, "", False), ("patch", "nodes", None, "", False), ("delete", "nodes", None, "", False),
+    ("update", "nodes", None, "", False), ("delete", "nodes", None, "", False),
     ("update", "devices.devshare.io", None, "", False), ("delete", "devices.devshare.io", None, "", False),
     ("get", "secrets", SYSTEM_NS, "", False), ("list", "secrets", None, "", False),
     ("get", "configmaps", SYSTEM_NS, "devshare-config", False),

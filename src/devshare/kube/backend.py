@@ -72,6 +72,11 @@ class Backend(Protocol):
         another ``uid`` (deleted and re-created meanwhile) is left alone."""
         ...
 
+    async def patch_node_taints(self, node: str, taints: list[dict[str, Any]], resource_version: str) -> dict[str, Any]:
+        """Set the node's taints to ``taints`` if it is still at ``resource_version`` (Conflict otherwise).
+        Returns the node."""
+        ...
+
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         ...
 

@@ -263,6 +263,14 @@ class MemoryBackend:
         return self.store.update("configmaps", f"{namespace}/{obj['metadata']['name']}", _namespaced(obj, namespace),
                                  expect_rv=meta(obj).get("resourceVersion"))
 
+    async def patch_node_taints(self, node: str, taints: list[dict[str, Any]], resource_version: str) -> dict[str, Any]:
+        cur = self.store.get("nodes", node)
+        if cur is None:
+            raise NotFound(f"nodes {node!r} not found", code=404)
+        obj = copy.deepcopy(cur)
+        obj.setdefault("spec", {})["taints"] = copy.deepcopy(taints)
+        return self.store.update("nodes", node, obj, expect_rv=resource_version)
+
     async def close(self) -> None:
         await asyncio.sleep(0)
 

@@ -423,6 +423,13 @@ class KubeClient:
     async def patch_node_labels(self, node: str, labels: Mapping[str, str | None]) -> dict[str, Any]:
         return await self.merge_patch(api_path(NODES, name=node), {"metadata": {"labels": dict(labels)}})
 
+    async def patch_node_taints(self, node: str, taints: list[dict[str, Any]], resource_version: str) -> dict[str, Any]:
+        """Set the node's ``spec.taints`` to ``taints``, only if the node is still at ``resource_version``
+        (409 otherwise). A merge patch replaces the whole list (Taint has no merge key), so the list
+        written is the one read plus or minus one entry, and the version in the patch is its precondition."""
+        return await self.merge_patch(api_path(NODES, name=node),
+                                      {"metadata": {"resourceVersion": resource_version}, "spec": {"taints": taints}})
+
 
 def _in(obj: dict[str, Any], namespace: str, kind: str, resource: Resource) -> dict[str, Any]:
     """``obj`` with its namespace, kind and apiVersion set."""

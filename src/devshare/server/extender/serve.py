@@ -53,6 +53,7 @@ from devshare.server.extender.events import Events
 from devshare.server.extender.extender import Extender
 from devshare.server.extender.lane import Lanes
 from devshare.server.extender.metrics import ExtenderMetrics
+from devshare.server.extender.steering import Steerer
 from devshare.server.extender.view import Leadership
 from devshare.server.tls import CertReloader, TLSCollector
 from devshare.server.webhook.mutate import DEFAULT_SCHEDULER
@@ -107,6 +108,7 @@ class Runtime:
     elector: LeaderElector | LeaseFollower | None
     claims: Claims | None = None
     dra: DraController | None = None  # DRA (issue 38)
+    steerer: Steerer | None = None  # the steering taint on Nodes (issue 41)
     stalls: StallWatch = field(default_factory=lambda: StallWatch("extender"))
     task: asyncio.Task[None] | None = None  # the background tasks, in one task group
 
@@ -140,7 +142,14 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
                         refusals=engine.refusals, claims=claims, events=events, shortlist=engine.shortlist, clock=clock,
                         after_bind=opts.save.commit if opts.save is not None else None,
                         before_claim=StopBeforeClaim(stop_at) if stop_at else None, scheduler_name=opts.scheduler_name)
-    informer = Informer(backend, [cluster, extender], after_pods_listed=claims.load if claims is not None else None)
+    cfg = opts.config
+    if cfg is not None and cfg.scheduling.steer_other_pods and cfg.scheduling.shortlist == 0:
+        log.warning("scheduling.steerOtherPods with shortlist 0: kube-scheduler also scores devshare's own pods"
+                    " away from the nodes marked %s (set shortlist: 1, as deploy/ does)", "devshare.io/whole-gpu-free")
+    steerer = Steerer(state, backend, extender.leadership, ready=lambda: informer.synced.wait(),
+                      enabled=cfg is not None and cfg.scheduling.steer_other_pods)
+    informer = Informer(backend, [cluster, extender, steerer],
+                        after_pods_listed=claims.load if claims is not None else None)
     metrics.watch_state(state, cluster, extender.leadership)
     for collector in (SyncCollector(cluster), RequeueCollector(extender.requeue),
                       *([ClaimsCollector(claims)] if claims is not None else []),
@@ -152,7 +161,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
                             fence=extender.leadership.check, ready=informer.synced.wait,
                             assume_ttl=lifecycle.ttl, publish_slices=True)
         metrics.registry.register(DraCollector(dra))
-    runtime = Runtime(state, informer, cluster, extender, elector, claims, dra)
+    runtime = Runtime(state, informer, cluster, extender, elector, claims, dra, steerer)
     metrics.registry.register(StallCollector(runtime.stalls))
     app = make_app(extender, client_auth=opts.client_auth)
     app[RUNTIME] = runtime
@@ -167,6 +176,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
             tg.create_task(upkeep(extender, cluster, opts.expire_interval), name="devshare-upkeep")
             tg.create_task(extender.requeue.run(), name="devshare-requeue")
             tg.create_task(runtime.stalls.run(), name="devshare-stall-watch")
+            tg.create_task(steerer.run(), name="devshare-steering")
             if opts.freeze_after_sync:
                 tg.create_task(_freeze_when_synced(informer), name="devshare-gc-freeze")
             if runtime.dra is not None:  # DRA (issue 38)
