@@ -155,8 +155,8 @@ def test_the_shipped_configmap_is_valid_and_complete() -> None:
     assert cfg == msgspec.structs.replace(Configuration(), scheduling=Scheduling(shortlist=1, steer_other_pods=True))
     text = SHIPPED.read_text()
     for field in ("deviceTypes", "dialects", "nodePolicy", "cardPolicy", "coreWeight", "scheduleMode",
-                  "maxContainersPerCard", "topology", "dfsBudget", "assumeTTLSeconds", "shortlist", "steerOtherPods", "policies",
-                  "quotas"):
+                  "maxContainersPerCard", "topology", "dfsBudget", "assumeTTLSeconds", "shortlist", "steerOtherPods",
+                  "policies", "quotas"):
         assert f"{field}:" in text, field
 
 
