@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -91,24 +90,38 @@ def _call(url: str, body: Any | None = None) -> tuple[int, Any]:
         return e.code, e.read().decode()
 
 
-def test_extender_serves_a_cluster_file_and_saves_binds(tmp_path: Path) -> None:
-    f = write_cluster(tmp_path / "c.yaml", [node("node-0"), device("node-0", 2), bound_pod(), pod("p", core=50)])
-    saved = tmp_path / "saved.yaml"
+def _serve(cluster: Path, save: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``devshare extender --cluster cluster --save save`` in a process, and its URL once it is ready."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "devshare.cli.main", "extender", "--cluster", str(f), "--save", str(saved),
+        [sys.executable, "-m", "devshare.cli.main", "extender", "--cluster", str(cluster), "--save", str(save),
          "--port", str(port), "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(proc.communicate()[1].decode())
+        try:
+            return _call(base + "/readyz")[0] == 200
+        except OSError:
+            return False
+
     try:
-        for _ in range(200):
-            try:
-                if _call(base + "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.05)
+        eventually_in_thread(ready, what="the extender ready")
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc, base
+
+
+def test_extender_serves_a_cluster_file_and_saves_binds(tmp_path: Path) -> None:
+    f = write_cluster(tmp_path / "c.yaml", [node("node-0"), device("node-0", 2), bound_pod(), pod("p", core=50)])
+    saved = tmp_path / "saved.yaml"
+    proc, base = _serve(f, saved)
+    try:
         status, out = _call(base + "/filter", {"Pod": pod("p", core=50), "Nodes": None, "NodeNames": ["node-0"]})
         assert status == 200 and out["NodeNames"] == ["node-0"], out
         status, out = _call(base + "/bind", {"PodName": "p", "PodNamespace": "default",
@@ -133,27 +146,13 @@ def test_every_bind_answered_is_in_the_saved_file_after_kill_9(tmp_path: Path) -
     once (SIGKILL: no shutdown write) loses no acknowledged bind; binds sent together share writes."""
     nodes = [o for i in range(4) for o in (node(f"node-{i}"), device(f"node-{i}", 4))]
     f = write_cluster(tmp_path / "c.yaml", [*nodes, *(pod(f"p{i}", core=25) for i in range(48))])
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "devshare.cli.main", "extender", "--cluster", str(f), "--save", str(f),
-         "--port", str(port), "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        assert proc.poll() is None, proc.communicate()[1].decode()
-        try:
-            return _call(base + "/readyz")[0] == 200
-        except OSError:
-            return False
+    proc, base = _serve(f, f)
 
     def bind(i: int) -> tuple[str, Any]:
         return f"p{i}", _call(base + "/bind", {"PodName": f"p{i}", "PodNamespace": "default",
                                                "PodUID": f"uid-default-p{i}", "Node": f"node-{i % 4}"})[1]
 
     try:
-        eventually_in_thread(ready, what="the extender ready")
         with ThreadPoolExecutor(8) as pool:
             answers = dict(pool.map(bind, range(48)))
     finally:
