@@ -1,9 +1,12 @@
 """Writes devshare-dashboard.json (run: python deploy/grafana/make_dashboard.py).
 
 Every expression uses metrics the extender exports (tests/deploy/test_grafana.py checks them against a
-live /metrics), but those of AGENT_METRICS (the node agent's /metrics) and QUOTA_METRICS (below).
-Import the JSON in Grafana (Dashboards > Import) and pick the Prometheus
-data source that scrapes the extender (the Helm chart's ServiceMonitor, or --metrics-port).
+live /metrics), but those of AGENT_METRICS (the node agent's /metrics). Import the JSON in Grafana
+(Dashboards > Import) and pick the Prometheus data source that scrapes the extender (the Helm chart's
+ServiceMonitor, or --metrics-port) and the node agents (the chart's PodMonitor).
+
+The figures of the cluster (devices, nodes, namespaces, pods) come from the leading extender only
+(docs/metrics.md): with several replicas a plain sum() counts each card once.
 """
 
 from __future__ import annotations
@@ -34,19 +37,12 @@ def quantiles(verb: str) -> list[tuple[str, str]]:
     return [(f"histogram_quantile({q}, {rate})", f"p{int(q * 100)}") for q in (0.5, 0.9, 0.99)]
 
 
-# Metrics the dashboard charts that the extender does not export. The node agent's (it serves them on
-# its own /metrics; labels: namespace, pod, container, node, uuid), and the extender's per-namespace
-# quota gauges, which the extender's metrics of issue 40 add. tests/deploy/test_grafana.py checks every
-# other expression against a live extender's /metrics, and these against this contract.
+# Metrics the dashboard charts that the extender does not export: the node agent's (it serves them on
+# its own /metrics; labels: namespace, pod, container, node, uuid). tests/deploy/test_grafana.py checks
+# every other expression against a live extender's /metrics, and these against this contract.
 AGENT_METRICS = {
     "devshare_container_gpu_memory_used_bytes": ("namespace", "pod", "container", "node", "uuid"),
     "devshare_container_gpu_utilization_ratio": ("namespace", "pod", "container", "node", "uuid"),
-}
-QUOTA_METRICS = {
-    "devshare_namespace_gpu_allocated": ("namespace",),  # GPU compute held, in GPUs (sum of core / 100)
-    "devshare_namespace_gpu_quota": ("namespace",),  # quotas.<ns>.gpuCore / 100
-    "devshare_namespace_gpu_memory_allocated_bytes": ("namespace",),
-    "devshare_namespace_gpu_memory_quota_bytes": ("namespace",),  # quotas.<ns>.gpuMemory
 }
 NAMESPACE = 'namespace=~"$namespace"'
 
@@ -61,6 +57,8 @@ def dashboard() -> dict[str, Any]:
     extender row is about the extender itself (requests, latency), which has no node."""
     core = f'devshare_device_allocated_ratio{{type="gpu", resource="core", {NODE}}}'
     memory = f'devshare_device_allocated_ratio{{type="gpu", resource="memory", {NODE}}}'
+    mem_total = f'devshare_device_memory_bytes{{type="gpu", {NODE}}}'
+    mem_used = f'devshare_device_memory_allocated_bytes{{type="gpu", {NODE}}}'
     used = f"devshare_container_gpu_memory_used_bytes{{{NODE}, {NAMESPACE}}}"
     util = f"devshare_container_gpu_utilization_ratio{{{NODE}, {NAMESPACE}}}"
     panels = [
@@ -81,8 +79,10 @@ def dashboard() -> dict[str, Any]:
                           "counts twice)."),
         panel("Allocated GPU compute per node (GPUs)", "timeseries",
               [(f"sum by (node) ({core})", "{{node}}")], 0, 5, 12, 8),
-        panel("Allocated GPU memory per node (share of its GPU memory)", "timeseries",
-              [(f"avg by (node) ({memory})", "{{node}}")], 12, 5, 12, 8, unit="percentunit"),
+        panel("GPU memory per node: allocated and capacity", "timeseries",
+              [(f"sum by (node) ({mem_used})", "{{node}} allocated"),
+               (f"sum by (node) ({mem_total})", "{{node}} capacity")], 12, 5, 12, 8, unit="bytes",
+              description="GPU memory allocated to pods on each selected node, beside the memory of its GPUs."),
         panel("Allocated compute per GPU card (share)", "timeseries",
               [(core, "{{node}} gpu {{minor}}")], 0, 13, 12, 8, unit="percentunit"),
         panel("Allocated memory per GPU card (share)", "timeseries",

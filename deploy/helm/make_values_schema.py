@@ -83,6 +83,7 @@ def schema() -> dict[str, Any]:
             "percentageOfNodesToScore": {"type": "integer", "minimum": 0, "maximum": 100},
             "extenderPort": {**PORT, "minimum": 1},
             "metricsPort": PORT,
+            "metricsHost": string("address of the extender's read-only listener (--metrics-host)", minLength=1),
             "kubeSchedulerResources": {"$ref": REF + "Resources"},
             **placement("system-cluster-critical"),
         }),
@@ -102,6 +103,8 @@ def schema() -> dict[str, Any]:
                    "Dynamic Resource Allocation: devshare's DeviceClasses and its allocator (Kubernetes 1.34+)"),
         "serviceMonitor": obj({"enabled": {"type": "boolean"}, "interval": string(minLength=1),
                                "labels": STRINGS}),
+        "podMonitor": obj({"enabled": {"type": "boolean"}, "interval": string(minLength=1), "labels": STRINGS},
+                          "a PodMonitor for the node agents' metrics (port 9402)"),
         "grafanaDashboard": obj({"enabled": {"type": "boolean"}, "namespace": string(), "labels": STRINGS}),
     })
     return {

@@ -75,7 +75,10 @@ def test_served_over_http(tmp_path: Path) -> None:
     server = serve(monitor, "gpu-1", port=0, address="127.0.0.1")
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as r:
-            assert "devshare_container_gpu_memory_used_bytes" in r.read().decode()
+            text = r.read().decode()
     finally:
         server.shutdown()
         server.server_close()
+    assert "devshare_container_gpu_memory_used_bytes" in text
+    assert '\ndevshare_build_info{python="' in text  # issue 40: which devshare runs on the node
+    assert "_created" not in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -73,6 +74,17 @@ def test_extender_flags_are_checked(tmp_path: Path) -> None:
     assert out.exit_code == 2 and "unknown --event-loop 'trio'" in out.output and "uvloop" in out.output
 
 
+def _own_address() -> str | None:
+    """An address of this machine other than loopback, when it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 9))  # no packet is sent: the kernel picks the outgoing address
+            address = str(s.getsockname()[0])
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -90,12 +102,13 @@ def _call(url: str, body: Any | None = None) -> tuple[int, Any]:
         return e.code, e.read().decode()
 
 
-def _serve(cluster: Path, save: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _serve(cluster: Path, save: Path, *extra: str, port: int = 0,
+           log_level: str = "warning") -> tuple[subprocess.Popen[bytes], str]:
     """``devshare extender --cluster cluster --save save`` in a process, and its URL once it is ready."""
-    port = _free_port()
+    port = port or _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "devshare.cli.main", "extender", "--cluster", str(cluster), "--save", str(save),
-         "--port", str(port), "--log-level", "warning"],
+         "--port", str(port), "--log-level", log_level, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     base = f"http://127.0.0.1:{port}"
@@ -120,7 +133,8 @@ def _serve(cluster: Path, save: Path) -> tuple[subprocess.Popen[bytes], str]:
 def test_extender_serves_a_cluster_file_and_saves_binds(tmp_path: Path) -> None:
     f = write_cluster(tmp_path / "c.yaml", [node("node-0"), device("node-0", 2), bound_pod(), pod("p", core=50)])
     saved = tmp_path / "saved.yaml"
-    proc, base = _serve(f, saved)
+    port, metrics_port = _free_port(), _free_port()
+    proc, base = _serve(f, saved, "--metrics-port", str(metrics_port), port=port, log_level="info")
     try:
         status, out = _call(base + "/filter", {"Pod": pod("p", core=50), "Nodes": None, "NodeNames": ["node-0"]})
         assert status == 200 and out["NodeNames"] == ["node-0"], out
@@ -129,10 +143,26 @@ def test_extender_serves_a_cluster_file_and_saves_binds(tmp_path: Path) -> None:
         assert status == 200 and out == {"Error": ""}
         status, out = _call(base + "/filter", b"garbage")
         assert status == 400
+        # the read-only port: on 127.0.0.1 unless --metrics-host says otherwise (issue 37)
+        assert _call(f"http://127.0.0.1:{metrics_port}/healthz")[0] == 200
+        outside = _own_address()
+        if outside is not None:
+            with socket.socket() as s, contextlib.suppress(OSError):
+                s.settimeout(2)
+                s.connect((outside, metrics_port))
+                raise AssertionError(f"the read-only port answers on {outside}")
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err.decode()
+    log = err.decode()  # the start-up lines, in an operator's words (issue 40)
+    assert (f"devshare extender listening: kube-scheduler's requests on http://127.0.0.1:{port} (plain HTTP); "
+            f"read-only port (/metrics, /healthz, /readyz, /inspect, /ui) on http://127.0.0.1:{metrics_port} "
+            "(plain HTTP)") in log
+    assert "leader election: off: this extender binds every pod it is asked to" in log
+    assert "cluster synced: 1 node, 2 pods, in " in log
+    for jargon in ("lane", "frozen", "garbage", "informer"):
+        assert jargon not in log, log
     objs = [d for d in yaml.safe_load_all(saved.read_text()) if d]
     p = next(o for o in objs if o["kind"] == "Pod" and o["metadata"]["name"] == "p")
     assert p["spec"]["nodeName"] == "node-0"

@@ -197,7 +197,7 @@ def test_extender_says_listening_only_once_bound() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
             if "listening" in line:
-                assert f"devshare extender listening on http://127.0.0.1:{port}" in line
+                assert f"devshare extender listening: kube-scheduler's requests on http://127.0.0.1:{port}" in line
                 with socket.create_connection(("127.0.0.1", port), timeout=10):
                     pass  # the port answers by the time the line is written
                 break

@@ -263,6 +263,31 @@ def test_service_monitor_scrapes_the_read_only_listener() -> None:
     assert args[args.index("--metrics-port") + 1] == "9888"
     assert args[args.index("--host") + 1] == "127.0.0.1"  # the extender API itself stays local
     assert {"name": "metrics", "containerPort": 9888} in extender["ports"]
+    # issue 37: the extender's read-only port defaults to 127.0.0.1, which Prometheus in another pod cannot
+    # reach: the chart says every address of the pod, explicitly
+    assert args[args.index("--metrics-host") + 1] == "0.0.0.0"
+    plain = next(o for o in render() if key(o) == f"Deployment/{NAMESPACE}/devshare-scheduler")
+    plain_extender = next(c for c in plain["spec"]["template"]["spec"]["containers"] if c["name"] == "extender")
+    assert "--metrics-host" not in plain_extender["args"]  # no read-only port: no address for it
+
+
+@needs_helm
+def test_pod_monitor_scrapes_the_agents_usage_metrics() -> None:
+    """Issue 40: nothing scraped the node agents' per-container usage (port 9402) that the dashboard charts."""
+    assert not [o for o in render() if o["kind"] == "PodMonitor"]  # off by default: it needs the operator's CRDs
+    objs = {key(o): o for o in render("podMonitor.enabled=true", "podMonitor.labels.release=prom",
+                                      "podMonitor.interval=15s")}
+    monitor = objs[f"PodMonitor/{NAMESPACE}/devshare-agent"]
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    agent = objs[f"DaemonSet/{NAMESPACE}/devshare-agent"]["spec"]["template"]
+    assert all(agent["metadata"]["labels"][k] == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    [container] = agent["spec"]["containers"]
+    assert {"name": "metrics", "containerPort": 9402} in container["ports"]
+    assert "--metrics-port=9402" in container["args"]
+    assert not [o for o in render("podMonitor.enabled=true", "agent.enabled=false") if o["kind"] == "PodMonitor"]
 
 
 @needs_helm

@@ -171,3 +171,26 @@ async def test_migration_order_the_nvidia_plugins_cards_are_never_handed_out_aga
         done["status"] = {"phase": "Succeeded"}
         mb.apply(done)
         await eventually(lambda: Scheduler(sync.state).place(whole) is not None)
+
+
+async def test_an_unreadable_koordinator_device_is_listed_until_it_is_read() -> None:
+    """Issue 36: a peer's inventory that could not be read was only logged. /inspect lists it (with
+    why) while it stays unreadable, and drops it once it reads or goes."""
+    objs = docs("koordinator")
+    mb = MemoryBackend.from_objects(objs)
+    good = copy.deepcopy(next(d for d in objs if d["kind"] == "Device" and d["metadata"]["name"] == "koord-2"))
+    async with following(mb) as sync:
+        assert "unreadableInventories" not in sync.state.inspect()
+        bad = copy.deepcopy(good)
+        bad["spec"]["devices"][0]["minor"] = "zero"
+        mb.apply(bad)
+        await eventually(lambda: "unreadableInventories" in sync.state.inspect())
+        [unread] = sync.state.inspect()["unreadableInventories"]
+        assert unread["node"] == "koord-2" and unread["source"] == "koordinator" and unread["problem"]
+        assert "koord-2" in sync.state.devices  # what it said before is kept
+        mb.apply(good)
+        await eventually(lambda: "unreadableInventories" not in sync.state.inspect())
+        mb.apply(bad)
+        await eventually(lambda: "unreadableInventories" in sync.state.inspect())
+        mb.delete("koorddevices", "koord-2")
+        await eventually(lambda: "unreadableInventories" not in sync.state.inspect())

@@ -15,7 +15,8 @@ import yaml
 from typer.testing import CliRunner
 
 from devshare.cli.main import app as cli
-from devshare.server.extender.serve import ExtenderOptions, build_app, listen_check
+from devshare.server.extender.listening import listen_check
+from devshare.server.extender.serve import ExtenderOptions, build_app
 from devshare.server.tls import CertReloader, ServingCert, make_serving_cert
 from support.certs import signed_pair
 from support.extender import cluster, device, node, pod

@@ -90,9 +90,10 @@ def free(state: ClusterState, key: str) -> None:
     records(state).release(key)
 
 
-def bound(state: ClusterState, name: str, node: str, minor: int, *, core: int = 0, memory: int = 0) -> None:
-    """Record a bound pod holding ``core`` thousandths and ``memory`` bytes of one GPU."""
-    p = pod(name, DeviceRequest(type="gpu", core_milli=core, memory=memory))
+def bound(state: ClusterState, name: str, node: str, minor: int, *, core: int = 0, memory: int = 0,
+          ns: str = "default") -> None:
+    """Record a bound pod of ``ns`` holding ``core`` thousandths and ``memory`` bytes of one GPU."""
+    p = pod(name, DeviceRequest(type="gpu", core_milli=core, memory=memory), ns=ns)
     grant = DeviceGrant(type="gpu", minor=minor, core_milli=core, memory=memory)
     occupy(state, p, PodAllocation(node=node, containers=(ContainerAllocation(name="c0", devices=(grant,)),)))
 

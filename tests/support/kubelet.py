@@ -49,6 +49,10 @@ class Kubelet(pb_grpc.RegistrationServicer):
         self.got: dict[tuple[str, str], dict[str, str]] = {}  # (pod uid, container) -> envs handed to it
         self.picked: dict[tuple[str, str, str], list[str]] = {}  # (pod uid, container, resource) -> ids
         self.calls = 0
+        # resources whose first Register kubelet takes but whose answer is lost (an error instead: the
+        # plugin's call timed out on a loaded node)
+        self.lose_answer: set[str] = set()
+        self.connected: set[tuple[str, str]] = set()  # (resource, endpoint) followed now
         self._channels: list[grpc.Channel] = []
         self._lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -59,6 +63,10 @@ class Kubelet(pb_grpc.RegistrationServicer):
     # ------------------------------------------------------------------ Registration
     def Register(self, request: pb.RegisterRequest, context: Any) -> pb.Empty:
         assert request.version == "v1beta1"
+        key = (request.resource_name, request.endpoint)
+        if key in self.connected:  # kubelet's device manager (manager.go PluginConnected) refuses it
+            context.abort(grpc.StatusCode.UNKNOWN,
+                          f"device plugin already connected: {self.directory / request.endpoint}")
         self.endpoints[request.resource_name] = request.endpoint
         channel = grpc.insecure_channel(f"unix://{self.directory / request.endpoint}")
         self._channels.append(channel)
@@ -79,10 +87,16 @@ class Kubelet(pb_grpc.RegistrationServicer):
                     first.set()
             except grpc.RpcError:
                 pass
+            finally:
+                self.connected.discard(key)  # the plugin's stream ended: kubelet forgets the endpoint
 
+        self.connected.add(key)
         threading.Thread(target=follow, daemon=True).start()
         first.wait(120)  # generous: the machine may be loaded; the wait ends with the first list
         self.registered.put(request.resource_name)
+        if request.resource_name in self.lose_answer:
+            self.lose_answer.discard(request.resource_name)
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         return pb.Empty()
 
     def wait_registered(self, n: int, timeout: float = 120) -> set[str]:

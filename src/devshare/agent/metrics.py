@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from devshare.agent.usage import UsageMonitor
+from devshare.buildinfo import BuildInfoCollector  # also: no _created series
 
 log = logging.getLogger("devshare.agent.metrics")
 
@@ -78,6 +79,7 @@ def serve(monitor: UsageMonitor, node: str, *, port: int, address: str = "0.0.0.
     the server (``shutdown()`` stops it)."""
     registry = CollectorRegistry()
     registry.register(UsageCollector(monitor, node))
+    registry.register(BuildInfoCollector())
     server, _thread = start_http_server(port, addr=address, registry=registry)
     log.info("serving the agent's metrics on %s:%d/metrics", address, port)
     return server

@@ -45,8 +45,13 @@ def extender(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     metrics_port: Annotated[
         int, typer.Option(help="Also serve GET /metrics, /healthz, /readyz, /inspect and /ui (read-only) on this "
-                          "port of every address (for Prometheus and people); 0: no such listener.")
+                          "port of --metrics-host (for Prometheus and people), over TLS when the extender uses "
+                          "TLS (the same certificate); 0: no such listener.")
     ] = 0,
+    metrics_host: Annotated[
+        str, typer.Option(help="Address of the read-only port: 127.0.0.1 (the default) lets only this machine or "
+                          "pod in; Prometheus scraping from another pod needs 0.0.0.0 (every address) or the pod IP.")
+    ] = "127.0.0.1",
     leader_elect: Annotated[
         bool | None,
         typer.Option("--leader-elect/--no-leader-elect",
@@ -116,6 +121,10 @@ def extender(
                      "scheduling gate) with the same engine and accounting, and publish ResourceSlices for "
                      "Device objects no devshare agent publishes (docs/dra.md). Needs resource.k8s.io/v1."),
     ] = True,
+    bind_summary_interval: Annotated[
+        float, typer.Option(help="Seconds between two log lines summing up the binds (bound, refused, median "
+                            "latency); 0: none. Each bind has a line of its own at --log-level debug.")
+    ] = 60.0,
     log_level: LogLevelOption = "info",
 ) -> None:
     """Run the scheduler extender: POST /filter, /prioritize, /bind, /preempt; GET /inspect, /metrics,
@@ -129,6 +138,8 @@ def extender(
             raise fail(f"--port must be between 1 and 65535, got {port}")
         if not 0 <= metrics_port < 65536 or metrics_port == port:
             raise fail(f"--metrics-port must be between 1 and 65535 and differ from --port, got {metrics_port}")
+        if bind_summary_interval < 0:
+            raise fail(f"--bind-summary-interval must be >= 0 (0: no summary), got {bind_summary_interval}")
         if assume_ttl is not None and assume_ttl <= 0:
             raise fail(f"--assume-ttl must be > 0, got {assume_ttl}")
         from devshare.engine.policies import LIVE_NAMES
@@ -156,7 +167,7 @@ def extender(
             raise fail("--tls-cert and --tls-key go together: give both (or neither, on 127.0.0.1)")
         if tls_client_ca is not None and tls_cert is None:
             raise fail("--tls-client-ca needs --tls-cert and --tls-key (client certificates are checked over TLS)")
-        from devshare.server.extender.serve import listen_check
+        from devshare.server.extender.listening import listen_check
 
         try:
             warning = listen_check(host, tls=tls_client_ca is not None, insecure=insecure)
@@ -177,7 +188,8 @@ def extender(
         backend: Backend
         options = ExtenderOptions(config=cfg,
                                   metrics_port=metrics_port, scheduler_name=scheduler_name,
-                                  claim_ledger=claim_ledger, event_loop=event_loop, lane=lane)
+                                  claim_ledger=claim_ledger, event_loop=event_loop, lane=lane,
+                                  bind_summary_interval=bind_summary_interval)
         if not claim_ledger:
             logging.getLogger("devshare.extender").warning(
                 "--no-claim-ledger: binds are not recorded in the claim ledger; if another extender binds pods "
@@ -203,9 +215,9 @@ def extender(
                 options.leader_election = False
                 options.follow_lease, options.pod_name = follow_lease, str(pod_name)
     try:
-        serve(backend, options, host=host, port=port, tls=tls)
+        serve(backend, options, host=host, port=port, metrics_host=metrics_host, tls=tls)
     except OSError as e:
-        where = f"{host}:{port}" + (f" or 0.0.0.0:{metrics_port}" if metrics_port else "")
+        where = f"{host}:{port}" + (f" or {metrics_host}:{metrics_port}" if metrics_port else "")
         raise fail(f"cannot listen on {where}: {e.strerror or e}") from None
 
 

@@ -50,6 +50,9 @@ class ClusterState(NodeTables):
         # bound (the per-namespace quotas of devshare.engine.quotas read it)
         self.namespace_gpu: dict[str, list[int]] = {}
         self.finished: OrderedDict[tuple[str, str], None] = OrderedDict()  # (key, uid) of pods gone or done
+        # (node, source) -> why that source's inventory of the node could not be read (kept by
+        # engine/takeover.py's Inventories; /inspect lists them)
+        self.unreadable: dict[tuple[str, str], str] = {}
         self.caches = EngineCaches(self)  # every cache of the engine, one invalidation rule
         self.is_scratch = False  # a what-if copy (:meth:`scratch`): changed freely, never the live state
 
@@ -281,8 +284,8 @@ class ClusterState(NodeTables):
 
     def view(self) -> StateView:
         """A copy of what the views over every device read (:class:`StateView`)."""
-        return view_of(self, self.pods)
+        return view_of(self, self.pods, self.unreadable)
 
     def inspect(self) -> dict[str, Any]:
         """DESIGN.md's inspect JSON (:func:`inspect_view` of :meth:`view`)."""
-        return inspect_view(view_of(self, self.pods))
+        return inspect_view(view_of(self, self.pods, self.unreadable))

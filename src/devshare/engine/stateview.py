@@ -49,6 +49,8 @@ class StateView(msgspec.Struct, frozen=True):
     max_containers: int
     # pods placed by other schedulers: key, node, whose annotations, what is counted conservatively
     peers: list[tuple[str, str, str, tuple[str, ...]]] = []
+    # device inventories that could not be read: node, source, why
+    unreadable: list[tuple[str, str, str]] = []
 
 
 def inspect_view(view: StateView) -> dict[str, Any]:
@@ -80,6 +82,9 @@ def inspect_view(view: StateView) -> dict[str, Any]:
     if view.peers:  # taking over: the pods other schedulers placed, and what of them is counted conservatively
         out["placedByPeers"] = [{"pod": key, "node": node, "by": by, "problems": list(problems)}
                                 for key, node, by, problems in sorted(view.peers)]
+    if view.unreadable:  # a node's inventory (a peer's register, a Device) that is not used: why
+        out["unreadableInventories"] = [{"node": node, "source": source, "problem": problem}
+                                        for node, source, problem in view.unreadable]
     return out
 
 
@@ -102,10 +107,12 @@ def device_columns(state: NodeTables) -> list[DeviceColumns]:
             held_outside=tb.blocked[rows, cols], memory=t == names.GPU))
     return out
 
-def view_of(state: NodeTables, pods: Mapping[str, PodRecord]) -> StateView:
+def view_of(state: NodeTables, pods: Mapping[str, PodRecord],
+            unreadable: Mapping[tuple[str, str], str] | None = None) -> StateView:
     """A copy of what the views over every device read (:class:`StateView`)."""
     return StateView(nodes=sorted(state.row_of), columns=device_columns(state),
                      pods=[(key, rec.allocation, rec.phase) for key, rec in pods.items()],
                      max_containers=state.max_containers,
                      peers=[(key, rec.allocation.node, rec.peer, rec.problems) for key, rec in pods.items()
-                            if rec.peer is not None])
+                            if rec.peer is not None],
+                     unreadable=[(node, source, why) for (node, source), why in sorted((unreadable or {}).items())])

@@ -37,7 +37,7 @@ class Inventories:
         self.on_change = on_change  # called with a node's name after its published inventory changed
         self.sources: dict[str, dict[str, NodeDevices | None]] = {}
         self.chosen: dict[str, str] = {}  # node -> the source published
-        self.problems: dict[tuple[str, str], str] = {}  # (node, source) -> why it could not be read
+        self.problems = state.unreadable  # (node, source) -> why it could not be read
 
     def set(self, node: str, source: str, devices: NodeDevices | None) -> None:
         found = self.sources.setdefault(node, {})
@@ -50,16 +50,21 @@ class Inventories:
         """The node-borne sources of a Node object (HAMi's and Volcano's registers, gpushare capacity)."""
         name = str(meta(obj).get("name", ""))
         for source, devices, problem in inventory.node_sources(obj):
-            if problem is not None:
-                if self.problems.get((name, source)) != problem:
-                    log.warning("node %s: %s (not used)", name, problem)
-                self.problems[(name, source)] = problem
-            else:
-                self.problems.pop((name, source), None)
+            if problem is not None and self.problems.get((name, source)) != problem:
+                log.warning("node %s: %s (not used)", name, problem)
+            self.unreadable(name, source, problem)
             self.set(name, source, devices)
+
+    def unreadable(self, node: str, source: str, problem: str | None) -> None:
+        """Why ``source``'s inventory of ``node`` could not be read; None: it was read, or is gone."""
+        if problem is None:
+            self.problems.pop((node, source), None)
+        else:
+            self.problems[(node, source)] = problem
 
     def node_gone(self, name: str) -> None:
         for source in ("hami", "volcano-vgpu", "capacity"):
+            self.unreadable(name, source, None)
             self.set(name, source, None)
 
     def _publish(self, node: str) -> None:

@@ -222,6 +222,7 @@ class WatchedCluster:
         "koordinator"), which is the node's inventory where it has no devshare Device."""
         name = str(meta(obj).get("name", ""))
         if type_ == "DELETED":
+            self.inventories.unreadable(name, source, None)
             self.inventories.set(name, source, None)  # another source may stand in
             return
         try:
@@ -230,7 +231,9 @@ class WatchedCluster:
             self.invalid_objects += 1
             log.warning("ignoring %s %s (keeping what it said before): %s",
                         "Device" if source == "devshare" else "Koordinator's Device", name, e)
+            self.inventories.unreadable(name, source, str(e))
             return
+        self.inventories.unreadable(name, source, None)
         self.inventories.set(name, source, nd)
 
     # ------------------------------------------------------------------ pods

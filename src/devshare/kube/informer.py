@@ -108,7 +108,7 @@ class Informer:
         self.synced.set()
         for kind in self.kinds:
             self._progress(kind)
-        log.info("informer synced: %s", ", ".join(self.kinds))
+        log.debug("informer synced: %s", ", ".join(self.kinds))
         async with asyncio.TaskGroup() as tg:
             for kind in self.kinds:
                 tg.create_task(self._watch_forever(kind), name=f"devshare-watch-{kind}")

@@ -214,16 +214,18 @@ class TLSCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         r = self.reloader
-        yield CounterMetricFamily("devshare_tls_reloads", "Renewed certificate pairs taken.", value=r.reloads)
+        yield CounterMetricFamily("devshare_tls_reloads", "Renewed serving certificates taken up without a restart.",
+                                  value=r.reloads)
         failed = CounterMetricFamily("devshare_tls_reload_failures",
-                                     "Renewed certificate pairs refused (the previous pair stays), by reason.",
-                                     labels=["reason"])
+                                     "Renewed serving certificates refused (the previous one is kept), by reason: "
+                                     "mismatch, expired, not-yet-valid, missing or unreadable.", labels=["reason"])
         for reason, n in sorted(r.failures.items()):
             failed.add_metric([reason], n)
         yield failed
         if r.not_after is not None:
             yield GaugeMetricFamily("devshare_tls_certificate_expiry_timestamp_seconds",
-                                    "notAfter of the certificate being served (UNIX time).", value=r.not_after[1])
+                                    "When the certificate being served expires (UNIX time, in seconds).",
+                                    value=r.not_after[1])
 
 
 # --- making a certificate --------------------------------------------------------------------------

@@ -108,6 +108,30 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
     eventually_in_thread(lambda: not any(sockdir.glob("devshare-*.sock")), what="the plugin sockets removed")
 
 
+def test_a_registration_whose_answer_was_lost_is_not_made_again(sockdir: Path, tmp_path: Path) -> None:
+    """kubelet took the first resource's registration but its answer was lost (a timeout on a loaded
+    node): kubelet refuses a second registration of an endpoint it follows ("device plugin already
+    connected"), so the agent registers the resources it lacks only, and takes that refusal as held.
+    Before, it registered every resource again on each retry and never got past the first (e2e:
+    test_kubelet_restarts under load)."""
+    desc = write_fake(tmp_path / "n.yaml", gpus=2, memory="16Gi")
+    backend = FakeBackend(desc, node="n1")
+    kubelet = Kubelet(sockdir)
+    kubelet.lose_answer.add(koordinator_names.KOORD_GPU_CORE)
+    served = [r for r in (resource_named(koordinator_names.KOORD_GPU_CORE), resource_named(nvidia.NVIDIA_GPU))
+              if r is not None]
+    agent = Agent(backend, "n1", MemoryClient([]), resources=served, plugin_dir=sockdir, watch_interval=0.1)
+    try:
+        agent.start()
+        assert kubelet.wait_registered(2) == {koordinator_names.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
+        eventually_in_thread(lambda: agent.plugins.registrations >= 1, what="the registration round counted")
+        assert agent.plugins.registrations == 1  # the round ended: both held
+        assert len(kubelet.lists[koordinator_names.KOORD_GPU_CORE].get(timeout=30)) == 200
+    finally:
+        agent.close()
+        kubelet.stop()
+
+
 def test_multi_container_request_in_one_call(sockdir: Path, tmp_path: Path) -> None:
     backend = FakeBackend(write_fake(tmp_path / "n.yaml", gpus=4), node="n1")
     u = [g.uuid for g in backend.discover().gpus]

@@ -150,6 +150,7 @@ class DevicePlugins:
         self._watcher: threading.Thread | None = None
         self._servers: list[grpc.Server] = []
         self.registrations = 0
+        self._held: set[str] = set()  # resources this kubelet (since its socket last changed) holds
 
     def notify(self) -> None:
         """The inventory changed (health): every ListAndWatch stream sends the new list."""
@@ -178,15 +179,28 @@ class DevicePlugins:
         self._servers = servers
 
     def _register(self) -> None:
+        """Register every resource this kubelet does not hold yet. A resource registered in an earlier
+        try that failed on a later one is not registered again: kubelet's device manager refuses a second
+        registration of an endpoint it is connected to ("device plugin already connected"), which it
+        answers too when its answer to the first was lost (a timeout on a loaded node): that means held."""
         with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
             stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             for r in self.resources:
-                stub.Register(
-                    pb.RegisterRequest(version=API_VERSION, endpoint=r.socket_name(), resource_name=r.name,
-                                       options=pb.DevicePluginOptions()),
-                    timeout=10,
-                )
-                log.info("registered %s with kubelet (%s)", r.name, r.socket_name())
+                if r.name in self._held:
+                    continue
+                try:
+                    stub.Register(
+                        pb.RegisterRequest(version=API_VERSION, endpoint=r.socket_name(), resource_name=r.name,
+                                           options=pb.DevicePluginOptions()),
+                        timeout=10,
+                    )
+                except grpc.RpcError as e:
+                    if "already connected" not in str(e.details() if hasattr(e, "details") else e):
+                        raise
+                    log.info("kubelet holds %s already (%s)", r.name, r.socket_name())
+                else:
+                    log.info("registered %s with kubelet (%s)", r.name, r.socket_name())
+                self._held.add(r.name)
         self.registrations += 1
 
     def _kubelet_identity(self) -> tuple[int, int] | None:
@@ -233,10 +247,13 @@ class DevicePlugins:
                         self.on_kubelet_restart()
                     except Exception:
                         log.exception("settling what the previous kubelet left failed; registering anyway")
+                if ident != self._kubelet_id:
+                    self._held.clear()  # a new kubelet holds nothing of ours
                 self._kubelet_id = ident
                 if ours_gone or not pending:
                     self._stop_servers()
                     self._serve()
+                    self._held.clear()  # our sockets made anew: every resource again
                 pending = not self._register_logged()
 
     def stop(self) -> None:

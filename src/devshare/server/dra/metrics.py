@@ -17,16 +17,24 @@ class DraCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         c = self.controller
         for name, value, text in (
-            ("claims_allocated", c.allocated, "ResourceClaims devshare allocated"),
-            ("gates_lifted", c.gates_lifted, "scheduling gates lifted once a pod's claims were allocated"),
-            ("allocations_refused", c.refused, "attempts to allocate a pod's claims that were refused"),
-            ("claim_conflicts", c.conflicts, "claim writes that lost to another writer (409)"),
-            ("claims_released", c.released, "claims released because their pod was deleted before scheduling"),
-            ("claims_overbooked", c.overbooked, "allocated claims not counted: they would over-book a device"),
-            ("invalid_objects", c.invalid, "DRA objects that did not parse"),
+            ("claims_allocated", c.allocated, "ResourceClaims of devshare's DeviceClasses that devshare allocated."),
+            ("gates_lifted", c.gates_lifted, "Pods whose scheduling gate devshare lifted once their claims were "
+                                             "allocated."),
+            ("allocations_refused", c.refused, "Attempts to allocate a pod's claims that found no room (retried when "
+                                               "devices free up)."),
+            ("claim_conflicts", c.conflicts, "Claim allocations another writer changed first (read again and "
+                                             "retried)."),
+            ("claims_released", c.released, "Claims released because their pod was deleted before it was "
+                                            "scheduled."),
+            ("claims_overbooked", c.overbooked, "Allocated claims not counted because they would book a device "
+                                                "beyond its capacity (each logged)."),
+            ("invalid_objects", c.invalid, "ResourceClaims, ResourceSlices or DeviceClasses that could not be read "
+                                           "(each logged)."),
         ):
             yield CounterMetricFamily(f"devshare_dra_{name}", text, value=value)
-        yield GaugeMetricFamily("devshare_dra_synced", "1 once claims, slices and classes are listed",
+        yield GaugeMetricFamily("devshare_dra_synced", "1 once the ResourceClaims, ResourceSlices and DeviceClasses "
+                                "have been read.",
                                 value=1 if c.synced.is_set() else 0)
-        yield GaugeMetricFamily("devshare_dra_pods_waiting", "gated pods whose claims wait for devices or claims",
+        yield GaugeMetricFamily("devshare_dra_pods_waiting", "Pods held by devshare's scheduling gate whose claims "
+                                "wait for devices.",
                                 value=len(c._waiting))

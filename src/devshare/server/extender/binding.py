@@ -38,6 +38,7 @@ from devshare.model.annotations import encode_annotations
 from devshare.model.errors import InvalidInput
 from devshare.model.kubeobjects import meta
 from devshare.model.request import PodRequest
+from devshare.server.extender.bindlog import BindLog
 from devshare.server.extender.claims import Claims
 from devshare.server.extender.filtering import Filtering
 from devshare.server.extender.groups import Groups
@@ -76,9 +77,16 @@ class Binder:
         self.before_claim = before_claim
         self.scheduler_name = scheduler_name
         self.rereads = 0  # binds from the watched pod whose Binding met a changed pod: read and retried
+        self.log = BindLog(clock)  # binds in the log: a DEBUG line each, an INFO summary now and then
 
     async def bind(self, ns: str, name: str, node: str, uid: str) -> str:
         """Bind the pod ``ns/name`` (of ``uid``, when given) to ``node``: "" when bound, else why not."""
+        started = time.perf_counter()
+        error = await self._bind(ns, name, node, uid)
+        self.log.done(not error, time.perf_counter() - started)
+        return error
+
+    async def _bind(self, ns: str, name: str, node: str, uid: str) -> str:
         key = f"{ns}/{name}"
         if not self.leadership.may_write() and await self.leadership.check() is not None:
             # judged afresh before refusing: a follower's last read of its kube-scheduler's Lease may be
@@ -177,6 +185,7 @@ class Binder:
         if reason is not None:
             log.warning("pod %s was bound after its reservation expired; its devices are now over-used: %s",
                         pod.key, reason)
+        self.log.pod_bound(key, node, alloc)
         return "", False
 
     async def write(self, pod: PodRequest, node: str, alloc: PodAllocation, annotations: dict[str, str],
@@ -258,6 +267,7 @@ class Binder:
         if error:
             return self._member_failed(m, error)
         unbound.pop(m.pod, None)
+        self.log.pod_bound(m.pod, m.node, m.allocation)
         return ""
 
     def _member_failed(self, m: MemberPlacement, error: str) -> str:

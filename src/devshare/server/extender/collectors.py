@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -20,7 +21,8 @@ class SaveCollector(Collector):
         self.saver = saver
 
     def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily("devshare_extender_saves", "Writes of the --save file.", value=self.saver.writes)
+        yield CounterMetricFamily("devshare_extender_saves", "Writes of the --save file (the cluster file written "
+                                  "back).", value=self.saver.writes)
         yield CounterMetricFamily("devshare_extender_save_failures",
                                   "Failed writes of the --save file (the previous file is kept).",
                                   value=self.saver.failures)
@@ -33,11 +35,12 @@ class LaneCollector(Collector):
         self.lanes = lanes
 
     def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily("devshare_extender_lane_requests", "Verb requests read and answered by the lane, "
-                                  "without aiohttp.", value=self.lanes.served)
+        yield CounterMetricFamily("devshare_extender_lane_requests", "Requests of kube-scheduler (filter, prioritize, "
+                                  "bind, preempt) answered by the fast path of the plain-HTTP port (--lane).",
+                                  value=self.lanes.served)
         yield CounterMetricFamily("devshare_extender_lane_handovers",
-                                  "Connections the lane handed to aiohttp at a request that was not a verb as "
-                                  "kube-scheduler sends it.", value=self.lanes.handed)
+                                  "Connections the fast path passed to the full HTTP server, at a request other "
+                                  "than kube-scheduler's (another path, a browser, a probe).", value=self.lanes.handed)
 
 
 class RequeueCollector(Collector):
@@ -50,10 +53,10 @@ class RequeueCollector(Collector):
         requeue = self.requeue
         yield CounterMetricFamily(
             "devshare_extender_requeue_nudges",
-            f"Pods refused for devices in use that were annotated {FREED_AT} when devices were freed, so that "
-            "kube-scheduler tries them again.", value=requeue.nudged)
+            f"Pods refused for lack of free devices that were annotated {FREED_AT} when devices were freed, so "
+            "that kube-scheduler tries them again at once.", value=requeue.nudged)
         yield CounterMetricFamily("devshare_extender_requeue_failures",
-                                  "Nudges of refused pods that failed (logged).", value=requeue.failures)
+                                  "Such annotations that could not be written (each logged).", value=requeue.failures)
 
 
 class StallCollector(Collector):
@@ -63,14 +66,16 @@ class StallCollector(Collector):
         self.stalls = stalls
 
     def collect(self) -> Iterator[Metric]:
-        yield CounterMetricFamily("devshare_extender_loop_stalls", "Times the event loop ran nothing for a second "
-                                  "or more (each logged): every request waited meanwhile.", value=self.stalls.stalls)
+        yield CounterMetricFamily("devshare_extender_loop_stalls", "Times the extender answered nothing for a second "
+                                  "or more (each logged with what held it): every request waited meanwhile.",
+                                  value=self.stalls.stalls)
         yield CounterMetricFamily("devshare_extender_loop_stalled_seconds", "Seconds of those stalls.",
                                   value=self.stalls.stalled_seconds)
 
 
 class SyncCollector(Collector):
-    """The watched cluster's counters of allocations found on pods and not counted."""
+    """The watched cluster's counters of allocations found on pods and not counted, and of the peers'
+    inventories it could not read."""
 
     def __init__(self, cluster: WatchedCluster) -> None:
         self.sync = cluster
@@ -94,6 +99,13 @@ class SyncCollector(Collector):
         yield GaugeMetricFamily(
             "devshare_extender_trade_writes_parked", "Trade writes waiting for their partner's.",
             value=len(trades.parked))
+        unread = GaugeMetricFamily(
+            "devshare_inventories_unreadable", "Nodes whose device inventory from a source (devshare's or "
+            "Koordinator's Device, HAMi's or Volcano's node register, gpushare's capacity) could not be read and is "
+            "not used, by source (each logged; listed under unreadableInventories by /inspect).", labels=["source"])
+        for source, n in sorted(Tally(source for _, source in self.sync.inventories.problems).items()):
+            unread.add_metric([source], n)
+        yield unread
 
 
 class ClaimsCollector(Collector):
@@ -105,13 +117,15 @@ class ClaimsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         c = self.claims.counters
         for name, value, doc in (
-            ("writes", c.writes, "Writes of the claim ledger that went through (claims, withdrawals, prunings)."),
-            ("conflicts", c.conflicts, "Ledger writes answered 409 (another replica wrote first): read again."),
+            ("writes", c.writes, "Writes of the claim ledger (the ConfigMap devshare-claims: which replica binds "
+                                 "which pod to which cards) that went through."),
+            ("conflicts", c.conflicts, "Ledger writes refused because another replica wrote first (read again and "
+                                       "retried)."),
             ("refused", c.refused, "Binds refused: the pod did not fit beside the claims in the ledger."),
             ("withdrawn", c.withdrawn, "Claims removed after their Binding failed."),
             ("pruned", c.pruned, "Claims of pods bound, gone, finished or never bound, removed."),
-            ("absorbed", c.absorbed, "Claims of other replicas recorded in the state before the watch saw them."),
-            ("waits", c.waited, "Ledger writes that first waited for this replica's watch of pods to reach the "
-                                "ledger's watermark."),
+            ("absorbed", c.absorbed, "Claims of other replicas counted by this one before it saw their pods bound."),
+            ("waits", c.waited, "Ledger writes that first waited for this replica to see every pod the ledger's "
+                                "last writer had seen."),
         ):
             yield CounterMetricFamily(f"devshare_extender_claim_{name}", doc, value=value)

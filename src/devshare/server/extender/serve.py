@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import ipaddress
 import logging
 import os
 import signal
@@ -21,7 +20,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from ssl import SSLContext
-from typing import Any
 
 from aiohttp import web
 
@@ -52,6 +50,7 @@ from devshare.server.extender.collectors import (
 from devshare.server.extender.events import Events
 from devshare.server.extender.extender import Extender
 from devshare.server.extender.lane import Lanes
+from devshare.server.extender.listening import listening_line, read_only_on
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.steering import Steerer
 from devshare.server.extender.view import Leadership
@@ -95,6 +94,7 @@ class ExtenderOptions:
     lane: bool = True
     # DRA (issue 38): allocate the claims of devshare's DeviceClasses on this state (devshare.server.dra)
     dra_api: DraApi | None = None
+    bind_summary_interval: float = 60.0  # seconds between two INFO lines summing up the binds (bindlog.py); 0: none
 
 
 @dataclass
@@ -150,7 +150,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
                       enabled=cfg is not None and cfg.scheduling.steer_other_pods)
     informer = Informer(backend, [cluster, extender, steerer],
                         after_pods_listed=claims.load if claims is not None else None)
-    metrics.watch_state(state, cluster, extender.leadership)
+    metrics.watch_state(state, cluster, extender.leadership, quotas=engine.scheduler.quotas)
     for collector in (SyncCollector(cluster), RequeueCollector(extender.requeue),
                       *([ClaimsCollector(claims)] if claims is not None else []),
                       *([SaveCollector(opts.save)] if opts.save is not None else [])):
@@ -173,9 +173,11 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
             tg.create_task(informer.run(), name="devshare-informer")
             if elector is not None:
                 tg.create_task(elector.run(), name="devshare-leader-election")
-            tg.create_task(upkeep(extender, cluster, opts.expire_interval), name="devshare-upkeep")
+            tg.create_task(upkeep(extender, cluster, opts.expire_interval, opts.bind_summary_interval),
+                           name="devshare-upkeep")
             tg.create_task(extender.requeue.run(), name="devshare-requeue")
             tg.create_task(runtime.stalls.run(), name="devshare-stall-watch")
+            tg.create_task(_tell_when_synced(informer, cluster, time.monotonic()), name="devshare-synced-log")
             tg.create_task(steerer.run(), name="devshare-steering")
             if opts.freeze_after_sync:
                 tg.create_task(_freeze_when_synced(informer), name="devshare-gc-freeze")
@@ -201,12 +203,14 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
     return app
 
 
-async def upkeep(extender: Extender, cluster: WatchedCluster, interval: float) -> None:
+async def upkeep(extender: Extender, cluster: WatchedCluster, interval: float, summary: float = 0.0) -> None:
     """Every ``interval`` seconds: the extender's timed holds expire (and the claim ledger is swept),
-    and the node agents' trade writes whose partner never came are applied alone."""
+    the node agents' trade writes whose partner never came are applied alone, and the binds are summed
+    up in the log when ``summary`` seconds have passed since the last time."""
     while True:
         await asyncio.sleep(interval)
         try:
+            extender.binder.log.tick(summary)
             extender.expire()
             cluster.trades.expire()
             await extender.sweep_claims()
@@ -256,51 +260,37 @@ async def _freeze_when_synced(informer: Informer) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-    log.info("state synced; %d objects frozen out of garbage collection", gc.get_freeze_count())
+    log.debug("%d objects moved out of the garbage collector's reach", gc.get_freeze_count())
 
 
-READ_ONLY = ("/metrics", "/healthz", "/readyz", "/inspect", "/ui")
-
-
-def read_only_on(port: int) -> Callable[..., Any]:
-    """Middleware: requests that came in on ``port`` may only GET the read-only paths."""
-
-    @web.middleware
-    async def guard(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
-        if sockname and sockname[1] == port:
-            allowed = request.method in ("GET", "HEAD") and (
-                request.path in READ_ONLY or request.path.startswith("/ui/"))
-            if not allowed:
-                return web.Response(status=404, text=f"not served on the read-only port {port}: "
-                                    f"{', '.join(READ_ONLY)} only\n")
-        response: web.StreamResponse = await handler(request)
-        return response
-
-    return guard
+async def _tell_when_synced(informer: Informer, cluster: WatchedCluster, started: float) -> None:
+    """Log, in an operator's words, when the extender has read the whole cluster and may schedule."""
+    await informer.synced.wait()
+    nodes, pods = len(cluster.state.nodes), len(cluster.pods_present)
+    log.info("cluster synced: %d node%s, %d pod%s, in %.1f s; ready to schedule", nodes, "" if nodes == 1 else "s",
+             pods, "" if pods == 1 else "s", time.monotonic() - started)
 
 
 def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str = "127.0.0.1",
-          port: int = 8888, metrics_host: str = "0.0.0.0", tls: CertReloader | None = None) -> None:
+          port: int = 8888, metrics_host: str = "127.0.0.1", tls: CertReloader | None = None) -> None:
     """Serve until SIGINT/SIGTERM: over TLS with ``tls`` (kube-scheduler's extender config sets
     ``enableHTTPS`` and its ``tlsConfig``), plain HTTP otherwise (with the verbs' lane unless
-    ``options.lane`` is off)."""
+    ``options.lane`` is off). The read-only port (``options.metrics_port``, on ``metrics_host``) uses
+    TLS, with the same certificate, when the extender does."""
     opts = options or ExtenderOptions()
     opts.freeze_after_sync = True
     opts.client_auth = tls is not None and tls.client_ca is not None
     app = build_app(backend, opts)
     if tls is not None:
         app[RUNTIME].extender.metrics.registry.register(TLSCollector(tls))
-    scheme = "https" if tls is not None else "http"
     metrics_sock = None
     if opts.metrics_port:
         metrics_sock = socket.create_server((metrics_host, opts.metrics_port), reuse_port=False)
 
     def listening() -> None:  # logged once every socket is bound: never for a port it failed to take
-        log.info("devshare extender listening on %s://%s:%d%s%s%s", scheme, host, port,
-                 f" (read-only on {metrics_host}:{opts.metrics_port})" if opts.metrics_port else "",
-                 " (client certificates required)" if opts.client_auth else "",
-                 "" if tls is not None or not opts.lane else " (kube-scheduler's verbs in the lane)")
+        log.info("%s", listening_line(host, port, tls=tls is not None, client_auth=opts.client_auth,
+                                      read_only=(metrics_host, opts.metrics_port) if opts.metrics_port else None))
+        log.info("%s", election_line(opts))
 
     loop = new_event_loop(opts.event_loop)
     main = loop.create_task(_run(app, host, port, tls.context if tls is not None else None, metrics_sock,
@@ -349,7 +339,8 @@ async def serving(app: web.Application, host: str, port: int, *, ssl: SSLContext
     """``app`` served on ``host:port`` (and the read-only ``metrics_sock``) while in the block. On a
     plain-HTTP port with ``lane``, each connection starts in the verbs' lane
     (:mod:`devshare.server.extender.lane`), which hands it to aiohttp's handler for anything but
-    kube-scheduler's verbs; over TLS, and on the read-only port, every request goes through aiohttp."""
+    kube-scheduler's verbs; over TLS, and on the read-only port, every request goes through aiohttp.
+    The read-only port is served over TLS with ``ssl`` too."""
     runner = web.AppRunner(app, handle_signals=handle_signals, access_log=None)
     await runner.setup()
     lanes: Lanes | None = None
@@ -367,8 +358,8 @@ async def serving(app: web.Application, host: str, port: int, *, ssl: SSLContext
             site = web.TCPSite(runner, host, port, ssl_context=ssl)
             await site.start()
             bound = runner.addresses[-1][1]
-        if metrics_sock is not None:
-            await web.SockSite(runner, metrics_sock).start()
+        if metrics_sock is not None:  # over TLS when the extender API is: the same certificate
+            await web.SockSite(runner, metrics_sock, ssl_context=ssl).start()
         yield Serving(bound, lanes)
     finally:
         if server is not None:
@@ -380,31 +371,15 @@ async def serving(app: web.Application, host: str, port: int, *, ssl: SSLContext
         await runner.cleanup()
 
 
-def is_loopback(host: str) -> bool:
-    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to anything
-
-
-def listen_check(host: str, *, tls: bool, insecure: bool) -> str | None:
-    """Whether the extender may listen on ``host``: raises ValueError on a non-loopback address
-    without TLS and client certificates (whoever reaches /bind can bind any pod anywhere), unless
-    ``insecure``; then returns the warning to log."""
-    if tls or is_loopback(host):
-        return None
-    if not insecure:
-        raise ValueError(
-            f"refusing to listen on {host} without TLS: anyone who reaches it could bind pods. Give "
-            "--tls-cert, --tls-key and --tls-client-ca (the CA of kube-scheduler's client certificate, "
-            "its extender tlsConfig certFile/keyFile), listen on 127.0.0.1 beside kube-scheduler, or "
-            "pass --insecure to accept the risk"
-        )
-    return (f"INSECURE: listening on {host} in plain HTTP without client authentication (--insecure): "
-            "anyone who reaches this port can filter, bind and preempt pods")
+def election_line(opts: ExtenderOptions) -> str:
+    """The start-up line that says which replica binds."""
+    if opts.follow_lease:
+        return (f"leader election: follows the Lease {opts.follow_lease} of the kube-scheduler in this pod "
+                f"({opts.pod_name}): binds while that kube-scheduler leads, answers filters always")
+    if opts.leader_election:
+        return (f"leader election: on (Lease {opts.lease_name}, identity {opts.identity}): binds while it holds "
+                "the Lease")
+    return "leader election: off: this extender binds every pod it is asked to (run a single replica)"
 
 
 def cluster_saver(backend: MemoryBackend, path: Path) -> SnapshotWriter:

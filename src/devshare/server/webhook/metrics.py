@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import Counter, Histogram, generate_latest
+
+from devshare.server.metrics import new_registry
 
 # results
 ALLOWED = "allowed"  # allowed unchanged
@@ -15,7 +17,7 @@ ERROR = "error"  # the webhook failed on this pod (a bug): see the log
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = new_registry()  # with devshare_build_info, without _created series
         self.reviews = Counter(
             "devshare_webhook_reviews",
             "Admission reviews answered, by operation (validate, mutate) and result.",

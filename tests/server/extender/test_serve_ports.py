@@ -1,0 +1,50 @@
+"""The extender's read-only port (issue 37): served over TLS, with the extender's certificate, when
+the extender uses TLS; and the start-up lines say where, how, and which replica binds (issue 40)."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from devshare.server.extender.listening import listening_line
+from devshare.server.extender.serve import ExtenderOptions, build_app, election_line, serving
+from devshare.server.tls import CertReloader, make_serving_cert
+from support.extender import cluster
+
+
+async def test_the_read_only_port_uses_tls_when_the_extender_does(tmp_path: Path) -> None:
+    cert = make_serving_cert("devshare-extender", "devshare-system", tmp_path, extra_names=("localhost", "127.0.0.1"))
+    tls = CertReloader(cert.cert, cert.key)
+    sock = socket.create_server(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = build_app(cluster(nodes=1, gpus=1), ExtenderOptions(metrics_port=port))
+    trust = ssl.create_default_context(cafile=str(cert.ca_cert))
+    async with serving(app, "127.0.0.1", 0, ssl=tls.context, metrics_sock=sock), aiohttp.ClientSession() as http:
+        async with http.get(f"https://127.0.0.1:{port}/healthz", ssl=trust) as r:
+            assert r.status == 200
+        async with http.get(f"https://127.0.0.1:{port}/metrics", ssl=trust) as r:
+            assert r.status in (200, 503)  # 503 until synced; either way served over TLS
+        with pytest.raises(aiohttp.ClientError):  # in the clear: no answer
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                await r.read()
+
+
+def test_the_listening_line_says_where_and_how() -> None:
+    line = listening_line("127.0.0.1", 8888, tls=True, client_auth=True, read_only=("0.0.0.0", 9888))
+    assert line == ("devshare extender listening: kube-scheduler's requests on https://127.0.0.1:8888 (TLS, client "
+                    "certificate required); read-only port (/metrics, /healthz, /readyz, /inspect, /ui) on "
+                    "https://0.0.0.0:9888 (TLS)")
+    line = listening_line("127.0.0.1", 8888, tls=False, client_auth=False, read_only=None)
+    assert line.endswith("on http://127.0.0.1:8888 (plain HTTP); no read-only port (--metrics-port 0)")
+
+
+def test_the_election_line_says_which_replica_binds() -> None:
+    assert election_line(ExtenderOptions()).startswith("leader election: off: this extender binds every pod")
+    on = election_line(ExtenderOptions(leader_election=True, identity="pod-1"))
+    assert on == "leader election: on (Lease devshare-extender, identity pod-1): binds while it holds the Lease"
+    follow = election_line(ExtenderOptions(follow_lease="devshare-scheduler", pod_name="sched-0"))
+    assert "follows the Lease devshare-scheduler of the kube-scheduler in this pod (sched-0)" in follow
