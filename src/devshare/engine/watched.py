@@ -55,7 +55,8 @@ from devshare.model.inventory import koordinator_device
 from devshare.model.kubeobjects import TERMINAL_PHASES, meta, object_key
 from devshare.model.names import GANG_NAME, GROUP_NAME
 from devshare.model.node import parse_node
-from devshare.model.pod import parse_pod, pod_node_requests
+from devshare.model.pod import parse_pod
+from devshare.model.podresources import pod_node_requests
 from devshare.model.request import PodRequest
 
 log = logging.getLogger(__name__)
