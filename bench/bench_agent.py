@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from devshare.agent.deviceplugin.allocator import Allocator
 from devshare.agent.fake import FakeBackend
 from devshare.agent.resources import resource_named
-from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO
+from devshare.model.dialects.koordinator_names import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO
 from support.agent import MemoryClient, gpu, pod, write_fake
 
 CORE, RATIO = resource_named(KOORD_GPU_CORE), resource_named(KOORD_GPU_MEMORY_RATIO)

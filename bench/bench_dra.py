@@ -59,7 +59,7 @@ from devshare.engine.policies import make_policy
 from devshare.kube.dra import path_of
 from devshare.kube.errors import BackendError
 from devshare.kube.rest import EVENTS, PODS, KubeClient, api_path
-from devshare.model import dra
+from devshare.model import dra, draslices
 from devshare.model.quantity import parse_quantity
 from devshare.sim import solver
 from devshare.sim.online import replay_online
@@ -287,7 +287,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="devshare-bench-dra-"))
     with control_plane(root) as cp:
         cp.install()
-        stock_class = dra.device_class_object(STOCK_CLASS, "gpu")
+        stock_class = draslices.device_class_object(STOCK_CLASS, "gpu")
         stock_class["metadata"] = {"name": STOCK_CLASS}  # the same devices, without devshare's label: no gate
         cp.apply(stock_class)
         cp.start_extender()

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from devshare.agent.inventory import Gpu, Inventory
 from devshare.agent.nvml import NvmlBackend
 from devshare.agent.usage import PodIndex, UsageReader
-from devshare.model.dialects.koordinator import KOORD_GPU_CORE
+from devshare.model.dialects.koordinator_names import KOORD_GPU_CORE
 from support.agent import GIB, gpu, pod
 
 

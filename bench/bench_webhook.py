@@ -159,7 +159,7 @@ def bench_decision(n: int) -> None:
     print(f"\nthe decision alone (no HTTP, no JSON), mean of {n} calls")
     print(f"{'pod':36} {'validate us':>12} {'mutate us':>10}")
     cluster = StaticDeviceTypes(frozenset({"gpu", "rdma"}))
-    from devshare.model.pod import requests_devices
+    from devshare.model.podresources import requests_devices
 
     for title, p in PODS.items():
         t = time.perf_counter()

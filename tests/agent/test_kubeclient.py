@@ -13,7 +13,7 @@ from devshare.agent.kubeclient import FIELD_MANAGER, KubeAgentClient
 from devshare.kube.errors import BackendError
 from devshare.kube.rest import KubeClient
 from devshare.model import names
-from devshare.model.dialects import koordinator, nvidia
+from devshare.model.dialects import koordinator_names, nvidia
 from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
 from fakeapi.server import FakeApiServer
 from support.agent import gpu, pod
@@ -42,14 +42,15 @@ async def test_the_agents_requests_round_trip(fake_api: FakeApiServer, fake_kube
             client.patch_pod_annotations("default", "p", {"devshare.io/assigned": "x"}, uid="an-older-pod")
         with pytest.raises(LookupError):
             client.patch_pod_annotations("default", "gone", {"devshare.io/assigned": "x"})
-        client.patch_node_status("n1", {koordinator.KOORD_GPU_MEMORY: "1"}, {koordinator.KOORD_GPU_MEMORY: "1"})
+        memory = koordinator_names.KOORD_GPU_MEMORY
+        client.patch_node_status("n1", {memory: "1"}, {memory: "1"})
         client.patch_node_labels("n1", {names.NODE_GPU_MODEL: "A100"})
         client.close()
 
     await asyncio.to_thread(work)
     assert fake_api.get("pods", "default/p")["metadata"]["annotations"]["devshare.io/assigned"] == "true"
     node = fake_api.get("nodes", "n1")
-    assert node is not None and node["status"]["capacity"][koordinator.KOORD_GPU_MEMORY] == "1"
+    assert node is not None and node["status"]["capacity"][koordinator_names.KOORD_GPU_MEMORY] == "1"
     assert node["metadata"]["labels"][names.NODE_GPU_MODEL] == "A100"
     assert {q.get("fieldManager") for m, _, q in fake_api.requests if m != "GET"} == {FIELD_MANAGER}
 

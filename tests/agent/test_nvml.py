@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import queue
 import sys
-import time
 import types
 from typing import Any
 
@@ -14,6 +13,7 @@ from devshare.agent.nvml import NvmlBackend, normalize_bus_id, parse_xids
 from devshare.agent.reporter import Reporter
 from devshare.model.device import parse_device
 from devshare.model.links import bandwidth_from_links
+from support.waiting import eventually_in_thread
 
 GIB = 2**30
 
@@ -170,9 +170,7 @@ def test_xid_events_mark_cards_unhealthy() -> None:
         event = types.SimpleNamespace
         events.put(event(eventType=8, eventData=13, device=nvml.Handle(0)))  # type: ignore[attr-defined]
         events.put(event(eventType=8, eventData=79, device=nvml.Handle(1)))  # type: ignore[attr-defined]  # fell off the bus
-        deadline = time.monotonic() + 5
-        while not backend.unhealthy and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually_in_thread(lambda: backend.unhealthy, what="the XID events handled")
         assert [g.healthy for g in backend.discover().gpus] == [True, False, True, True]
         # an event without a device: every card is suspect
         assert backend.handle_event(event(eventType=8, eventData=48, device=None)) == "*"

@@ -10,7 +10,7 @@ from devshare.agent.reporter import Reporter
 from devshare.model import names
 from devshare.model.device import parse_device
 from devshare.model.dialects import mgpu
-from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY
+from devshare.model.dialects.koordinator_names import KOORD_GPU_CORE, KOORD_GPU_MEMORY
 from support.agent import GIB, TOPOLOGIES, MemoryClient, write_fake
 
 

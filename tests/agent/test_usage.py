@@ -17,7 +17,7 @@ from devshare.agent.cgroups import CgroupRef
 from devshare.agent.fake import FakeBackend
 from devshare.agent.inventory import GpuProcess
 from devshare.agent.usage import UNKNOWN, OverShare, PodIndex, UsageMonitor, UsageReader, attribute, summary
-from devshare.model.dialects.koordinator import KOORD_GPU_CORE
+from devshare.model.dialects.koordinator_names import KOORD_GPU_CORE
 from support.agent import GIB, MemoryClient, gpu, pod
 
 MIB = 2**20

@@ -9,9 +9,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from devshare.cli.main import app
 from support.extender import device, node, pod
 from support.imports import without_package
+from support.waiting import FAILSAFE, eventually_in_thread
 
 RUNNER = CliRunner()
 
@@ -94,31 +95,47 @@ def _call(url: str, body: Any | None = None) -> tuple[int, Any]:
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=5) as r:
+        with urllib.request.urlopen(req, timeout=FAILSAFE) as r:  # a hang guard
             raw = r.read()
             return r.status, json.loads(raw) if raw.startswith((b"{", b"[")) else raw.decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
 
 
+def _serve(cluster: Path, save: Path, *extra: str, port: int = 0,
+           log_level: str = "warning") -> tuple[subprocess.Popen[bytes], str]:
+    """``devshare extender --cluster cluster --save save`` in a process, and its URL once it is ready."""
+    port = port or _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devshare.cli.main", "extender", "--cluster", str(cluster), "--save", str(save),
+         "--port", str(port), "--log-level", log_level, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(proc.communicate()[1].decode())
+        try:
+            return _call(base + "/readyz")[0] == 200
+        except OSError:
+            return False
+
+    try:
+        eventually_in_thread(ready, what="the extender ready")
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc, base
+
+
 def test_extender_serves_a_cluster_file_and_saves_binds(tmp_path: Path) -> None:
     f = write_cluster(tmp_path / "c.yaml", [node("node-0"), device("node-0", 2), bound_pod(), pod("p", core=50)])
     saved = tmp_path / "saved.yaml"
     port, metrics_port = _free_port(), _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "devshare.cli.main", "extender", "--cluster", str(f), "--save", str(saved),
-         "--port", str(port), "--metrics-port", str(metrics_port), "--log-level", "info"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    base = f"http://127.0.0.1:{port}"
+    proc, base = _serve(f, saved, "--metrics-port", str(metrics_port), port=port, log_level="info")
     try:
-        for _ in range(200):
-            try:
-                if _call(base + "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.05)
         status, out = _call(base + "/filter", {"Pod": pod("p", core=50), "Nodes": None, "NodeNames": ["node-0"]})
         assert status == 200 and out["NodeNames"] == ["node-0"], out
         status, out = _call(base + "/bind", {"PodName": "p", "PodNamespace": "default",
@@ -152,6 +169,29 @@ def test_extender_serves_a_cluster_file_and_saves_binds(tmp_path: Path) -> None:
     inspect = RUNNER.invoke(app, ["inspect", "--cluster", str(saved), "-o", "json"])
     pods = [d["pods"] for d in json.loads(inspect.stdout)["nodes"][0]["devices"]]
     assert sorted(x for ps in pods for x in ps) == ["default/bound/main", "default/p/main"]
+
+
+def test_every_bind_answered_is_in_the_saved_file_after_kill_9(tmp_path: Path) -> None:
+    """--save: a bind is answered only once the file holding it is on disk, so a process killed at
+    once (SIGKILL: no shutdown write) loses no acknowledged bind; binds sent together share writes."""
+    nodes = [o for i in range(4) for o in (node(f"node-{i}"), device(f"node-{i}", 4))]
+    f = write_cluster(tmp_path / "c.yaml", [*nodes, *(pod(f"p{i}", core=25) for i in range(48))])
+    proc, base = _serve(f, f)
+
+    def bind(i: int) -> tuple[str, Any]:
+        return f"p{i}", _call(base + "/bind", {"PodName": f"p{i}", "PodNamespace": "default",
+                                               "PodUID": f"uid-default-p{i}", "Node": f"node-{i % 4}"})[1]
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            answers = dict(pool.map(bind, range(48)))
+    finally:
+        proc.kill()  # SIGKILL, at once after the last answer: nothing is written on the way out
+        proc.communicate(timeout=FAILSAFE)
+    acknowledged = {name for name, out in answers.items() if out == {"Error": ""}}
+    assert len(acknowledged) == 48, answers
+    saved = {o["metadata"]["name"]: o for o in yaml.safe_load_all(f.read_text()) if o and o["kind"] == "Pod"}
+    assert {n for n in acknowledged if saved[n]["spec"].get("nodeName")} == acknowledged
 
 
 def test_the_claim_ledger_is_on_unless_turned_off_and_then_it_warns(tmp_path: Path, monkeypatch: Any,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from devshare.kube.memory import MemoryBackend
 from devshare.model import names
 from devshare.server.extender.serve import RUNTIME, build_app
 from support.server import ServerThread
+from support.waiting import eventually_in_thread
 
 runner = CliRunner()
 GiB = 2**30
@@ -90,10 +90,7 @@ def play_kube_scheduler(srv: ServerThread, backend: MemoryBackend, pods: list[di
     """Drive the extender of ``srv`` over ``pods`` as kube-scheduler does (filter, prioritize, bind to a
     best-scored node), checking each answer against the dry run's ``predicted`` placement."""
     runtime = srv.app[RUNTIME]
-    for _ in range(500):
-        if runtime.informer.is_synced:
-            break
-        time.sleep(0.01)
+    eventually_in_thread(lambda: runtime.informer.is_synced)
     for obj, want in zip(pods, predicted, strict=True):
         args = {"Pod": obj, "Nodes": None, "NodeNames": node_names}
         passed = post(srv.port, "/filter", args)["NodeNames"] or []

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from devshare.cli.main import app
 from devshare.server.tls import ServingCert
+from support.waiting import FAILSAFE
 from support.webhook_client import Client
 from support.webhook_pods import pod
 
@@ -96,7 +97,7 @@ def test_server_process(tmp_path: Path, certs: ServingCert) -> None:
     )
     client = Client(port, certs.ca_cert)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + FAILSAFE  # a hang guard: a loaded machine may take long to start it
         while True:
             try:
                 assert client.request("GET", "/readyz") == (200, b"ok\n")

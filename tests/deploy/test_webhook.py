@@ -47,7 +47,7 @@ def test_the_pod_webhooks_are_sent_every_pod_they_would_judge() -> None:
     judges (every dialect's, the kubernetes.io/ spellings it rewrites, a configured type's, a name under a
     dialect's prefix that no dialect defines): nothing it would refuse or rewrite skips it."""
     from devshare.model import dialects
-    from devshare.model.dialects.koordinator import NAMES as KOORDINATOR_NAMES
+    from devshare.model.dialects.koordinator_names import NAMES as KOORDINATOR_NAMES
 
     for name in (*dialects.resource_names(), *KOORDINATOR_NAMES, "koordinator.sh/gpu-cores", "example.com/npu"):
         assert "/" in name, name

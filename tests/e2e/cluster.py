@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +57,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def extender_bind(port: int, ns: str, name: str, uid: str, node: str) -> str:
+    """Ask the extender on ``port`` to bind a pod, as kube-scheduler does; its answer's Error ("": bound)."""
+    body = json.dumps({"PodName": name, "PodNamespace": ns, "PodUID": uid, "Node": node}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/bind", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return str(json.load(r)["Error"])
+
+
+WAIT_FLOOR = 120.0  # seconds every wait allows at least: a hang guard, never a measure of speed (issue 37)
+
+
 def wait_until(check: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.1, what: str = "") -> Any:
-    """Poll ``check`` until it returns a truthy value; raise with ``what`` when ``timeout`` passes."""
+    """Poll ``check`` until it returns a truthy value; raise with ``what`` when ``timeout`` passes (never
+    before :data:`WAIT_FLOOR`: on a loaded machine a control plane may take long to act)."""
+    timeout = max(timeout, WAIT_FLOOR)
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:

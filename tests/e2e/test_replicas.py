@@ -13,15 +13,8 @@ import pytest
 
 from devshare.server.extender.serve import SIGSTOP_HOOK
 from e2e.cluster import SYSTEM_NS, ControlPlane, Process, free_port, wait_until
+from e2e.cluster import extender_bind as _bind
 from e2e.conftest import Cluster, allocation
-
-
-def _bind(port: int, ns: str, name: str, uid: str, node: str) -> str:
-    body = json.dumps({"PodName": name, "PodNamespace": ns, "PodUID": uid, "Node": node}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/bind", data=body,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return str(json.load(r)["Error"])
 
 
 def _holder(cluster: Cluster) -> str:

@@ -5,7 +5,7 @@ says what is refused and how to fix it; a pod that asks for none of them is not 
 from __future__ import annotations
 
 from devshare.engine.refusals import Refusals, refuse_dialects, refuse_disabled, refuse_unconfigured
-from devshare.model.dialects import koordinator, mgpu, nvidia
+from devshare.model.dialects import koordinator_names, mgpu, nvidia
 from devshare.model.pod import parse_pod
 from support.webhook_pods import pod
 
@@ -35,7 +35,7 @@ def test_a_type_no_dialect_reads_is_refused_only_where_devices_list_it() -> None
 
 def test_refusals_bundle_the_configurations_rules() -> None:
     refusals = Refusals(disabled_types=frozenset({"gpu"}), disabled_dialects=frozenset({"mgpu"}))
-    share = pod({koordinator.KOORD_GPU_CORE: "50", koordinator.KOORD_GPU_MEMORY_RATIO: "50"})
+    share = pod({koordinator_names.KOORD_GPU_CORE: "50", koordinator_names.KOORD_GPU_MEMORY_RATIO: "50"})
     assert refusals.of_pod(share, frozenset({"gpu"})) is None
     reason = refusals.of_request(parse_pod(share))
     assert reason is not None and "deviceTypes.gpu: false" in reason

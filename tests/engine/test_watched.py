@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from devshare.kube.memory import MemoryBackend
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.codecs import encode_canonical
-from devshare.model.pod import parse_pod, pod_node_requests
+from devshare.model.pod import parse_pod
+from devshare.model.podresources import pod_node_requests
 from support.cluster import usage_key
 from support.kube import Following, GiB, device, node, plain_pod, pod
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -15,12 +15,10 @@ from devshare.kube.leader import LeaderElector
 from devshare.kube.memory import MemoryBackend
 from devshare.kube.rest import KubeClient
 from fakeapi.server import FakeApiServer
-from support.waiting import settled
+from support.waiting import eventually, settled
 
-FAST = {"lease_duration": 0.8, "renew_deadline": 0.5, "retry_period": 0.05}  # real seconds (no timing asserted)
 # durations in the seconds of a clock the test moves by hand; retries happen every 10 real ms
 LEASE = {"lease_duration": 15.0, "renew_deadline": 10.0, "retry_period": 0.01}
-HANG = 10.0  # real seconds before a wait that should end is declared hung (a guard, not a measure)
 
 
 class Clock:
@@ -42,13 +40,9 @@ async def running(elector: LeaderElector) -> AsyncIterator[asyncio.Task[None]]:
             await task
 
 
-async def wait_for(cond: object, timeout: float = HANG) -> None:
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    while not cond():  # type: ignore[operator]
-        if loop.time() - start > timeout:
-            raise AssertionError("condition not reached")
-        await asyncio.sleep(0.01)
+async def wait_for(cond: Callable[[], object]) -> None:
+    """Until ``cond`` holds, however long a loaded machine takes (support.waiting's failsafe ends a hang)."""
+    await eventually(cond)
 
 
 async def a_few_retries() -> None:
@@ -103,13 +97,13 @@ async def test_failover_through_the_api(fake_api: FakeApiServer, fake_kubeconfig
 
 async def test_leader_steps_down_when_its_lease_is_taken() -> None:
     backend = MemoryBackend()
-    a = LeaderElector(backend, identity="a", **FAST)
+    a = LeaderElector(backend, identity="a", clock=Clock(), **LEASE)  # the lease clock stands still: no expiry
     async with running(a):
         await settled(a.leading.wait())
         lease = await backend.get_lease(a.namespace, a.name)
         assert lease is not None
         await backend.replace_lease(a.namespace, {**lease, "spec": {**lease["spec"], "holderIdentity": "x"}})
-        await wait_for(lambda: not a.is_leader, 1)
+        await wait_for(lambda: not a.is_leader)
     assert "x" in a.stepped_down or "conflict" in a.stepped_down, a.stepped_down
 
 
@@ -156,8 +150,8 @@ async def test_a_renewal_that_comes_late_says_the_writes_were_refused_meanwhile(
 
 async def test_release_hands_over_without_waiting() -> None:
     backend = MemoryBackend()
-    a = LeaderElector(backend, identity="a", **{**FAST, "lease_duration": 30, "renew_deadline": 20})
-    b = LeaderElector(backend, identity="b", **{**FAST, "lease_duration": 30, "renew_deadline": 20})
+    a = LeaderElector(backend, identity="a", clock=Clock(), **LEASE)
+    b = LeaderElector(backend, identity="b", clock=Clock(), **LEASE)
     async with running(a) as ta:
         await settled(a.leading.wait())
         ta.cancel()
@@ -314,3 +308,90 @@ async def test_the_followers_fence_reads_the_lease_at_most_once_a_retry_period_w
     assert await follower.check() is None
     clock.now += 10.1
     assert follower.fence() is not None and await follower.check() is not None
+
+
+# ---- Leases that lie (issue 37, item 5): a renewTime in the future, a duration that is not one ----
+
+POD = "devshare-scheduler-5d8c7b9f4-x7k2p"
+
+
+async def test_a_renewtime_in_the_future_goes_stale_by_the_followers_own_clock() -> None:
+    """A forged Lease (or a clock set back) renewed an hour from now: the follower counts its age from
+    when it first read that renewTime, so it stops binding once the deadline has passed on its clock."""
+    from devshare.kube.leader import LeaseFollower
+
+    backend = MemoryBackend()
+    clock = Clock()
+    clock.now = 1_700_000_000.0
+    follower = LeaseFollower(backend, pod_name=POD, clock=clock, retry_period=1.0)
+    await backend.create_lease("devshare-system", _scheduler_lease(f"{POD}_3f0c9a", clock.now + 3600))
+    assert await follower.check() is None and follower.is_leader  # as if renewed now
+    clock.now += 9.9  # two thirds of the 15 s lease, by this clock, since the renewTime was first seen
+    assert await follower.check() is None
+    clock.now += 0.2
+    reason = await follower.check()
+    assert reason is not None and "last renewed its Lease 10.1 s ago" in reason and not follower.is_leader
+    clock.now += 3600  # nothing renewed meanwhile: still stale
+    assert await follower.check() is not None
+    # a renewal (a new renewTime, even in the future again) counts from when it is seen
+    lease = await backend.get_lease("devshare-system", "devshare-scheduler")
+    assert lease is not None
+    await backend.replace_lease("devshare-system", {**lease, **_scheduler_lease(f"{POD}_3f0c9a", clock.now + 60)})
+    assert await follower.check() is None
+
+
+@pytest.mark.parametrize(("duration", "words"), [
+    (0, "leaseDurationSeconds 0, which is not a positive number of seconds"),
+    (-5, "leaseDurationSeconds -5, which is not a positive number of seconds"),
+    (None, "has no leaseDurationSeconds"),
+])
+async def test_a_lease_without_a_positive_duration_is_refused_with_one_log_line(
+        duration: int | None, words: str, caplog: pytest.LogCaptureFixture) -> None:
+    from devshare.kube.leader import LeaseFollower
+
+    backend = MemoryBackend()
+    clock = Clock()
+    clock.now = 1_700_000_000.0
+    lease = _scheduler_lease(f"{POD}_3f0c9a", clock.now)
+    spec = lease["spec"]
+    assert isinstance(spec, dict)
+    if duration is None:
+        del spec["leaseDurationSeconds"]
+    else:
+        spec["leaseDurationSeconds"] = duration
+    await backend.create_lease("devshare-system", lease)
+    follower = LeaseFollower(backend, pod_name=POD, clock=clock, retry_period=1.0)
+    with caplog.at_level("WARNING", logger="devshare.kube.leader"):
+        for _ in range(3):
+            reason = await follower.check()
+            assert reason is not None and words in reason and not follower.is_leader
+            clock.now += 2  # each check reads the Lease again
+    said = [r.getMessage() for r in caplog.records if words in r.getMessage()]
+    assert len(said) == 1 and "leaderElection.leaseDuration" in said[0], said
+    lease = await backend.get_lease("devshare-system", "devshare-scheduler")
+    assert lease is not None
+    await backend.replace_lease("devshare-system", {**lease, **_scheduler_lease(f"{POD}_3f0c9a", clock.now)})
+    assert await follower.check() is None  # repaired: it binds again
+
+
+async def test_an_elector_never_takes_a_lease_sooner_than_its_own_duration_whatever_the_lease_says(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from devshare.kube.leader import micro_time
+
+    backend = MemoryBackend()
+    clock = Clock()
+    await backend.create_lease("devshare-system", {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "devshare-extender", "namespace": "devshare-system"},
+        "spec": {"holderIdentity": "x", "leaseDurationSeconds": -5, "renewTime": micro_time()}})
+    b = LeaderElector(backend, identity="b", namespace="devshare-system", clock=clock, **LEASE)
+    with caplog.at_level("WARNING", logger="devshare.kube.leader"):
+        assert not await b.try_acquire_or_renew()
+        clock.now += LEASE["lease_duration"] - 1
+        assert not await b.try_acquire_or_renew()  # -5 s would have let it take over at once
+    said = [r.getMessage() for r in caplog.records if "leaseDurationSeconds -5" in r.getMessage()]
+    assert len(said) == 1 and "waits its own lease duration (15 s)" in said[0], said
+    clock.now += 2
+    assert await b.try_acquire_or_renew()
+    lease = await backend.get_lease("devshare-system", "devshare-extender")
+    assert lease is not None and lease["spec"]["leaseDurationSeconds"] == 15

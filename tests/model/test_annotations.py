@@ -14,9 +14,9 @@ from devshare.model import names
 from devshare.model.allocation import ContainerAllocation, PodAllocation
 from devshare.model.annotations import encode_annotations
 from devshare.model.codecs import decode_allocation, decode_topology, encode_allocation
-from devshare.model.dialects import aliyun, koordinator, mgpu, nvidia
+from devshare.model.dialects import aliyun, koordinator_names, mgpu, nvidia
 from devshare.model.dialects.aliyun import decode_aliyun
-from devshare.model.dialects.koordinator import decode_koordinator, device_totals
+from devshare.model.dialects.koordinator_annotation import decode_koordinator, device_totals
 from devshare.model.dialects.mgpu import decode_mgpu, encode_mgpu
 from devshare.model.errors import InvalidAnnotation
 from devshare.model.pod import parse_pod
@@ -47,10 +47,10 @@ ONE_GPU = PodAllocation(
 
 def test_encode_annotations_per_dialect() -> None:
     base = {names.ALLOCATION}
-    koord = encode_annotations(pod_with({koordinator.KOORD_GPU: "50"}), ONE_GPU, now_ns=1)
-    assert set(koord) == base | {koordinator.KOORD_DEVICE_ALLOCATED}
+    koord = encode_annotations(pod_with({koordinator_names.KOORD_GPU: "50"}), ONE_GPU, now_ns=1)
+    assert set(koord) == base | {koordinator_names.KOORD_DEVICE_ALLOCATED}
     nv = encode_annotations(pod_with({nvidia.NVIDIA_GPU: "1"}), ONE_GPU, now_ns=1)
-    assert set(nv) == base | {koordinator.KOORD_DEVICE_ALLOCATED}
+    assert set(nv) == base | {koordinator_names.KOORD_DEVICE_ALLOCATED}
     mg = encode_annotations(pod_with({mgpu.MGPU_CORE: "50", mgpu.MGPU_MEMORY: "1k"}), ONE_GPU, now_ns=1)
     assert mg == {names.ALLOCATION: encode_allocation(ONE_GPU), **encode_mgpu(ONE_GPU)}
     assert decode_allocation(mg) == ONE_GPU
@@ -85,7 +85,7 @@ json_values = st.recursive(
 )
 ANNOTATION_KEYS = [
     names.ALLOCATION,
-    koordinator.KOORD_DEVICE_ALLOCATED,
+    koordinator_names.KOORD_DEVICE_ALLOCATED,
     names.TOPOLOGY_GPU,
     mgpu.MGPU_ASSUMED,
     mgpu.MGPU_INDEX_PREFIX + "c",

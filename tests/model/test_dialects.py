@@ -11,7 +11,8 @@ from devshare.model import dialects, names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.annotations import encode_annotations
 from devshare.model.dialects.base import Dialect, read_whole
-from devshare.model.pod import parse_pod, requests_devices, validate_pod
+from devshare.model.pod import parse_pod, validate_pod
+from devshare.model.podresources import requests_devices
 from devshare.model.problems import Problems
 from devshare.model.request import WHOLE, DeviceRequest, PodRequest
 from devshare.server.webhook.mutate import mutation

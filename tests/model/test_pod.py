@@ -1,5 +1,5 @@
 """Pod-level fields: identity, GPU models, priority, groups and gangs, node resources, init
-containers, spec.nodeName, compute policy, and the fast requests_devices check."""
+containers, spec.nodeName, compute policy, GPU selection."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from devshare.model import names
-from devshare.model.dialects import aliyun, mgpu, nvidia
-from devshare.model.dialects.koordinator import KOORD_GPU
+from devshare.model.dialects import nvidia
+from devshare.model.dialects.koordinator_names import KOORD_GPU
 from devshare.model.errors import InvalidRequest
-from devshare.model.pod import parse_pod, pod_node_requests, requests_devices, validate_pod
+from devshare.model.pod import parse_pod, validate_pod
 from devshare.model.request import GroupRef
 
 GPU50 = {KOORD_GPU: "50"}
@@ -175,24 +175,6 @@ def test_cpu_and_memory_sum_with_init_containers() -> None:
     assert "cpu" in msg and "container 'c0'" in msg
 
 
-def test_cpu_and_memory_as_kube_scheduler_counts_them() -> None:
-    """component-helpers' PodRequests: sidecars (restartable init containers) add to the app containers
-    and to each init container after them; pod-level requests replace the sum; overhead adds."""
-    p = pod({"cpu": "1", "memory": "1Gi"})
-    p["spec"]["initContainers"] = [
-        {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
-        {"name": "setup", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}},
-    ]
-    # app + sidecar = 1.5 cores, 2 GiB; setup runs beside the sidecar: 2.5 cores, 2 GiB
-    assert (parse_pod(p).cpu_milli, parse_pod(p).memory_bytes) == (2500, 2 * 2**30)
-    assert pod_node_requests(p) == (2500, 2 * 2**30)
-    p["spec"]["overhead"] = {"cpu": "100m", "memory": "64Mi"}
-    assert pod_node_requests(p) == (2600, 2 * 2**30 + 64 * 2**20)
-    p["spec"]["resources"] = {"requests": {"cpu": "8"}}  # pod-level: CPU replaced, memory kept
-    assert pod_node_requests(p) == (8100, 2 * 2**30 + 64 * 2**20)
-    assert pod_node_requests({"spec": "broken"}) == (0, 0)
-
-
 def test_init_container_asking_for_devices_is_read_as_kubelet_gives_them() -> None:
     p = pod(GPU50)
     p["spec"]["initContainers"] = [{"name": "warmup", "resources": {"limits": {nvidia.NVIDIA_GPU: "1"}}},
@@ -254,24 +236,6 @@ def test_several_problems_in_one_error() -> None:
     assert len(validate_pod(p)) == 2
     with pytest.raises(InvalidRequest, match=r"2 problems: container 'c0': .*; container 'c1': "):
         parse_pod(p)
-
-
-# --- requests_devices
-
-
-def test_requests_devices() -> None:
-    assert requests_devices(pod(GPU50))
-    assert requests_devices(pod({"kubernetes.io/gpu-core": "50"}))
-    assert requests_devices(pod({mgpu.MGPU_CORE: "50"}))
-    assert requests_devices(pod({aliyun.ALIYUN_GPU_MEM: 100}))
-    assert not requests_devices(pod({"cpu": "1", "memory": "1Gi"}))
-    assert not requests_devices(pod({nvidia.NVIDIA_GPU: "0"}))
-    assert not requests_devices(pod({"cpu": "1"}, annotations={mgpu.MGPU_MULTIPLE: "2"}))
-    p = pod({"cpu": "1"})
-    p["spec"]["initContainers"] = [{"name": "i", "resources": {"limits": {nvidia.NVIDIA_GPU: 1}}}]
-    assert requests_devices(p)
-    for garbage in (None, [], "pod", {"spec": []}, {"spec": {"containers": [None, {"resources": 3}]}}):
-        assert not requests_devices(garbage)
 
 
 def _selected(annotations: dict[str, str]) -> dict[str, object]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from devshare.model.dialects import aliyun, mgpu, nvidia
-from devshare.model.dialects.koordinator import (
+from devshare.model.dialects.koordinator_names import (
     KOORD_FPGA,
     KOORD_GPU,
     KOORD_GPU_CORE,

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from devshare.model import dialects, names
 from devshare.model.dialects import aliyun, mgpu, nvidia
-from devshare.model.dialects.koordinator import KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA
+from devshare.model.dialects.koordinator_names import KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA
 from devshare.model.errors import InvalidInput
-from devshare.model.pod import parse_pod, read_pod, requests_devices, validate_pod
+from devshare.model.pod import parse_pod, read_pod, validate_pod
+from devshare.model.podresources import requests_devices
 from devshare.model.request import WHOLE
 
 RESOURCE_NAMES = [*dialects.resource_names(), "cpu", "memory", "example.com/foo"]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from devshare.model import prefixes
-from devshare.model.pod import read_pod, requests_devices, validate_pod
+from devshare.model.pod import read_pod, validate_pod
+from devshare.model.podresources import requests_devices
 
 
 @pytest.mark.parametrize(("name", "meant"), [

@@ -39,14 +39,16 @@ class Replica:
         self.lifecycle = Lifecycle(self.scheduler)
         self.sync = WatchedCluster(self.lifecycle, clock=time.monotonic)
         self.inner = inner = getattr(backend, "inner", backend)
-        for kind in KINDS:
-            items, rv = inner.store.list(kind)
-            self.sync.listed(kind, items, initial=True)
-            self.sync.progressed(kind, rv, synced=True)
         self.claims = Claims(ClaimLedger(backend), self.lifecycle, self.sync, identity=name, linger=linger,
                              catch_up=catch_up, **({"clock": clock} if clock else {}))
         self.sweep = ClaimSweep(self.claims)
-        self.binder = Extender(self.lifecycle, backend, self.sync, claims=self.claims if ledger else None).binder
+        self.extender = Extender(self.lifecycle, backend, self.sync, claims=self.claims if ledger else None)
+        self.binder = self.extender.binder
+        for kind in KINDS:  # as the informer lists: the state first, then the extender
+            items, rv = inner.store.list(kind)
+            self.sync.listed(kind, items, initial=True)
+            self.extender.listed(kind, items, initial=True)
+            self.sync.progressed(kind, rv, synced=True)
 
     def watch(self, events: int | None = None) -> int:
         """Deliver the next ``events`` pod events of the API server (None: all of them) to this

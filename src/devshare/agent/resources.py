@@ -22,7 +22,7 @@ import msgspec
 
 from devshare.agent.inventory import Gpu, Inventory, OtherDevice
 from devshare.model import names
-from devshare.model.dialects import aliyun, koordinator, mgpu, nvidia
+from devshare.model.dialects import aliyun, koordinator_names, mgpu, nvidia
 from devshare.model.quantity import MIB
 
 MAX_LIST_BYTES = 4 * 1024 * 1024 - 64 * 1024  # kubelet's gRPC receive limit, with a margin
@@ -49,21 +49,22 @@ class PluginResource(msgspec.Struct, frozen=True, kw_only=True):
 
 PLUGIN_RESOURCES: tuple[PluginResource, ...] = (
     PluginResource(name=nvidia.NVIDIA_GPU, device_type=names.GPU, per_device="one", short="nvidia-gpu"),
-    PluginResource(name=koordinator.KOORD_GPU, device_type=names.GPU, per_device="percent", short="koord-gpu"),
-    PluginResource(name=koordinator.KOORD_GPU_CORE, device_type=names.GPU, per_device="percent", short="koord-core"),
+    PluginResource(name=koordinator_names.KOORD_GPU, device_type=names.GPU, per_device="percent", short="koord-gpu"),
+    PluginResource(name=koordinator_names.KOORD_GPU_CORE, device_type=names.GPU, per_device="percent",
+                   short="koord-core"),
     PluginResource(
-        name=koordinator.KOORD_GPU_MEMORY_RATIO, device_type=names.GPU, per_device="percent", short="koord-ratio"
+        name=koordinator_names.KOORD_GPU_MEMORY_RATIO, device_type=names.GPU, per_device="percent", short="koord-ratio"
     ),
     PluginResource(name=mgpu.MGPU_CORE, device_type=names.GPU, per_device="percent", short="mgpu-core"),
     PluginResource(name=aliyun.ALIYUN_GPU_COUNT, device_type=names.GPU, per_device="one", short="aliyun-count"),
     PluginResource(name=aliyun.ALIYUN_GPU_MEM, device_type=names.GPU, per_device="mib", short="aliyun-mem"),
-    PluginResource(name=koordinator.KOORD_RDMA, device_type=names.RDMA, per_device="percent", short="koord-rdma"),
-    PluginResource(name=koordinator.KOORD_FPGA, device_type=names.FPGA, per_device="percent", short="koord-fpga"),
+    PluginResource(name=koordinator_names.KOORD_RDMA, device_type=names.RDMA, per_device="percent", short="koord-rdma"),
+    PluginResource(name=koordinator_names.KOORD_FPGA, device_type=names.FPGA, per_device="percent", short="koord-fpga"),
 )
 
 # names always advertised through the node status: name -> bytes per unit (of the GPUs' memory)
 STATUS_RESOURCES: dict[str, int] = {
-    koordinator.KOORD_GPU_MEMORY: 1,
+    koordinator_names.KOORD_GPU_MEMORY: 1,
     mgpu.MGPU_MEMORY: MIB,
 }
 

@@ -33,7 +33,8 @@ def extender(
     ] = None,
     save: Annotated[
         Path | None,
-        typer.Option(help="With --cluster: write the objects back to this file after each bind and on shutdown."),
+        typer.Option(help="With --cluster: write the objects back to this file, atomically; each bind is on disk "
+                     "(fsynced) before it is answered, binds arriving together share one write; again on shutdown."),
     ] = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,

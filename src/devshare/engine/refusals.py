@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devshare.model import dialects
-from devshare.model.pod import asked_resource_names, unread_device_asks
+from devshare.model.podresources import asked_resource_names, unread_device_asks
 from devshare.model.request import PodRequest
 
 

@@ -55,7 +55,8 @@ from devshare.model.inventory import koordinator_device
 from devshare.model.kubeobjects import TERMINAL_PHASES, meta, object_key
 from devshare.model.names import GANG_NAME, GROUP_NAME
 from devshare.model.node import parse_node
-from devshare.model.pod import parse_pod, pod_node_requests
+from devshare.model.pod import parse_pod
+from devshare.model.podresources import pod_node_requests
 from devshare.model.request import PodRequest
 from devshare.model.usage import NodeUsage, parse_usage
 
@@ -105,8 +106,7 @@ class WatchedCluster:
         self.scheduler_name = scheduler_name
         self.track_node_resources = track_node_resources
         self.pending: dict[str, Obj] = {}
-        # what each node's GPUs really use, as its agent last wrote it in the Device's status.usage (/ui)
-        self.usage: dict[str, NodeUsage] = {}
+        self.usage: dict[str, NodeUsage] = {}  # node -> what its GPUs use: its Device's status.usage (/ui)
         self.synced = False  # every kind listed once
         self.versions: dict[str, str] = {}  # how far the watch of each kind has come
         # counters (exported as metrics by the server)

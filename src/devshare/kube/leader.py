@@ -33,6 +33,17 @@ from devshare.model.kubeobjects import meta
 log = logging.getLogger(__name__)
 
 
+def lease_seconds(spec: dict[str, Any]) -> tuple[float | None, str]:
+    """A Lease's ``leaseDurationSeconds``, or None and what is wrong with it: missing, not a number,
+    or not above 0 (never read as a default: a Lease that says 0 is a broken Lease, not a 15 s one)."""
+    raw = spec.get("leaseDurationSeconds")
+    if raw is None:
+        return None, "has no leaseDurationSeconds"
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
+        return None, f"has leaseDurationSeconds {raw!r}, which is not a positive number of seconds"
+    return float(raw), ""
+
+
 def micro_time(t: float | None = None) -> str:
     """A Kubernetes MicroTime: RFC 3339 with microseconds, UTC."""
     dt = datetime.fromtimestamp(time.time() if t is None else t, UTC)
@@ -72,6 +83,7 @@ class LeaderElector:
         self._lease: dict[str, Any] | None = None  # the Lease as last read or written
         self.last_error = ""  # why the last renewal failed ("" after one that succeeded)
         self.stepped_down = ""  # why this elector last stopped leading (logged too)
+        self._said = ""  # what is wrong with the Lease as last logged (once per change)
 
     @property
     def is_leader(self) -> bool:
@@ -136,7 +148,14 @@ class LeaderElector:
         if spec != self._observed:
             self._observed, self._observed_at = spec, now
         holder = spec.get("holderIdentity") or ""
-        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        duration, wrong = lease_seconds(spec)
+        if duration is None:
+            duration = self.lease_duration
+        if wrong and holder and holder != self.identity and wrong != self._said:
+            log.warning("lease %s/%s, held by %s, %s: this elector waits its own lease duration (%g s) from when it "
+                        "saw the holder's last change before taking it over", self.namespace, self.name, holder,
+                        wrong, self.lease_duration)
+        self._said = wrong
         if holder and holder != self.identity and self._observed_at + duration > now:
             return False  # someone else holds a live lease
         mine = holder == self.identity
@@ -238,7 +257,10 @@ class LeaseFollower:
     same clock as this process: a write may go out only while the holder is this pod's
     kube-scheduler and its last renewal is less than ``deadline`` seconds old (default two thirds
     of the Lease's ``leaseDurationSeconds``; any other candidate waits the whole duration, counted
-    from when it saw that renewal, before it takes over). :meth:`check`, right before each bind's
+    from when it saw that renewal, before it takes over). A renewTime in the future (a forged Lease,
+    a clock set back) is aged from when this process first read it, so it goes stale as any other;
+    a Lease whose ``leaseDurationSeconds`` is missing or not above 0 lets nothing be written (one
+    log line says so). :meth:`check`, right before each bind's
     write, judges from the Lease as read at most ``retry_period`` ago when that read let this
     extender write, and reads it afresh otherwise; :meth:`may_write` judges from the last read
     (every ``retry_period``) with the clock of now.
@@ -282,7 +304,9 @@ class LeaseFollower:
         self.transitions = 0
         self.holder = ""  # the Lease's holder as last read
         self._renewed: float | None = None  # its renewTime (epoch seconds) as last read
-        self._duration = 15.0
+        self._first_seen = 0.0  # when this process first read that renewTime (its own clock)
+        self._duration: float | None = None  # its leaseDurationSeconds (None: missing or not above 0)
+        self._wrong = ""  # what is wrong with the Lease's leaseDurationSeconds ("": nothing)
         self._read_at: float | None = None  # when the Lease was last read (this process's clock)
         self.reads = 0  # Lease reads made (the follow loop's and check's)
         self._reading: asyncio.Future[dict[str, Any] | None] | None = None  # the read in flight, shared
@@ -305,14 +329,18 @@ class LeaseFollower:
         self._observe(lease)
 
     def _observe(self, lease: dict[str, Any] | None) -> None:
-        self._read_at = self.clock()
+        now = self._read_at = self.clock()
         spec = (lease or {}).get("spec") or {}
         self.holder = str(spec.get("holderIdentity") or "")
-        self._renewed = parse_micro_time(spec.get("renewTime"))
-        try:
-            self._duration = float(spec.get("leaseDurationSeconds") or 15.0)
-        except (TypeError, ValueError):
-            self._duration = 15.0
+        renewed = parse_micro_time(spec.get("renewTime"))
+        if renewed != self._renewed:
+            self._renewed, self._first_seen = renewed, now
+        self._duration, wrong = lease_seconds(spec)
+        if wrong != self._wrong and lease is not None:
+            if wrong:
+                log.warning("the kube-scheduler Lease %s/%s %s: this extender does not bind while it does (set "
+                            "kube-scheduler's leaderElection.leaseDuration)", self.namespace, self.name, wrong)
+            self._wrong = wrong
 
     def _why_not(self) -> str | None:
         """None when the last read Lease lets this extender write now; otherwise why not."""
@@ -322,7 +350,12 @@ class LeaseFollower:
                     f"not by this pod's kube-scheduler ({self.prefix}...)")
         if self._renewed is None:
             return f"not the leader: the kube-scheduler Lease {self.namespace}/{self.name} has no renewTime"
-        age = self.clock() - self._renewed
+        if self._duration is None:
+            return (f"not the leader: the kube-scheduler Lease {self.namespace}/{self.name} {self._wrong}; "
+                    "nothing was written")
+        # a renewTime ahead of this clock (a forged Lease, or a clock that jumped back) counts from when
+        # this process first saw it: it goes stale all the same
+        age = self.clock() - min(self._renewed, self._first_seen)
         deadline = self.deadline_fraction * self._duration
         if age >= deadline:
             return (f"not the leader: this pod's kube-scheduler last renewed its Lease {age:.1f} s ago, beyond "

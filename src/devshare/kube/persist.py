@@ -6,16 +6,18 @@
 - Off the event loop: encoding and writing run in a worker thread. The objects are read on the
   loop as a list of references; the store never changes an object in place (every write makes a
   new one), so the thread encodes a consistent snapshot.
-- Coalesced: :meth:`SnapshotWriter.request` (called after each bind) only marks the file stale;
-  one write happens ``delay`` seconds later, covering every bind since. A bind therefore costs
-  nothing here; a crash may lose the binds of the last ``delay`` seconds, which the cluster's
-  owner re-binds (the file's pods are then pending again).
+- Durable before acknowledged: :meth:`SnapshotWriter.commit` (awaited by each bind before it is
+  answered) returns once a write that began after the call has reached the disk (fsync of the file,
+  then of the directory after the rename). Binds that arrive while a write is on its way wait
+  together and share the next write (group commit), so a burst costs a few writes, not one per bind.
+  A process killed at any moment (kill -9) leaves a file holding every bind it acknowledged.
 - Fast: each object is one JSON document (``---`` then the object on one line). JSON is YAML, so
   the file loads as a cluster file as before; encoding 2,000 pods takes milliseconds where the
   YAML emitter took about a second.
 
 A failed write is logged, counted (:attr:`SnapshotWriter.failures`, exported by the extender as
-``devshare_extender_save_failures_total``) and retried at the next request; it never fails a bind.
+``devshare_extender_save_failures_total``) and tried again at the next commit; the binds that waited
+for it are answered with the reason (the pod is bound in memory but not saved).
 """
 
 from __future__ import annotations
@@ -64,40 +66,39 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 class SnapshotWriter:
-    """Write ``snapshot()`` (a list of objects, taken on the loop) to ``path``, coalescing requests."""
+    """Write ``snapshot()`` (a list of objects, taken on the loop) to ``path``: :meth:`commit` returns once
+    every change made before it is on disk; commits that come together share one write."""
 
-    def __init__(self, snapshot: Callable[[], list[dict[str, Any]]], path: Path | str, *,
-                 delay: float = 0.5) -> None:
+    def __init__(self, snapshot: Callable[[], list[dict[str, Any]]], path: Path | str) -> None:
         self.snapshot = snapshot
         self.path = Path(path)
-        self.delay = delay
         self.writes = 0
         self.failures = 0
         self.last_error: str | None = None
-        self._dirty = False
+        self._waiting: list[asyncio.Future[str | None]] = []  # commits the next write answers
         self._task: asyncio.Task[None] | None = None
 
-    def request(self) -> None:
-        """The objects changed: write them soon (never raises, never blocks)."""
-        self._dirty = True
+    async def commit(self) -> str | None:
+        """Return once a write begun after this call has reached the disk: None, or why it failed (the
+        previous file is then whole and kept)."""
+        done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(done)
         if self._task is None or self._task.done():
-            try:
-                self._task = asyncio.get_running_loop().create_task(self._run(), name="devshare-save")
-            except RuntimeError:  # no loop (a tool calling it directly): write now
-                self._write(self.snapshot())
-
-    def __call__(self) -> None:
-        self.request()
+            self._task = asyncio.create_task(self._run(), name="devshare-save")
+        return await asyncio.shield(done)  # a caller that goes away does not stop the write of the others
 
     async def _run(self) -> None:
-        while self._dirty:
-            await asyncio.sleep(self.delay)
-            self._dirty = False
-            objects = self.snapshot()
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            objects = self.snapshot()  # taken now: every change committed before is in it
             try:
                 await asyncio.to_thread(self._write, objects)
-            except Exception:  # counted and logged in _write; try again at the next request
-                return
+                why = None
+            except Exception:  # counted and logged in _write
+                why = self.last_error or "the write failed"
+            for done in batch:
+                if not done.done():
+                    done.set_result(why)
 
     def _write(self, objects: list[dict[str, Any]]) -> None:
         try:
@@ -120,11 +121,8 @@ class SnapshotWriter:
             await asyncio.wait({self._task})
 
     async def close(self) -> None:
-        """Write what is pending now (at shutdown), off the loop; failures are logged."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        """Write the objects once more (at shutdown), off the loop, after any write on its way;
+        failures are logged."""
+        await self.idle()
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self._write, self.snapshot())
-        self._dirty = False

@@ -16,7 +16,7 @@ from devshare.agent.resources import PluginResource, resource_named
 from devshare.model import names
 from devshare.model.codecs import encode_topology
 from devshare.model.dialects import aliyun, nvidia
-from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA
+from devshare.model.dialects.koordinator_names import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO, KOORD_RDMA
 from support.agent import GIB, MemoryClient, gpu, pod, write_fake
 
 CORE = resource_named(KOORD_GPU_CORE)

@@ -26,7 +26,7 @@ from devshare.agent.resources import resource_named
 from devshare.agent.run import Agent
 from devshare.model import names
 from devshare.model.codecs import decode_allocation
-from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO
+from devshare.model.dialects.koordinator_names import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO
 from support.agent import MemoryClient, gpu, pod, write_fake
 from support.kubelet import CHECKPOINT, Kubelet
 

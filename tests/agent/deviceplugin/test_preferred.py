@@ -14,7 +14,7 @@ from devshare.agent.fake import FakeBackend
 from devshare.agent.inventory import Inventory
 from devshare.agent.resources import PluginResource, fake_devices, resource_named
 from devshare.model.dialects import aliyun, nvidia
-from devshare.model.dialects.koordinator import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO
+from devshare.model.dialects.koordinator_names import KOORD_GPU_CORE, KOORD_GPU_MEMORY_RATIO
 from support.agent import GIB, MemoryClient, gpu, pod, write_fake
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +17,10 @@ from devshare.agent.fake import FakeBackend
 from devshare.agent.matching import ASSIGNED
 from devshare.agent.resources import resource_named
 from devshare.agent.run import Agent
-from devshare.model.dialects import aliyun, koordinator, nvidia
+from devshare.model.dialects import aliyun, koordinator_names, nvidia
 from support.agent import GIB, MemoryClient, gpu, pod, write_fake
 from support.kubelet import Kubelet
+from support.waiting import eventually_in_thread
 
 
 @pytest.fixture
@@ -45,24 +45,24 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
     backend = FakeBackend(desc, node="n1")
     u = [g.uuid for g in backend.discover().gpus]
     client = MemoryClient([pod("p", "n1", [
-        ("a", {koordinator.KOORD_GPU_CORE: 50}, [gpu(0, u[0], 500, 8 * GIB, 500)]),
-        ("b", {koordinator.KOORD_GPU_CORE: 50}, [gpu(1, u[1], 500, 8 * GIB, 500)]),
+        ("a", {koordinator_names.KOORD_GPU_CORE: 50}, [gpu(0, u[0], 500, 8 * GIB, 500)]),
+        ("b", {koordinator_names.KOORD_GPU_CORE: 50}, [gpu(1, u[1], 500, 8 * GIB, 500)]),
     ])])
     kubelet = Kubelet(sockdir)
-    served = [r for r in (resource_named(koordinator.KOORD_GPU_CORE), resource_named(nvidia.NVIDIA_GPU),
-                          resource_named(koordinator.KOORD_RDMA)) if r is not None]
+    served = [r for r in (resource_named(koordinator_names.KOORD_GPU_CORE), resource_named(nvidia.NVIDIA_GPU),
+                          resource_named(koordinator_names.KOORD_RDMA)) if r is not None]
     agent = Agent(backend, "n1", client, resources=served, plugin_dir=sockdir, watch_interval=0.1)
     try:
         agent.start()
         # no RDMA device on this node: only the two GPU resources are served
-        assert [r.name for r in agent.served] == [koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU]
-        assert kubelet.wait_registered(2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
-        core = kubelet.lists[koordinator.KOORD_GPU_CORE].get(timeout=10)
+        assert [r.name for r in agent.served] == [koordinator_names.KOORD_GPU_CORE, nvidia.NVIDIA_GPU]
+        assert kubelet.wait_registered(2) == {koordinator_names.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
+        core = kubelet.lists[koordinator_names.KOORD_GPU_CORE].get(timeout=10)
         assert len(core) == 200 and all(h == "Healthy" for _, h in core)
         assert kubelet.lists[nvidia.NVIDIA_GPU].get(timeout=10) == [(u[0], "Healthy"), (u[1], "Healthy")]
 
         # the node status and the Device object were published too
-        assert client.nodes["n1"]["status"]["capacity"][koordinator.KOORD_GPU_MEMORY] == str(32 * GIB)
+        assert client.nodes["n1"]["status"]["capacity"][koordinator_names.KOORD_GPU_MEMORY] == str(32 * GIB)
         assert "n1" in client.devices
 
         # health change: the stream sends the new list
@@ -76,14 +76,14 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
         kubelet.lists[nvidia.NVIDIA_GPU].get(timeout=10)
 
         # Allocate: two containers asking the same amount, one call each, in container order
-        first = allocate(sockdir, koordinator.KOORD_GPU_CORE, 50)
+        first = allocate(sockdir, koordinator_names.KOORD_GPU_CORE, 50)
         assert first.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[0]
-        second = allocate(sockdir, koordinator.KOORD_GPU_CORE, 50)
+        second = allocate(sockdir, koordinator_names.KOORD_GPU_CORE, 50)
         assert second.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == u[1]
         assert client.pods[("default", "p")]["metadata"]["annotations"][ASSIGNED] == "true"
         # nothing left: refused with a message kubelet shows in the pod's events
         with pytest.raises(grpc.RpcError) as e:
-            allocate(sockdir, koordinator.KOORD_GPU_CORE, 50)
+            allocate(sockdir, koordinator_names.KOORD_GPU_CORE, 50)
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "no pod on this node waits for 50 koordinator.sh/gpu-core" in (e.value.details() or "")
 
@@ -93,24 +93,19 @@ def test_register_list_allocate_and_kubelet_restart(sockdir: Path, tmp_path: Pat
         for f in list(sockdir.iterdir()):
             f.unlink()
         kubelet = Kubelet(sockdir)
-        assert kubelet.wait_registered(2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
-        assert len(kubelet.lists[koordinator.KOORD_GPU_CORE].get(timeout=30)) == 200
+        assert kubelet.wait_registered(2) == {koordinator_names.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
+        assert len(kubelet.lists[koordinator_names.KOORD_GPU_CORE].get(timeout=30)) == 200
         client.add(pod("q", "n1", [("main", {nvidia.NVIDIA_GPU: 2}, [gpu(0, u[0]), gpu(1, u[1])])]))
         got = allocate(sockdir, nvidia.NVIDIA_GPU, 2)
         assert got.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == f"{u[0]},{u[1]}"
         # the agent counts a registration round once its last Register call has returned, which can
         # be just after kubelet saw the request: wait for it rather than race it
-        deadline = time.monotonic() + 10
-        while agent.plugins.registrations < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually_in_thread(lambda: agent.plugins.registrations >= 2, what="the second registration counted")
         assert agent.plugins.registrations == 2
     finally:
         agent.close()
         kubelet.stop()
-    deadline = time.monotonic() + 5
-    while any(sockdir.glob("devshare-*.sock")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(sockdir.glob("devshare-*.sock"))
+    eventually_in_thread(lambda: not any(sockdir.glob("devshare-*.sock")), what="the plugin sockets removed")
 
 
 def test_a_registration_whose_answer_was_lost_is_not_made_again(sockdir: Path, tmp_path: Path) -> None:
@@ -122,18 +117,16 @@ def test_a_registration_whose_answer_was_lost_is_not_made_again(sockdir: Path, t
     desc = write_fake(tmp_path / "n.yaml", gpus=2, memory="16Gi")
     backend = FakeBackend(desc, node="n1")
     kubelet = Kubelet(sockdir)
-    kubelet.lose_answer.add(koordinator.KOORD_GPU_CORE)
-    served = [r for r in (resource_named(koordinator.KOORD_GPU_CORE), resource_named(nvidia.NVIDIA_GPU))
+    kubelet.lose_answer.add(koordinator_names.KOORD_GPU_CORE)
+    served = [r for r in (resource_named(koordinator_names.KOORD_GPU_CORE), resource_named(nvidia.NVIDIA_GPU))
               if r is not None]
     agent = Agent(backend, "n1", MemoryClient([]), resources=served, plugin_dir=sockdir, watch_interval=0.1)
     try:
         agent.start()
-        assert kubelet.wait_registered(2) == {koordinator.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
-        deadline = time.monotonic() + 60
-        while agent.plugins.registrations < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert kubelet.wait_registered(2) == {koordinator_names.KOORD_GPU_CORE, nvidia.NVIDIA_GPU}
+        eventually_in_thread(lambda: agent.plugins.registrations >= 1, what="the registration round counted")
         assert agent.plugins.registrations == 1  # the round ended: both held
-        assert len(kubelet.lists[koordinator.KOORD_GPU_CORE].get(timeout=30)) == 200
+        assert len(kubelet.lists[koordinator_names.KOORD_GPU_CORE].get(timeout=30)) == 200
     finally:
         agent.close()
         kubelet.stop()

@@ -24,7 +24,7 @@ from devshare.agent.dra.node import DraNode, publish_slice
 from devshare.agent.dra.plugin import KubeletPlugin
 from devshare.agent.fake import FakeBackend
 from devshare.agent.reporter import node_devices
-from devshare.model import dra
+from devshare.model import dra, draslices
 from support.agent import write_fake
 
 
@@ -150,4 +150,4 @@ def test_the_node_slice_is_published_from_the_inventory_and_only_when_it_changes
     node.devices = lambda: one_gpu
     node.refresh(now=2.0)
     assert api.writes == 2
-    assert api.objects[dra.slice_name("n1")]["spec"]["pool"]["generation"] == 2
+    assert api.objects[draslices.slice_name("n1")]["spec"]["pool"]["generation"] == 2

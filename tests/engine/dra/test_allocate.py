@@ -16,8 +16,9 @@ from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.records import Conflict
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
-from devshare.model import dra
-from devshare.model.dra import DeviceExtras, parse_claim, parse_device_class, parse_slice, slice_object
+from devshare.model import dra, draslices
+from devshare.model.dra import parse_claim
+from devshare.model.draslices import DeviceExtras, parse_device_class, parse_slice, slice_object
 from support.cluster import GiB, add_node, bound, gpu, occupy, pod
 
 _ids = itertools.count()
@@ -38,7 +39,7 @@ def cluster(nodes: int = 2, gpus: int = 4, *, numa: bool = False,
         obj = slice_object(state.devices[f"n{n}"], extras=extras)
         inv.set_slice(obj["metadata"]["name"], parse_slice(obj))
     for name, (dtype, whole) in dra.shipped_classes().items():
-        inv.set_class(parse_device_class(dra.device_class_object(name, dtype, whole=whole)))
+        inv.set_class(parse_device_class(draslices.device_class_object(name, dtype, whole=whole)))
     return state, inv
 
 

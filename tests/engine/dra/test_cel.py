@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from devshare.engine.dra.cel import CelError, compile_selector
-from devshare.model.dra import SliceDevice, Version
+from devshare.model.draslices import SliceDevice, Version
 
 GPU = SliceDevice(
     driver="gpu.devshare.io", pool="n1", node="n1", name="gpu-0",

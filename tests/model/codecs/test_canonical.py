@@ -11,7 +11,7 @@ from hypothesis import given
 from devshare.model import names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.codecs import decode_allocation, encode_allocation
-from devshare.model.dialects import koordinator
+from devshare.model.dialects import koordinator_names
 from devshare.model.errors import InvalidAnnotation
 from devshare.model.quantity import GIB
 from support.allocations import allocations, gpu
@@ -82,7 +82,7 @@ def encode_annotations_canonical(alloc: PodAllocation) -> dict[str, str]:
 
 def test_canonical_absent() -> None:
     assert decode_allocation({}) is None
-    assert decode_allocation({koordinator.KOORD_DEVICE_ALLOCATED: "{}"}) is None
+    assert decode_allocation({koordinator_names.KOORD_DEVICE_ALLOCATED: "{}"}) is None
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@ import pytest
 from devshare.model import dialects
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
 from devshare.model.annotations import encode_annotations
-from devshare.model.pod import parse_pod, requests_devices, unread_device_asks, validate_pod
+from devshare.model.pod import parse_pod, validate_pod
+from devshare.model.podresources import requests_devices, unread_device_asks
 from devshare.model.request import WHOLE, DeviceRequest
 
 NPU = "koordinator.sh/npu"

@@ -19,8 +19,9 @@ from devshare.engine.state import ClusterState
 from devshare.kube.dra import LiveDraApi
 from devshare.kube.errors import BackendError, NotFound
 from devshare.kube.rest import KubeClient
-from devshare.model import dra
-from devshare.model.dra import parse_claim, slice_object
+from devshare.model import dra, draslices
+from devshare.model.dra import parse_claim
+from devshare.model.draslices import slice_object
 from devshare.server.dra.controller import DraController
 from fakeapi.server import FakeApiServer
 from support.cluster import GiB, add_node, bound, usage_key
@@ -45,7 +46,7 @@ def engine(nodes: int = 2, gpus: int = 2) -> Lifecycle:
 
 def publish(fake: FakeApiServer, life: Lifecycle) -> None:
     for name, (dtype, whole) in dra.shipped_classes().items():
-        fake.put(dra.device_class_object(name, dtype, whole=whole))
+        fake.put(draslices.device_class_object(name, dtype, whole=whole))
     for nd in life.state.devices.values():
         fake.put(slice_object(nd))
 

@@ -31,7 +31,7 @@ from support.extender import (
     running,
     settle,
 )
-from support.waiting import settled
+from support.waiting import eventually, settled
 
 
 async def test_filter_node_names_splits_failed_and_unresolvable() -> None:
@@ -389,10 +389,7 @@ async def test_expiry_drops_a_reservation_whose_bind_never_completed() -> None:
 
         backend.bind_pod = hung_bind  # type: ignore[method-assign]
         task = asyncio.create_task(bind(client, "p", "node-0"))
-        for _ in range(200):
-            if "default/p" in runtime.state.pods:
-                break
-            await asyncio.sleep(0.005)
+        await eventually(lambda: "default/p" in runtime.state.pods)
         assert runtime.state.pods["default/p"].phase == "assumed"
         now[0] = 100.0
         assert ext.expire() == []  # a bind in flight keeps its reservation

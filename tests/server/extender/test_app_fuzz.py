@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 from devshare.server.extender.serve import RUNTIME, Runtime, build_app
 from support.extender import cluster, pod
 from support.server import ServerThread
+from support.waiting import eventually_in_thread
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 VERBS = ["/filter", "/prioritize", "/bind", "/preempt"]
@@ -58,10 +58,7 @@ bodies = st.one_of(st.binary(max_size=48), json_values.map(lambda v: json.dumps(
 def served() -> Iterator[tuple[ServerThread, Runtime]]:
     srv = ServerThread(build_app(cluster(3, gpus=2, pods=[pod(f"p{i}", core=50, mem="4Gi") for i in range(6)])))
     runtime = srv.app[RUNTIME]
-    for _ in range(500):
-        if runtime.informer.is_synced:
-            break
-        time.sleep(0.01)
+    eventually_in_thread(lambda: runtime.informer.is_synced)
     yield srv, runtime
     srv.close()
 

@@ -25,6 +25,7 @@ from fakeapi.plugin import fake_api, fake_kubeconfig, live_backend  # noqa: F401
 from fakeapi.server import FakeApiServer
 from support.claims import NODE, Jittery, Replica, ledger_claims, usage
 from support.extender import GiB, cluster, device, node, pod, running
+from support.waiting import eventually
 
 # ------------------------------------------------------------------ the invariant, as a property
 
@@ -311,10 +312,7 @@ async def test_the_extender_counts_claims_at_start_and_then_the_pod_as_the_watch
         assert inspect["nodes"][0]["devices"][0]["used"]["core"] == 70
         ann = encode_annotations(req, alloc, now_ns=0, device_memory=writer.state.gpu_memory(NODE))
         await inner.bind_pod("default", "other", NODE, uid=req.uid, annotations=ann)
-        for _ in range(200):
-            if runtime.claims is not None and not runtime.claims.stubs:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: runtime.claims is not None and not runtime.claims.stubs)
         assert runtime.claims is not None and not runtime.claims.stubs
         assert runtime.state.pods["default/other"].pod.containers  # the pod as parsed, no longer the claim's
 
@@ -335,10 +333,7 @@ async def test_a_re_list_reads_the_claims_again(fake_api: FakeApiServer, live_ba
         assert await writer.claims.claim(req, alloc) is None
         assert "default/other" not in runtime.state.pods  # nobody told it
         fake_api.expire_watches()
-        for _ in range(300):
-            if "default/other" in runtime.state.pods:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: "default/other" in runtime.state.pods)
         assert runtime.informer.relists >= 1
         assert runtime.state.pods["default/other"].allocation == alloc
 

@@ -182,10 +182,7 @@ async def test_deleted_member_gives_back_its_place() -> None:
         assert "1 of 2" in await schedule(client, pods[0], ["host04"])
         assert runtime.state.pods["default/job-0"].phase == "assumed"
         backend.delete("pods", "default/job-0")
-        for _ in range(200):
-            if "default/job-0" not in runtime.state.pods:
-                break
-            await asyncio.sleep(0.005)
+        await until(lambda: "default/job-0" not in runtime.state.pods)
         assert "default/job-0" not in runtime.state.pods
         plan = runtime.extender.groups.planner.plans["default/job"]
         assert plan.slot_of("default/job-0") is None

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from devshare.model import dialects, names, trade
-from devshare.model.dialects import koordinator
+from devshare.model.dialects import koordinator_names
 from devshare.server.webhook.allocations import DEFAULT_TRADERS, DEFAULT_WRITERS, refuse_allocation_write
 from devshare.server.webhook.app import WebhookConfig
 from support.webhook_client import Client
@@ -63,7 +63,7 @@ def test_devshare_itself_may_write_and_other_pods_pass(client: Client, webhook_c
 
 
 def test_updates_may_not_change_an_allocation_unless_devshare_makes_them(client: Client) -> None:
-    bound = gpu_pod({names.ALLOCATION: ALLOC, koordinator.KOORD_DEVICE_ALLOCATED: "{}"}, node="gpu-node-1")
+    bound = gpu_pod({names.ALLOCATION: ALLOC, koordinator_names.KOORD_DEVICE_ALLOCATED: "{}"}, node="gpu-node-1")
     relabelled = copy.deepcopy(bound)
     relabelled["metadata"]["labels"] = {"tier": "gold"}
     assert client.review("/validate", relabelled, operation="UPDATE", old=bound, username=USER)["allowed"] is True
@@ -101,8 +101,8 @@ def test_the_rule_itself() -> None:
 def replica(name: str, minor: int, *, uid: str | None = None, node: str = "gpu-node-1",
             ns: str = "team") -> dict[str, Any]:
     alloc = ALLOC.replace('"minor": 0, "id": "GPU-0"', f'"minor": {minor}, "id": "GPU-{minor}"')
-    p = gpu_pod({names.ALLOCATION: alloc, koordinator.KOORD_DEVICE_ALLOCATED: f'{{"gpu": [{{"minor": {minor}}}]}}'},
-                node=node)
+    koord = f'{{"gpu": [{{"minor": {minor}}}]}}'
+    p = gpu_pod({names.ALLOCATION: alloc, koordinator_names.KOORD_DEVICE_ALLOCATED: koord}, node=node)
     p["metadata"].update(name=name, uid=uid or f"uid-{name}", namespace=ns)
     return p
 

@@ -29,7 +29,7 @@ from devshare.agent.inventory import Inventory
 from devshare.agent.resources import PluginResource, owners
 from devshare.model import names
 from devshare.model.allocation import DeviceGrant
-from devshare.model.dialects.koordinator import KOORD_GPU_MEMORY_RATIO
+from devshare.model.dialects.koordinator_names import KOORD_GPU_MEMORY_RATIO
 from devshare.model.quantity import MIB
 from devshare.model.request import WHOLE
 

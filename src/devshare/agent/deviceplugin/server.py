@@ -68,6 +68,8 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         self.changed = changed
         self.version = version
         self.stopping = stopping
+        self.streams = 0  # ListAndWatch streams open now (kubelet follows this server)
+        self._count = threading.Lock()
 
     def GetDevicePluginOptions(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.DevicePluginOptions:
         return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
@@ -75,16 +77,22 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
     def ListAndWatch(self, request: pb.Empty, context: grpc.ServicerContext) -> Iterator[pb.ListAndWatchResponse]:
         seen = -1
         last: pb.ListAndWatchResponse | None = None
-        while context.is_active() and not self.stopping.is_set():
-            with self.changed:
-                if self.version() == seen:
-                    self.changed.wait(timeout=1.0)
-                    continue
-                seen = self.version()
-            response = list_response(self.resource, self.inventory())
-            if response != last:
-                last = response
-                yield response
+        with self._count:
+            self.streams += 1
+        try:
+            while context.is_active() and not self.stopping.is_set():
+                with self.changed:
+                    if self.version() == seen:
+                        self.changed.wait(timeout=1.0)
+                        continue
+                    seen = self.version()
+                response = list_response(self.resource, self.inventory())
+                if response != last:
+                    last = response
+                    yield response
+        finally:
+            with self._count:
+                self.streams -= 1
 
     def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
@@ -149,7 +157,9 @@ class DevicePlugins:
         self._kubelet_id: tuple[int, int] | None = None
         self._watcher: threading.Thread | None = None
         self._servers: list[grpc.Server] = []
+        self._services: dict[str, DevicePluginService] = {}  # resource -> the service served now
         self.registrations = 0
+        self._pending = False  # the last registration failed: try again
         self._held: set[str] = set()  # resources this kubelet (since its socket last changed) holds
 
     def notify(self) -> None:
@@ -165,14 +175,16 @@ class DevicePlugins:
         """One gRPC server per resource, each on its own socket (kubelet dials the endpoint it registered)."""
         self._stop_serving = threading.Event()
         servers = []
+        self._services = {}
         for r in self.resources:
             path = self._socket(r)
             if path.exists():
                 path.unlink()
             s = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-            pb_grpc.add_DevicePluginServicer_to_server(  # type: ignore[no-untyped-call]
-                DevicePluginService(r, self.allocator, self.inventory, self.changed, lambda: self._version,
-                                    self._stop_serving), s)
+            service = DevicePluginService(r, self.allocator, self.inventory, self.changed, lambda: self._version,
+                                          self._stop_serving)
+            self._services[r.name] = service
+            pb_grpc.add_DevicePluginServicer_to_server(service, s)  # type: ignore[no-untyped-call]
             s.add_insecure_port(f"unix://{path}")
             s.start()
             servers.append(s)
@@ -181,8 +193,11 @@ class DevicePlugins:
     def _register(self) -> None:
         """Register every resource this kubelet does not hold yet. A resource registered in an earlier
         try that failed on a later one is not registered again: kubelet's device manager refuses a second
-        registration of an endpoint it is connected to ("device plugin already connected"), which it
-        answers too when its answer to the first was lost (a timeout on a loaded node): that means held."""
+        registration of an endpoint it is connected to ("device plugin already connected"). That answer
+        means held when kubelet follows this server (its ListAndWatch stream is open: the answer to an
+        earlier Register was lost, a timeout on a loaded node); otherwise kubelet still follows a server
+        of ours that is gone (an agent restart it has not noticed yet), and the registration is tried
+        again at the next round."""
         with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
             stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             for r in self.resources:
@@ -195,7 +210,9 @@ class DevicePlugins:
                         timeout=10,
                     )
                 except grpc.RpcError as e:
-                    if "already connected" not in str(e.details() if hasattr(e, "details") else e):
+                    service = self._services.get(r.name)
+                    if "already connected" not in str(e.details() if hasattr(e, "details") else e) \
+                            or service is None or service.streams == 0:
                         raise
                     log.info("kubelet holds %s already (%s)", r.name, r.socket_name())
                 else:
@@ -220,8 +237,9 @@ class DevicePlugins:
         """Serve every resource and register it; then watch kubelet's socket in the background."""
         self._serve()
         self._kubelet_id = self._kubelet_identity()
-        if self._kubelet_id is not None:
-            self._register_logged()
+        # a first registration that fails (kubelet still follows a server of ours that is gone) is tried
+        # again by the watch
+        self._pending = self._kubelet_id is not None and not self._register_logged()
         self._watcher = threading.Thread(target=self._watch, name="devshare-kubelet-watch", daemon=True)
         self._watcher.start()
 
@@ -234,7 +252,7 @@ class DevicePlugins:
             return False
 
     def _watch(self) -> None:
-        pending = False
+        pending = self._pending
         while not self._stopping.wait(self.watch_interval):
             ident = self._kubelet_identity()
             ours_gone = any(not self._socket(r).exists() for r in self.resources)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from devshare.agent.dra.cdi import CDI_DIR, CdiSpecs
 from devshare.agent.dra.plugin import PLUGIN_DIR, REGISTRY_DIR, KubeletPlugin
 from devshare.agent.inventory import Inventory
-from devshare.model import dra, names
+from devshare.model import draslices, names
 from devshare.model.device import NodeDevices
 
 log = logging.getLogger("devshare.agent.dra")
@@ -35,9 +35,9 @@ class NodeApi(Protocol):
     def replace_slice(self, obj: dict[str, Any]) -> dict[str, Any]: ...
 
 
-def extras_of(inv: Inventory) -> dict[tuple[str, int], dra.DeviceExtras]:
+def extras_of(inv: Inventory) -> dict[tuple[str, int], draslices.DeviceExtras]:
     """What the slice says of each GPU beyond the Device object: its NUMA node and the driver version."""
-    return {(names.GPU, g.minor): dra.DeviceExtras(numa_node=g.numa_node if g.numa_node >= 0 else None,
+    return {(names.GPU, g.minor): draslices.DeviceExtras(numa_node=g.numa_node if g.numa_node >= 0 else None,
                                                    driver_version=inv.driver_version)
             for g in inv.gpus}
 
@@ -45,13 +45,13 @@ def extras_of(inv: Inventory) -> dict[tuple[str, int], dra.DeviceExtras]:
 def publish_slice(api: NodeApi, nd: NodeDevices, inv: Inventory) -> dict[str, Any] | None:
     """Create or replace the node's ResourceSlice when it differs from ``nd``; the slice written, or None
     when nothing changed."""
-    desired = dra.slice_object(nd, extras=extras_of(inv), published_by="agent")
+    desired = draslices.slice_object(nd, extras=extras_of(inv), published_by="agent")
     current = api.get_slice(desired["metadata"]["name"])
     if current is None:
         return api.create_slice(desired)
-    if not dra.slice_changed(current, desired):
+    if not draslices.slice_changed(current, desired):
         return None
-    return api.replace_slice(dra.next_slice(current, desired))
+    return api.replace_slice(draslices.next_slice(current, desired))
 
 
 class DraNode:
@@ -93,10 +93,10 @@ class DraNode:
                 return
             try:
                 if publish_slice(self.api, nd, inv) is not None:
-                    log.info("published ResourceSlice %s", dra.slice_name(nd.node))
+                    log.info("published ResourceSlice %s", draslices.slice_name(nd.node))
                 self._published, self._at = (nd, inv), t
             except Exception as e:  # the API server away: the next round tries again
-                log.warning("publishing ResourceSlice %s failed: %s", dra.slice_name(nd.node), e)
+                log.warning("publishing ResourceSlice %s failed: %s", draslices.slice_name(nd.node), e)
 
     def stop(self) -> None:
         self._stop.set()

@@ -39,7 +39,8 @@ from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model import dra, names
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
-from devshare.model.dra import Claim, NodeFilter, Request, Result, SliceDevice
+from devshare.model.dra import Claim, NodeFilter, Request, Result
+from devshare.model.draslices import SliceDevice
 from devshare.model.request import WHOLE, ContainerRequest, DeviceRequest, GpuSelection, PodRequest
 
 MAX_VARIANTS = 64  # combinations of firstAvailable alternatives and constraint values tried

@@ -31,7 +31,7 @@ from cel_expr_python.ext import ext_bindings, ext_strings  # type: ignore[import
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 
 from devshare.engine.caches import LRU
-from devshare.model.dra import SliceDevice, Version
+from devshare.model.draslices import SliceDevice, Version
 from devshare.model.errors import InvalidQuantity
 from devshare.model.quantity import parse_quantity
 

@@ -18,8 +18,9 @@ from typing import Any
 from devshare.engine.dra.allocate import PodAsk, Refusal, allocate, record_request, recorded
 from devshare.engine.dra.inventory import Inventory
 from devshare.engine.lifecycle import Lifecycle
-from devshare.model import dra
-from devshare.model.dra import Claim, node_filter, parse_claim, parse_device_class, parse_slice, pod_claims
+from devshare.model import dra, draslices
+from devshare.model.dra import Claim, node_filter, parse_claim, pod_claims
+from devshare.model.draslices import parse_device_class, parse_slice
 from devshare.model.errors import InvalidInput
 
 KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
@@ -63,11 +64,11 @@ class DryRun:
         published = {d.node for devs in self.inventory.slices.values() for d in devs if d.driver == dra.DRIVER}
         for node, nd in sorted(self.state.devices.items()):
             if node not in published:
-                obj = dra.slice_object(nd)
+                obj = draslices.slice_object(nd)
                 self.inventory.set_slice(obj["metadata"]["name"], parse_slice(obj))
         for name, (dtype, whole) in dra.shipped_classes().items():
             if name not in self.inventory.classes:
-                self.inventory.set_class(parse_device_class(dra.device_class_object(name, dtype, whole=whole)))
+                self.inventory.set_class(parse_device_class(draslices.device_class_object(name, dtype, whole=whole)))
         for obj in self.claims.values():
             self._count(parse_claim(obj))
 

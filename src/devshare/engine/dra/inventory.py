@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from devshare.engine.caches import LRU
 from devshare.engine.dra.cel import CelError, Selector, compile_selector
 from devshare.engine.state import ClusterState
-from devshare.model.dra import DRIVER, DeviceClassInfo, SliceDevice
+from devshare.model.dra import DRIVER
+from devshare.model.draslices import DeviceClassInfo, SliceDevice
 
 MATCHES_KEPT = 256  # selector sets whose per-device answers are kept
 

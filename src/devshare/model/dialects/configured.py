@@ -21,7 +21,9 @@ from typing import Any
 
 from devshare.model.allocation import PodAllocation
 from devshare.model.dialects.base import Dialect, read_whole
-from devshare.model.dialects.koordinator import KOORD_DEVICE_ALLOCATED, devices_for, encode_koordinator, percent_value
+from devshare.model.dialects.koordinator_annotation import encode_koordinator
+from devshare.model.dialects.koordinator_names import KOORD_DEVICE_ALLOCATED
+from devshare.model.dialects.koordinator_rules import devices_for, percent_value
 from devshare.model.problems import Problems
 from devshare.model.request import WHOLE, DeviceRequest, PodRequest
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from devshare.model import names
 from devshare.model.allocation import PodAllocation
-from devshare.model.dialects import koordinator
+from devshare.model.dialects import koordinator_annotation
 from devshare.model.dialects.base import Dialect, PlacedReading, read_whole, spec_containers, whole_quantity
 from devshare.model.problems import Problems
 from devshare.model.request import WHOLE, DeviceRequest, PodRequest
@@ -66,7 +66,7 @@ class NvidiaDialect(Dialect):
 
     def encode(self, pod: PodRequest, alloc: PodAllocation, *, now_ns: int,
                device_memory: dict[int, int] | None) -> dict[str, str]:
-        return koordinator.encode_koordinator(alloc) if alloc.grants() else {}
+        return koordinator_annotation.encode_koordinator(alloc) if alloc.grants() else {}
 
     def read_placed(self, annotations: dict[str, str], spec: dict[str, Any]) -> PlacedReading | None:
         return read_placed(annotations, spec)

@@ -22,9 +22,8 @@ is allocated when this replica leads:
 4. the gate is lifted (the pod PUT with its resourceVersion; retried on 409 from a fresh read).
 
 A refusal is a Warning Event ``FailedDRAAllocation`` on the pod (once per message); a pod refused
-for want of capacity is tried again every ``retry`` seconds and whenever a claim is released. A
-pod deleted while no other pending pod uses its claims gets them released (their allocation
-cleared) when kube-scheduler has not reserved them.
+for want of capacity is tried again every ``retry`` seconds and whenever a claim is released.
+The claims of a pod deleted before its gate lifted are released (:mod:`.release`).
 """
 
 from __future__ import annotations
@@ -45,21 +44,21 @@ from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.records import Conflict
 from devshare.engine.state import DEFAULT_ASSUME_TTL
 from devshare.kube.dra import DRA_KINDS, DraApi, DraKind
-from devshare.kube.errors import BackendError, Gone, NotFound, Unavailable
+from devshare.kube.errors import BackendError, NotFound
 from devshare.kube.errors import Conflict as ApiConflict
 from devshare.kube.informer import Backoff
 from devshare.model import dra
-from devshare.model.dra import Claim, has_gate, node_filter, parse_claim, parse_device_class, parse_slice, pod_claims
+from devshare.model.dra import Claim, has_gate, node_filter, parse_claim, pod_claims
+from devshare.model.draslices import parse_device_class, parse_slice
 from devshare.model.errors import InvalidInput
 from devshare.model.kubeobjects import meta, object_key
 from devshare.model.pod import parse_pod
+from devshare.server.dra.events import FAILED_REASON, OVERBOOKED_REASON, DraEvents
+from devshare.server.dra.publisher import publish
+from devshare.server.dra.release import release_claims
+from devshare.server.dra.watches import DraWatches, keys
 
 log = logging.getLogger(__name__)
-
-FAILED_REASON = "FailedDRAAllocation"
-ALLOCATED_REASON = "DRAAllocated"
-OVERBOOKED_REASON = "DeviceOverbooked"
-REPORTED_KEPT = 4096
 
 
 class DraController:
@@ -80,20 +79,19 @@ class DraController:
         self.assume_ttl = assume_ttl
         self.retry = retry
         self.publish_slices = publish_slices
-        self._backoff = backoff
         self.inventory = Inventory()
         self.claims: dict[str, dict[str, Any]] = {}  # every claim, as last seen
         self.slices: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # pods not bound yet
-        self.versions: dict[DraKind, str] = {}
         self.synced = asyncio.Event()
         self.off = False  # the API server serves no resource.k8s.io/v1: nothing to allocate
         self._queue: dict[str, None] = {}
         self._wake = asyncio.Event()
         self._waiting: set[str] = set()  # gated pods refused for now: tried again every `retry` seconds
-        self._reported: dict[str, str] = {}  # object key -> last message reported
         self._tasks: list[asyncio.Task[None]] = []
         self._side: set[asyncio.Task[Any]] = set()
+        self.watches = DraWatches(api, self.apply, self._held, backoff=backoff)
+        self.events = DraEvents(api, self._spawn)
         # counters (metrics)
         self.allocated = 0  # claims allocated
         self.gates_lifted = 0
@@ -120,16 +118,9 @@ class DraController:
     async def run(self) -> None:
         if self.ready is not None:
             await self.ready()
-        try:
-            for kind in DRA_KINDS:
-                await self._list(kind, initial=True)
-        except BackendError as e:
-            # a cluster before Kubernetes 1.34 serves no resource.k8s.io/v1; or deploy/dra (the DeviceClasses
-            # and the allocator's RBAC) is not installed: nothing to allocate until a restart after it is
-            why = ("the API server does not serve resource.k8s.io/v1: claims need Kubernetes 1.34 or later"
-                   if isinstance(e, NotFound) else
-                   "its RBAC is not installed (kubectl apply -k deploy/dra, or the chart's dra.enabled), then restart")
-            log.warning("DRA is off: %s (%s; docs/dra.md). Extended-resource pods are scheduled as ever", why, e)
+        why = await self.watches.list_all()
+        if why:
+            log.warning("DRA is off: %s (docs/dra.md). Extended-resource pods are scheduled as ever", why)
             self.off = True
             return
         self.synced.set()
@@ -137,58 +128,14 @@ class DraController:
                  len(self.pods))
         async with asyncio.TaskGroup() as tg:
             for kind in DRA_KINDS:
-                tg.create_task(self._watch(kind), name=f"devshare-dra-watch-{kind}")
+                tg.create_task(self.watches.watch(kind), name=f"devshare-dra-watch-{kind}")
             tg.create_task(self._work(), name="devshare-dra-work")
             tg.create_task(self._tick(), name="devshare-dra-retry")
 
-    async def _list(self, kind: DraKind, *, initial: bool) -> None:
-        backoff = self._backoff()
-        while True:
-            try:
-                result = await self.api.list(kind)
-                break
-            except BackendError as e:
-                if initial and (isinstance(e, NotFound) or e.code == 403):
-                    raise  # the API group is not served, or DRA's RBAC not installed: run() turns DRA off
-                delay = backoff.next_delay()
-                log.warning("listing %s failed (%s); retrying in %.1fs", kind, e, delay)
-                await asyncio.sleep(delay)
-        present = {object_key(o) for o in result.items}
-        if not initial:
-            held = {"resourceclaims": self.claims, "resourceslices": self.slices, "pods": self.pods}.get(kind)
-            gone = [k for k in (held or {}) if k not in present]
-            if kind == "deviceclasses":
-                gone = [k for k in self.inventory.classes if k not in present]
-            for k in gone:
-                old = (held or {}).get(k, {"metadata": {"name": k}})
-                self.apply(kind, "DELETED", old)
-        for obj in result.items:
-            self.apply(kind, "ADDED", obj)
-        self.versions[kind] = result.resource_version
-
-    async def _watch(self, kind: DraKind) -> None:
-        backoff = self._backoff()
-        while True:
-            try:
-                async for ev in self.api.watch(kind, self.versions.get(kind, "")):
-                    backoff.reset()
-                    if ev.type != "BOOKMARK":
-                        self.apply(kind, ev.type, ev.object)
-                    rv = meta(ev.object).get("resourceVersion")
-                    if rv:
-                        self.versions[kind] = str(rv)
-            except Gone:
-                log.warning("DRA watch of %s: history compacted; re-listing", kind)
-                await self._list(kind, initial=False)
-            except BackendError as e:
-                delay = backoff.next_delay()
-                level = logging.INFO if isinstance(e, Unavailable) else logging.WARNING
-                log.log(level, "DRA watch of %s broke (%s); reconnecting in %.1fs", kind, e, delay)
-                await asyncio.sleep(delay)
-            except Exception:
-                delay = backoff.next_delay()
-                log.exception("DRA watch of %s failed unexpectedly; reconnecting in %.1fs", kind, delay)
-                await asyncio.sleep(delay)
+    def _held(self, kind: DraKind) -> dict[str, dict[str, Any]]:
+        if kind == "deviceclasses":
+            return keys(self.inventory.classes)
+        return {"resourceclaims": self.claims, "resourceslices": self.slices, "pods": self.pods}[kind]
 
     async def _tick(self) -> None:
         while True:
@@ -199,7 +146,7 @@ class DraController:
                 if has_gate(pod):
                     self._enqueue(key)  # a leader that just took over, a write that failed
             if self.publish_slices and self.is_leader():
-                await self.publish()
+                await publish(self.api, self.slices, self.state.devices)
 
     async def _work(self) -> None:
         while True:
@@ -278,7 +225,7 @@ class DraController:
         if reason is not None:
             self.overbooked += 1
             log.warning("claim %s is allocated devices that would be over-booked; not counted: %s", claim.key, reason)
-            self._report("ResourceClaim", claim.namespace, claim.name, claim.uid, OVERBOOKED_REASON,
+            self.events.report("ResourceClaim", claim.namespace, claim.name, claim.uid, OVERBOOKED_REASON,
                          f"devshare does not count this claim's allocation: {reason}")
 
     def _record_unrecorded(self) -> None:
@@ -308,7 +255,7 @@ class DraController:
         if type_ == "DELETED":
             old = self.pods.pop(key, None)
             self._waiting.discard(key)
-            self._reported.pop(key, None)
+            self.events.forget(key)
             if old is not None and pod_claims(old):  # a pod without claims has none to release: no read
                 self._spawn(self._pod_gone(key, old))
             return
@@ -488,93 +435,14 @@ class DraController:
         else:
             self._waiting.discard(key)
         log.info("pod %s: claims not allocated: %s", key, message)
-        self._report("Pod", str(m.get("namespace") or "default"), str(m.get("name") or ""), str(m.get("uid") or ""),
-                     FAILED_REASON, f"devshare cannot allocate the pod's claims: {message}")
+        self.events.report("Pod", str(m.get("namespace") or "default"), str(m.get("name") or ""),
+                           str(m.get("uid") or ""), FAILED_REASON,
+                           f"devshare cannot allocate the pod's claims: {message}")
 
     # ------------------------------------------------------------------ pods gone before their gate lifted
     async def _pod_gone(self, key: str, old: dict[str, Any]) -> None:
-        ns, _, name = key.partition("/")
-        try:
-            now = await self.api.get("pods", ns, name)
-        except BackendError as e:
-            log.warning("pod %s: cannot tell whether it still exists (%s); its claims stay allocated", key, e)
-            return
-        if now is not None and meta(now).get("uid") == meta(old).get("uid"):
-            return  # bound: it left the pending pods, it is not gone
-        if not self.is_leader():
-            return
-        used_elsewhere = {r.claim for k, p in self.pods.items() if k.startswith(f"{ns}/") for r in pod_claims(p)}
-        for ref in pod_claims(old):
-            if not ref.claim or ref.claim in used_elsewhere:
-                continue
-            obj = self.claims.get(f"{ns}/{ref.claim}")
-            if obj is None:
-                continue
-            try:
-                claim = parse_claim(obj)
-            except InvalidInput:
-                continue
-            if claim.allocation is None or claim.reserved_for or not all(self._serves(c) for c in claim.classes()):
-                continue
-            new = copy.deepcopy(obj)
-            new.get("status", {}).pop("allocation", None)
-            try:
-                stored = await self.api.update_status(new)
-            except BackendError as e:
-                log.info("claim %s of deleted pod %s not released: %s", claim.key, key, e)
-                continue
+        for claim, stored in await release_claims(self.api, key, old, pods=self.pods, claims=self.claims,
+                                                  serves=self._serves, is_leader=self.is_leader):
             self.released += 1
             self.claims[claim.key] = stored
-            self._release_record(dra.claim_record_key(ns, claim.name))
-            log.info("claim %s released: its pod %s was deleted before it was scheduled", claim.key, key)
-
-    # ------------------------------------------------------------------ slices for Device objects
-    async def publish(self) -> None:
-        """ResourceSlices for the nodes whose Device object no devshare agent publishes a slice for
-        (Device objects written by another reporter); the agent's own slices are never touched."""
-        by_agent = {meta(s).get("name") for s in self.slices.values()
-                    if ((meta(s).get("labels") or {}).get(dra.PUBLISHED_BY) == "agent")}
-        wanted: dict[str, dict[str, Any]] = {}
-        for node, nd in self.state.devices.items():
-            if dra.slice_name(node) in by_agent:
-                continue
-            wanted[dra.slice_name(node)] = dra.slice_object(nd, published_by="controller")
-        for name, obj in wanted.items():
-            current = self.slices.get(name)
-            try:
-                if current is None:
-                    self.slices[name] = await self.api.create("resourceslices", obj)
-                elif dra.slice_changed(current, obj):
-                    self.slices[name] = await self.api.update("resourceslices", dra.next_slice(current, obj))
-            except BackendError as e:
-                log.warning("publishing ResourceSlice %s failed: %s", name, e)
-        for name, obj in list(self.slices.items()):
-            labels = meta(obj).get("labels") or {}
-            if labels.get(dra.PUBLISHED_BY) == "controller" and name not in wanted:
-                with contextlib.suppress(BackendError):
-                    await self.api.delete("resourceslices", None, name)
-
-    # ------------------------------------------------------------------ events
-    def _report(self, kind: str, ns: str, name: str, uid: str, reason: str, message: str) -> None:
-        key = f"{kind}/{ns}/{name}"
-        if self._reported.get(key) == message:
-            return
-        self._reported[key] = message
-        while len(self._reported) > REPORTED_KEPT:
-            self._reported.pop(next(iter(self._reported)))
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        api_version = "v1" if kind == "Pod" else dra.API_VERSION
-        event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
-                 "involvedObject": {"apiVersion": api_version, "kind": kind, "namespace": ns, "name": name,
-                                    "uid": uid},
-                 "reason": reason, "type": "Warning", "message": message[:1024],
-                 "source": {"component": "devshare-dra"}, "reportingComponent": "devshare-dra",
-                 "firstTimestamp": now, "lastTimestamp": now, "count": 1}
-        self._spawn(self._send_event(ns, event))
-
-    async def _send_event(self, ns: str, event: dict[str, Any]) -> None:
-        try:
-            await self.api.record_event(ns, event)
-        except BackendError as e:
-            log.info("could not record event %s: %s", event["reason"], e)
+            self._release_record(dra.claim_record_key(claim.namespace, claim.name))

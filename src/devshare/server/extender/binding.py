@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from devshare.engine.groups import Bind, MemberPlacement
@@ -51,7 +51,9 @@ NOT_LEADER = "not the leader"
 
 
 class Binder:
-    """``after_bind``: called after each Binding (``--save``); ``before_claim``: a test hook called with
+    """``after_bind``: awaited after each Binding, before the bind is answered (``--save``: the cluster
+    file written, :meth:`~devshare.kube.persist.SnapshotWriter.commit`); what it returns, when not None,
+    is why the bind is not durable, and the answer says so. ``before_claim``: a test hook called with
     the pod's key after the fence and before the claim (the window a paused replica would be in).
     ``scheduler_name``: the kube-scheduler profile this extender serves: a pod asking for no device is
     bound only when it is that profile's (a caller cannot make devshare bind another scheduler's pods);
@@ -59,7 +61,7 @@ class Binder:
 
     def __init__(self, lifecycle: Lifecycle, backend: Backend, cluster: ClusterView, leadership: Leadership,
                  requests: Requests, filtering: Filtering, groups: Groups, claims: Claims | None, *,
-                 clock: Callable[[], float], after_bind: Callable[[], None] | None = None,
+                 clock: Callable[[], float], after_bind: Callable[[], Awaitable[str | None]] | None = None,
                  before_claim: Callable[[str], None] | None = None, scheduler_name: str | None = None) -> None:
         self.lifecycle = lifecycle
         self.state = lifecycle.state
@@ -209,7 +211,10 @@ class Binder:
                 await self.claims.withdraw(pod, alloc, unsure=isinstance(e, Unavailable))
             return f"binding pod {pod.key} to node {node} failed: {e}", isinstance(e, Changed)
         if self.after_bind is not None:
-            self.after_bind()
+            unsaved = await self.after_bind()
+            if unsaved:
+                return (f"pod {pod.key} is bound to node {node} in memory but not saved to the cluster file: "
+                        f"{unsaved}"), False
         return "", False
 
     # ------------------------------------------------------------------ group members

@@ -52,12 +52,12 @@ from devshare.model.allocation import PodAllocation
 from devshare.model.kubeobjects import meta
 from devshare.model.request import PodRequest
 from devshare.server.extender.view import ClusterView
+from devshare.server.extender.watermark import CATCH_UP, Behind, caught_up, reached, version_number
 
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 16  # compare-and-swap rounds before a bind gives up (each lost round: another replica wrote)
 STUB_RECHECK = 30.0  # seconds after which a claim not yet seen bound by the watch is read again
-CATCH_UP = 5.0  # seconds a write waits for this replica's watch of pods to reach the ledger's watermark
 BOUND_KEPT = 16384  # pods seen bound that are remembered (their claims leave the ledger at the next write)
 # seconds a write waits for more claims to join it: each write costs the API server and etcd a few ms of
 # CPU, so at 70 binds a second waiting 50 ms makes one write per 5-6 binds (BENCHMARKS.md)
@@ -69,15 +69,6 @@ Queued = tuple[PodRequest, PodAllocation, "asyncio.Future[str | None]"]  # a cla
 
 class Contended(Exception):
     """A ledger write lost its compare-and-swap :data:`ATTEMPTS` times in a row."""
-
-
-class Behind(Exception):
-    """This replica's watch of pods has not reached the ledger's watermark in time (:data:`CATCH_UP`)."""
-
-
-def version_number(rv: str | None) -> int | None:
-    """A resourceVersion as the number it is (etcd's revision), None when it is not one."""
-    return int(rv) if rv and rv.isdigit() else None
 
 
 @dataclass
@@ -125,6 +116,10 @@ class Claims:
         self.catch_up = catch_up  # seconds a write waits for the watch to reach the ledger's watermark
         self.clock = clock
         self.current: Ledger | None = None  # the ledger as last read or written (None: read it first)
+        self.read_at = 0.0  # when it was last read or written (this replica's clock)
+        self.unreadable: str | None = None  # why the ledger as last read cannot be used (None: it can)
+        # each claim in the ledger and when this replica first saw it: claims age by the reader's clock
+        self.first_seen: dict[Claim, float] = {}
         # pods recorded in the state from another replica's claim alone (not yet seen bound by the
         # watch): the request standing for the pod, and when the claim was last read
         self.stubs: dict[str, tuple[PodRequest, float]] = {}
@@ -178,9 +173,11 @@ class Claims:
             try:
                 written = await self.swap(change)
             except Contended:
+                self.current = None
                 return [f"pod {p.key}: the claim ledger ({where}) changed {ATTEMPTS} times while devshare "
                         "tried to record the pod's claim; nothing was bound" for p, _, _ in batch]
             except Behind as e:
+                self.current = None
                 return [f"pod {p.key}: {e}; nothing was bound" for p, _, _ in batch]
             except BackendError as e:
                 self.current = None  # the write may have happened: read the ledger afresh next time
@@ -190,6 +187,8 @@ class Claims:
             self.counters.refused += sum(1 for a in answers if a and NO_FIT in a)
             if written is not None:
                 self.counters.pruned += pruned
+            else:
+                self.current = None  # refused, nothing written: the next write reads the ledger afresh (repaired?)
             return answers
 
     async def swap(self, change: Callable[[Ledger], tuple[dict[str, Claim], str] | None]) -> Ledger | None:
@@ -201,7 +200,10 @@ class Claims:
         they come. The caller holds the lock."""
         ledger = self.current if self.current is not None else await self.read()
         for _ in range(ATTEMPTS):
-            await self._caught_up(ledger.watermark)
+            want = version_number(ledger.watermark)
+            if want is not None and not reached(self.cluster, want):
+                self.counters.waited += 1
+                await caught_up(self.cluster, ledger.watermark, self.catch_up, self.ledger.where)
             out = change(ledger)  # no await between the wait and the decision
             if out is None:
                 return None
@@ -215,26 +217,6 @@ class Claims:
             self._adopt(written)
             return written
         raise Contended(f"the claim ledger changed {ATTEMPTS} times in a row")
-
-    async def _caught_up(self, watermark: str) -> None:
-        """Return once this replica's watch of pods has reached ``watermark`` (it has then seen every
-        binding whose claim was dropped from the ledger); :class:`Behind` after ``catch_up`` seconds."""
-        want = version_number(watermark)
-        if want is None:
-            return
-        have = version_number(self.cluster.watch_version())
-        if have is not None and have >= want:
-            return
-        self.counters.waited += 1
-        deadline = time.monotonic() + self.catch_up
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-            have = version_number(self.cluster.watch_version())
-            if have is not None and have >= want:
-                return
-        have_text = self.cluster.watch_version() or "none"
-        raise Behind(f"this replica's watch of pods is at resourceVersion {have_text}, behind the claim ledger's "
-                     f"watermark {watermark} ({self.ledger.where}); it binds again once its watch catches up")
 
     def decide(self, ledger: Ledger, batch: list[Queued]) -> tuple[dict[str, Claim], str, list[str | None], int]:
         """The claims and watermark to write for ``batch`` over ``ledger``, the answer of each of its
@@ -276,7 +258,7 @@ class Claims:
             # another replica's claim under this name (this pod's, or one of an earlier pod of the name
             # whose end the watch has not shown yet): never overwritten
             return (f"pod {pod.key} is being bound by another devshare replica ({held.by} claimed devices of node "
-                    f"{held.node} for it {max(0.0, self.clock() - held.at):.0f} s ago); a claim whose pod never binds "
+                    f"{held.node} for it {self.age(held, self.clock()):.0f} s ago); a claim whose pod never binds "
                     f"is released after {self.ttl:g} s")
         reason = self._check(pod, alloc, [c for c in unreflected if c.node == node and c.pod != pod.key])
         if reason is not None:
@@ -291,6 +273,12 @@ class Claims:
         size[0] = grown
         claims[pod.key] = claim
         return None
+
+    def age(self, c: Claim, now: float) -> float:
+        """How long ``c`` has been in the ledger by this replica's clock: since this replica first saw it
+        (read or wrote it). Its ``at`` is the writer's clock, which may run ahead or behind: never used
+        to age it (a claim dated in the future is as young as one seen now)."""
+        return max(0.0, now - self.first_seen.get(c, now))
 
     def gone(self, c: Claim) -> bool:
         """The claim's pod is surely gone or finished: the watch has seen it end (never a guess: a pod
@@ -386,8 +374,17 @@ class Claims:
     def _adopt(self, ledger: Ledger) -> None:
         """The ledger as just read or written: kept, its claims absorbed, and the state's records made
         from claims no longer in it released (withdrawn: their Binding failed; expired; or dropped as
-        bound, which a decision waits for the watch to show: :meth:`_caught_up`)."""
+        bound, which a decision waits for the watch to show: :func:`~devshare.server.extender.watermark.caught_up`)."""
+        if ledger.error != self.unreadable:  # said once per change
+            if ledger.error is not None:
+                log.warning("the claim ledger (%s) cannot be read: %s; binds are refused until it is repaired or "
+                            "deleted", self.ledger.where, ledger.error)
+            else:
+                log.warning("the claim ledger (%s) can be read again: binds go on", self.ledger.where)
+            self.unreadable = ledger.error
         self.current = ledger
+        now = self.read_at = self.clock()
+        self.first_seen = {c: self.first_seen.get(c, now) for c in ledger.claims.values()}
         for key, (stub, _) in list(self.stubs.items()):
             rec = self.state.pods.get(key)
             if rec is None or rec.pod is not stub:
@@ -413,8 +410,6 @@ class Claims:
                 hint = " (does the extender's Role allow get on configmaps?)" if e.code == 403 else ""
                 log.warning("reading the claim ledger failed%s: %s; retrying in %.1fs", hint, e, delay)
                 await asyncio.sleep(delay)
-        if ledger.error is not None:
-            log.warning("the claim ledger (%s) cannot be read: %s", self.ledger.where, ledger.error)
         self._adopt(ledger)
 
     # ------------------------------------------------------------------ the watch

@@ -1,11 +1,15 @@
 """The upkeep of the claim ledger (:mod:`devshare.server.extender.claims`): claims of binds that are done
 leave it, claims of binds that never completed expire.
 
-Periodically, every replica reads the ledger again when it holds claims its watch has not confirmed for
-a while; the leader removes the claims of pods bound, gone or finished, and those of pods that did not
-bind within the claims' TTL, after writing the expiry annotation on each such pod
-(:meth:`~devshare.kube.ledger.ClaimLedger.expire`: a Binding of the claim's writer still on its way then
-fails on the pod's resourceVersion).
+Periodically, every replica reads the ledger again: at each sweep while it could not be read (an error
+of the API server, a ConfigMap holding garbage: once repaired or deleted it is used again within one
+sweep), when it holds claims the watch has not confirmed for a while, and every :data:`REREAD` seconds.
+The leader removes the claims of pods bound (as the watch or a list of pods shows them: after a restart
+too), gone or finished, and those of pods that did not bind within the claims' TTL, after writing the
+expiry annotation on each such pod (:meth:`~devshare.kube.ledger.ClaimLedger.expire`: a Binding of the
+claim's writer still on its way then fails on the pod's resourceVersion). A claim's age is counted by
+this replica's clock, from when it first saw the claim (:meth:`Claims.age`): a writer's clock that runs
+ahead cannot keep a claim forever.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from devshare.server.extender.claims import STUB_RECHECK, Behind, Claims, Conten
 
 log = logging.getLogger(__name__)
 
+REREAD = 30.0  # seconds after which every replica reads the ledger again, whatever it holds
+
 
 class ClaimSweep:
     def __init__(self, claims: Claims) -> None:
@@ -29,7 +35,8 @@ class ClaimSweep:
         pods that did not bind within ``ttl`` (after the expiry annotation, see the module's doc)."""
         book = self.claims
         now = book.clock()
-        if any(now - since > STUB_RECHECK for _, since in book.stubs.values()):
+        if (book.current is None or book.current.error is not None or now - book.read_at > REREAD
+                or any(now - since > STUB_RECHECK for _, since in book.stubs.values())):
             async with book.lock:
                 try:
                     await book.read()
@@ -39,7 +46,7 @@ class ClaimSweep:
             return
         claims = list(book.current.claims.values())
         done = [c for c in claims if book.gone(c) or book.seen_bound(c) is not None]
-        old = [c for c in claims if c not in done and now - c.at > book.ttl and not self._bound_here(c)]
+        old = [c for c in claims if c not in done and book.age(c, now) > book.ttl and not self._bound_here(c)]
         if not done and not old:
             return
         expired = [c for c in old if await book.ledger.expire(c, now=book.clock())]

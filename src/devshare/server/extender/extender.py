@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -28,8 +28,9 @@ from devshare.engine.groups import GroupPlanner
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.refusals import Refusals
 from devshare.kube.backend import Backend
+from devshare.model import names
 from devshare.model.errors import InvalidInput
-from devshare.model.kubeobjects import object_key
+from devshare.model.kubeobjects import meta, object_key
 from devshare.server.extender.binding import Binder
 from devshare.server.extender.claims import Claims
 from devshare.server.extender.claimsweep import ClaimSweep
@@ -69,7 +70,8 @@ class Extender:
                  leadership: Leadership | None = None, metrics: ExtenderMetrics | None = None,
                  refusals: Refusals | None = None, claims: Claims | None = None, events: Events | None = None,
                  shortlist: int = 0, clock: Callable[[], float] = time.monotonic,
-                 after_bind: Callable[[], None] | None = None, before_claim: Callable[[str], None] | None = None,
+                 after_bind: Callable[[], Awaitable[str | None]] | None = None,
+                 before_claim: Callable[[str], None] | None = None,
                  scheduler_name: str | None = None, wall_clock: Callable[[], float] = time.time) -> None:
         self.lifecycle = lifecycle
         self.state = lifecycle.state
@@ -155,6 +157,13 @@ class Extender:
 
     # ------------------------------------------------------------------ what the informer delivers
     def listed(self, kind: str, items: list[dict[str, Any]], *, initial: bool) -> list[str]:
+        """After the state applied a list: the claims learn which of devshare's pods are bound, as from the
+        watch (after a restart, the claims of pods bound meanwhile then leave the ledger). Only pods with
+        devshare's allocation can have a claim: the others would only crowd the claims' memory of them."""
+        if kind == "pods" and self.claims is not None:
+            for obj in items:
+                if names.ALLOCATION in (meta(obj).get("annotations") or {}):
+                    self.claims.pod_changed("ADDED", obj)
         return []
 
     def progressed(self, kind: str, version: str, *, synced: bool) -> None:

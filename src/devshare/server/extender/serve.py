@@ -72,7 +72,7 @@ class ExtenderOptions:
     pod_name: str = ""
     follow_period: float = 1.0  # seconds between two reads of the followed Lease
     expire_interval: float = 5.0
-    save: SnapshotWriter | None = None  # asked to write after each bind, flushed on shutdown (--save)
+    save: SnapshotWriter | None = None  # each bind durable in the file before it is answered (--save)
     freeze_after_sync: bool = False  # gc.freeze() once synced (the server process; not in tests)
     # the configuration (devshare.config, with the command line's flags applied): policy, weights, limits,
     # the assume TTL; None: the defaults
@@ -140,7 +140,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
     metrics = ExtenderMetrics()
     extender = Extender(lifecycle, backend, cluster, leadership=leadership or elector, metrics=metrics,
                         refusals=engine.refusals, claims=claims, events=events, shortlist=engine.shortlist, clock=clock,
-                        after_bind=opts.save.request if opts.save is not None else None,
+                        after_bind=opts.save.commit if opts.save is not None else None,
                         before_claim=StopBeforeClaim(stop_at) if stop_at else None, scheduler_name=opts.scheduler_name)
     cfg = opts.config
     if cfg is not None and cfg.scheduling.steer_other_pods and cfg.scheduling.shortlist == 0:
@@ -382,7 +382,7 @@ def election_line(opts: ExtenderOptions) -> str:
     return "leader election: off: this extender binds every pod it is asked to (run a single replica)"
 
 
-def cluster_saver(backend: MemoryBackend, path: Path, *, delay: float = 0.5) -> SnapshotWriter:
+def cluster_saver(backend: MemoryBackend, path: Path) -> SnapshotWriter:
     """The ``save`` of ``--save``: the memory backend's objects written back to ``path``, atomically,
-    off the event loop, at most once per ``delay`` seconds (:mod:`devshare.kube.persist`)."""
-    return SnapshotWriter(backend.snapshot, path, delay=delay)
+    off the event loop, each bind on disk before it is answered (:mod:`devshare.kube.persist`)."""
+    return SnapshotWriter(backend.snapshot, path)

@@ -25,7 +25,7 @@ from aiohttp import web
 from devshare.engine.refusals import refuse_unconfigured
 from devshare.model.dra import shipped_classes
 from devshare.model.errors import InvalidInput
-from devshare.model.pod import requests_devices
+from devshare.model.podresources import requests_devices
 from devshare.server.metrics import metrics_response
 from devshare.server.webhook import metrics as m
 from devshare.server.webhook.allocations import (

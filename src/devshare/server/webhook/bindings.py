@@ -8,7 +8,7 @@ A Binding (``pods/binding``, or the older ``bindings`` resource, CREATE) is judg
   at all; this is the same rule for API servers without them);
 - carrying an allocation annotation (the API server copies a Binding's annotations onto its pod):
   refused, whatever the pod asks for, as a pod CREATE or UPDATE carrying one is;
-- of a pod that asks for a device devshare manages (:func:`devshare.model.pod.requests_devices`):
+- of a pod that asks for a device devshare manages (:func:`devshare.model.podresources.requests_devices`):
   refused with the reason. Another scheduler binding it (a second scheduler during a migration,
   ``spec.nodeName`` set by a controller through a Binding, a person with ``kubectl create``) would
   give its cards to a pod devshare never counted;
@@ -27,7 +27,7 @@ from typing import Any
 
 from devshare.model import dialects
 from devshare.model.errors import InvalidInput
-from devshare.model.pod import container_resources, requests_devices
+from devshare.model.podresources import container_resources, requests_devices
 from devshare.model.problems import Problems
 from devshare.server.webhook.allocations import allocation_annotations
 from devshare.server.webhook.pods import PodSource
