@@ -24,12 +24,15 @@ from support.server import ServerThread
 from support.waiting import eventually as until
 from support.waiting import settled
 
-TIMING = (1.0, 0.6, 0.1)  # lease duration, renew deadline, retry period (seconds)
+# lease duration, renew deadline, retry period (seconds): long enough that a loaded machine's pauses do
+# not cost A its lease before the test freezes it (the leader renews every 0.3 s and has 1.8 s to)
+TIMING = (3.0, 1.8, 0.3)
 
 
 class LaggingWatch:
     """A backend whose watch events arrive ``lag`` seconds late (a slow watch: A does not learn of
-    B's bind before it serves its queued one, so only fencing can stop it)."""
+    B's bind before it serves its queued one, so only fencing can stop it; ``lag`` well beyond A's
+    freeze of 2.5 lease durations)."""
 
     def __init__(self, inner: KubeClient, lag: float) -> None:
         self.inner = inner
@@ -60,7 +63,7 @@ async def test_a_deposed_leader_does_not_serve_a_queued_bind(fake_api: FakeApiSe
     for obj in (node("node-0"), device("node-0", 1), pod("p1", core=60), pod("p2", core=60)):
         fake_api.put(obj)
     options = {"leader_election": True, "lease_timing": TIMING}
-    lagging = LaggingWatch(KubeClient.connect(fake_kubeconfig), lag=5.0)
+    lagging = LaggingWatch(KubeClient.connect(fake_kubeconfig), lag=15.0)
     a_app = build_app(lagging, ExtenderOptions(identity="a", **options))  # type: ignore[arg-type]
     a = await asyncio.to_thread(ServerThread, a_app)  # its own event loop, in a thread: the one we freeze
     try:
