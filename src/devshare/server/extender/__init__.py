@@ -13,5 +13,7 @@
 - the read surface: :mod:`.snapshot` (/ui/occupancy and /inspect from one snapshot per interval),
   :mod:`.page` (the page's queue, quotas, configuration), :mod:`.refused` (the pods refused lately, and
   why), :mod:`.history` (allocation and stranded % over the last hour);
+- :mod:`.steering`: the leader's steering taint on the Nodes holding a free GPU (other schedulers' pods
+  go elsewhere; ``scheduling.steerOtherPods``);
 - :mod:`.serve`: wiring to a backend (engine, informer, leader election, upkeep) and running it.
 """
