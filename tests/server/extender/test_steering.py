@@ -146,3 +146,24 @@ async def test_the_watch_keeps_each_nodes_taints_and_forgets_deleted_nodes() -> 
 
 def test_the_taint_is_devshares_prefer_no_schedule() -> None:
     assert TAINT == {"key": TAINT_KEY, "effect": "PreferNoSchedule"}
+
+
+async def test_a_round_with_nothing_new_looks_at_nothing() -> None:
+    state, backend = cluster([node("free"), node("busy"), node("plain")])
+    s = await steerer_for(state, backend)
+    assert await s.reconcile() == 1
+    assert await s.reconcile() == 0  # nothing wrong: remembered
+    calls = 0
+    real = s.plan
+
+    def counting() -> list[tuple[str, bool]]:
+        nonlocal calls
+        calls += 1
+        return real()
+
+    s.plan = counting  # type: ignore[method-assign]
+    assert await s.reconcile() == 0 and calls == 0  # neither the state nor a Node changed
+    bound(state, "b", "free", 0, core=100)
+    bound(state, "c", "free", 1, core=100)  # free's GPUs now both in use
+    assert await s.reconcile() == 1 and calls == 1
+    assert taints_of(backend, "free") == []

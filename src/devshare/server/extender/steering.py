@@ -66,11 +66,14 @@ class Steerer:
         self.written = 0  # taints set or removed
         self.conflicts = 0  # writes that met a newer node (written again from the watch's copy)
         self.failures = 0  # writes that failed otherwise (the API server unavailable)
+        self._changes = 0  # Node events seen (with the state's version: whether a round has anything new)
+        self._settled: tuple[int, int] | None = None  # (state version, node events) of a round with nothing to do
 
     # ------------------------------------------------------------------ the informer's handler
     def listed(self, kind: str, items: list[dict[str, Any]], *, initial: bool) -> list[str]:
         if kind == "nodes":
             self.nodes = {}
+            self._changes += 1
             for obj in items:
                 self._keep(obj)
         return []
@@ -80,6 +83,7 @@ class Steerer:
             return
         if type_ == "DELETED":
             self.nodes.pop(str(meta(obj).get("name", "")), None)
+            self._changes += 1
         else:
             self._keep(obj)
 
@@ -87,6 +91,7 @@ class Steerer:
         pass
 
     def _keep(self, obj: dict[str, Any]) -> None:
+        self._changes += 1
         name, rv = meta(obj).get("name"), meta(obj).get("resourceVersion")
         if not name or not rv:
             return
@@ -109,8 +114,15 @@ class Steerer:
         return out
 
     async def reconcile(self) -> int:
-        """Write at most ``per_round`` wrong nodes; returns how many were written."""
+        """Write at most ``per_round`` wrong nodes; returns how many were written. A round after one that
+        found nothing to do, with neither the state nor a Node changed since, looks at nothing."""
+        seen = (self.state.version, self._changes)
+        if seen == self._settled:
+            return 0
         todo = self.plan()[: self.per_round]
+        if not todo:
+            self._settled = seen
+            return 0
         if todo:
             names = list(self.nodes)
             self._start = (names.index(todo[-1][0]) + 1) if todo[-1][0] in self.nodes else 0
