@@ -586,11 +586,12 @@ def follows_lease(kind: str) -> bool:
     return kind.startswith("devshare") and kind != "devshare-elect"
 
 
-def start_extender(cp: ControlPlane, which: str) -> None:
-    """devshare's extender as deploy/ runs it, or the floor extender (same port, same identity)."""
+def start_extender(cp: ControlPlane, which: str, *extra: str) -> None:
+    """devshare's extender as deploy/ runs it (``extra``: more of its flags), or the floor extender (same
+    port, same identity)."""
     if which.startswith("devshare"):
         lease = ["--follow-lease", "devshare-scheduler", "--pod-name", POD] if follows_lease(which) else []
-        cp.start_extender("--log-level", "warning", *lease,
+        cp.start_extender("--log-level", "warning", *lease, *extra,
                           *(["--no-claim-ledger"] if which == "devshare-no-ledger" else []),
                           *(["--event-loop", "asyncio"] if which == "devshare-asyncio" else []),
                           *(["--no-lane"] if which == "devshare-no-lane" else []))

@@ -269,8 +269,7 @@ def start_schedulers(cp: ControlPlane, cpu_pods: str, window: int | None, steer:
         cfg["scheduling"]["steerOtherPods"] = False
         path = cp.root / "devshare-config-no-steer.yaml"
         path.write_text(yaml.safe_dump(cfg))
-        cp.start_extender("--log-level", "warning", "--follow-lease", "devshare-scheduler", "--pod-name", POD,
-                          "--config", str(path))
+        start_extender(cp, "devshare", "--config", str(path))
     cp.start_scheduler(config=devshare_config(cp, window), hostname=POD)
     if cpu_pods == DEFAULT_SCHEDULER:
         path = cp.root / "default-scheduler.yaml"
