@@ -15,6 +15,7 @@ from devshare.kube.memory import MemoryBackend
 from devshare.server.extender.steering import TAINT, Steerer
 from devshare.server.extender.view import Unelected
 from support.cluster import add_node, bound
+from support.waiting import settled
 
 OTHER = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
 
@@ -129,7 +130,7 @@ async def test_refused_by_rbac_it_stops_with_one_line(caplog: pytest.LogCaptureF
     backend = Refusing.from_objects([node("free"), node("busy"), node("plain")])
     s = Steerer(state, backend, Unelected(), ready=nothing, enabled=True, sleep=lambda _: asyncio.sleep(0))
     s.listed("nodes", (await backend.list("nodes")).items, initial=True)
-    await asyncio.wait_for(s.run(), timeout=30)  # returns: writes stopped for good
+    await settled(s.run())  # returns: writes stopped for good
     assert s.stopped and "forbidden" in s.stopped
     assert [r for r in caplog.records if "no longer marks nodes" in r.getMessage()]
 
