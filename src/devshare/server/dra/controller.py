@@ -79,6 +79,7 @@ class DraController:
         self.assume_ttl = assume_ttl
         self.retry = retry
         self.publish_slices = publish_slices
+        self._built: dict[str, tuple[Any, str]] = {}  # slice -> (devices it was written from, its version)
         self.inventory = Inventory()
         self.claims: dict[str, dict[str, Any]] = {}  # every claim, as last seen
         self.slices: dict[str, dict[str, Any]] = {}
@@ -146,7 +147,7 @@ class DraController:
                 if has_gate(pod):
                     self._enqueue(key)  # a leader that just took over, a write that failed
             if self.publish_slices and self.is_leader():
-                await publish(self.api, self.slices, self.state.devices)
+                await publish(self.api, self.slices, self.state.devices, self._built)
 
     async def _work(self) -> None:
         while True:
