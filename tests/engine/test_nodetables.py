@@ -48,3 +48,16 @@ def test_devices_reloaded_under_pods_count_their_usage_again() -> None:
     s.set_devices(NodeDevices(node="a", devices=(DeviceInfo(type="gpu", minor=0, id="GPU-a-0", memory=GiB),)))
     assert t.count(row) == 1 and int(t.used_core[row, 0]) == 0 and "default/p" in s.pods
 
+
+def test_a_node_that_says_what_it_said_before_changes_nothing() -> None:
+    """Most Node updates (heartbeats, conditions, taints such as devshare's own steering taint) change
+    nothing devshare reads: every version stays, so no kept answer and no per-layout table is rebuilt.
+    A change it reads (here: cordoned) moves them."""
+    s = ClusterState()
+    add_node(s, "a", 2)
+    info = s.nodes["a"]
+    versions = (s.version, s.layout, s.row_version[s.row_of["a"]])
+    s.upsert_node(type(info)(**{f: getattr(info, f) for f in info.__struct_fields__}))  # equal, not the same
+    assert (s.version, s.layout, s.row_version[s.row_of["a"]]) == versions
+    s.upsert_node(type(info)(**{**{f: getattr(info, f) for f in info.__struct_fields__}, "unschedulable": True}))
+    assert s.version > versions[0] and s.layout > versions[1] and not s.active[s.row_of["a"]]

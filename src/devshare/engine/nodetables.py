@@ -105,6 +105,12 @@ class NodeTables:
         return self._rows
 
     def upsert_node(self, info: NodeInfo) -> None:
+        """Add or change a node. A node that says what it said before (most Node updates: heartbeats,
+        conditions, taints, annotations devshare does not read) changes nothing, and keeps every answer
+        kept for it and every per-layout table: each one of those updates used to cost the next filter a
+        rebuild of the cluster's tables (at 5,000 nodes, 20-30 ms a node update)."""
+        if self.nodes.get(info.name) == info and info.name in self.row_of:
+            return
         self.version += 1
         self.layout_version += 1
         row = self.row_of.get(info.name)
