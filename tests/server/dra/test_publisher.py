@@ -71,3 +71,20 @@ async def test_unchanged_devices_are_neither_written_nor_built_again(monkeypatch
     del state["b"]  # b's Device gone: its slice goes
     await publish(api, slices, state, memo)  # type: ignore[arg-type]
     assert api.calls[-1] == f"delete {name}" and name not in memo
+
+
+async def test_devices_that_come_and_go_while_slices_are_written_are_published_next_round() -> None:
+    """A write awaits the API server; Devices arrive meanwhile (1,000 nodes created at once). The round
+    must not fail on the changed mapping (it ended the extender's background tasks: every watch and the
+    election), and the next round publishes what arrived."""
+    state = {"a": devices("a", 1)}
+
+    class Arriving(Api):
+        async def create(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+            state.setdefault("b", devices("b", 1))
+            return await super().create(kind, obj)
+
+    api, slices, memo = Arriving(), {}, {}  # type: ignore[var-annotated]
+    await publish(api, slices, state, memo)  # type: ignore[arg-type]
+    await publish(api, slices, state, memo)  # type: ignore[arg-type]
+    assert sorted(api.calls) == [f"create {draslices.slice_name('a')}", f"create {draslices.slice_name('b')}"]

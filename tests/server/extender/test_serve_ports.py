@@ -3,15 +3,17 @@ the extender uses TLS; and the start-up lines say where, how, and which replica 
 
 from __future__ import annotations
 
+import logging
 import socket
 import ssl
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from devshare.server.extender.listening import listening_line
-from devshare.server.extender.serve import ExtenderOptions, build_app, election_line, serving
+from devshare.server.extender.serve import BackgroundEnded, ExtenderOptions, _run, build_app, election_line, serving
 from devshare.server.tls import CertReloader, make_serving_cert
 from support.extender import cluster
 
@@ -48,3 +50,20 @@ def test_the_election_line_says_which_replica_binds() -> None:
     assert on == "leader election: on (Lease devshare-extender, identity pod-1): binds while it holds the Lease"
     follow = election_line(ExtenderOptions(follow_lease="devshare-scheduler", pod_name="sched-0"))
     assert "follows the Lease devshare-scheduler of the kube-scheduler in this pod (sched-0)" in follow
+
+
+async def test_an_error_in_a_background_task_is_logged_and_ends_the_serving(caplog: pytest.LogCaptureFixture) -> None:
+    """An exception in any background task ends their task group: every watch and the election stop.
+    The extender says so with the traceback and stops serving (the process exits 1 to be restarted),
+    rather than answer kube-scheduler from a state that nothing updates any more."""
+
+    class BrokenDra:  # the DRA controller's API: its first list fails as a bug would
+        async def list(self, kind: Any) -> Any:
+            raise RuntimeError("dictionary changed size during iteration")
+
+    app = build_app(cluster(nodes=1, gpus=1), ExtenderOptions(lane=False, dra_api=BrokenDra()))  # type: ignore[arg-type]
+    with caplog.at_level(logging.CRITICAL), pytest.raises(BackgroundEnded):
+        await _run(app, "127.0.0.1", 0, None, None, lane=False, listening=lambda: None)
+    line = next(r for r in caplog.records if r.levelno == logging.CRITICAL)
+    assert "background tasks stopped" in line.getMessage() and "exits to be restarted" in line.getMessage()
+    assert "RuntimeError: dictionary changed size during iteration" in caplog.text  # the traceback, logged

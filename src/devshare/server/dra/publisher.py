@@ -28,7 +28,7 @@ async def publish(api: DraApi, slices: dict[str, dict[str, Any]], devices: Mappi
     by_agent = {meta(s).get("name") for s in slices.values()
                 if ((meta(s).get("labels") or {}).get(dra.PUBLISHED_BY) == "agent")}
     wanted: set[str] = set()
-    for node, nd in devices.items():
+    for node, nd in list(devices.items()):  # the writes await: Devices may come and go meanwhile
         name = draslices.slice_name(node)
         if name in by_agent:
             continue

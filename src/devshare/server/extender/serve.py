@@ -186,6 +186,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
 
     async def start(app: web.Application) -> None:
         runtime.task = asyncio.create_task(background(), name="devshare-extender-background")
+        runtime.task.add_done_callback(_say_why_background_ended)
 
     async def stop(app: web.Application) -> None:
         if runtime.task is not None:
@@ -295,11 +296,14 @@ def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str
     loop = new_event_loop(opts.event_loop)
     main = loop.create_task(_run(app, host, port, tls.context if tls is not None else None, metrics_sock,
                                  lane=opts.lane, listening=listening))
+    failed = False
     try:
         asyncio.set_event_loop(loop)
         loop.run_until_complete(main)
     except (web.GracefulExit, KeyboardInterrupt):
         pass
+    except BackgroundEnded:
+        failed = True
     finally:  # as aiohttp's run_app ends
         try:
             if not main.done():
@@ -314,16 +318,39 @@ def serve(backend: Backend, options: ExtenderOptions | None = None, *, host: str
                 loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+    if failed:
+        raise SystemExit(1)
 
 
 async def _run(app: web.Application, host: str, port: int, ssl: SSLContext | None, metrics_sock: socket.socket | None,
                *, lane: bool, listening: Callable[[], None]) -> None:
-    """Serve ``app`` (:func:`serving`) until cancelled or until SIGINT/SIGTERM (aiohttp's runner then
-    raises ``GracefulExit``)."""
+    """Serve ``app`` (:func:`serving`) until cancelled, until SIGINT/SIGTERM (aiohttp's runner then
+    raises ``GracefulExit``), or until the background tasks end (:class:`BackgroundEnded`)."""
     async with serving(app, host, port, ssl=ssl, metrics_sock=metrics_sock, lane=lane, handle_signals=True):
         listening()
+        background = app[RUNTIME].task
+        if background is not None:
+            await asyncio.wait({background})
+            raise BackgroundEnded  # logged by _say_why_background_ended
         while True:
             await asyncio.sleep(3600)
+
+
+class BackgroundEnded(Exception):
+    """The informers, the election and the other background tasks stopped while the extender served:
+    it exits (status 1) so that it is restarted, rather than answer from a state nothing updates."""
+
+
+def _say_why_background_ended(task: asyncio.Task[None]) -> None:
+    """One log line, with the traceback, when the background tasks end other than by cancellation: an
+    exception in any of them ends the task group (and so every watch and the election), which nothing
+    else would say."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    log.critical("the extender's background tasks stopped (%s): its watches and leader election no longer "
+                 "run, so it exits to be restarted", "an error in one of them" if exc else "they returned",
+                 exc_info=exc)
 
 
 @dataclass
