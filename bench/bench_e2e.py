@@ -59,6 +59,7 @@ pod's name, binding exactly while that kube-scheduler holds its Lease (``--follo
 kube-scheduler in the same pod).
 ``devshare-asyncio`` is devshare on the standard library's event loop instead of uvloop (``--event-loop
 asyncio``), ``devshare-no-lane`` devshare with every request through aiohttp (``--no-lane``),
+``devshare-no-steer`` devshare without the steering taint (``scheduling.steerOtherPods`` off),
 ``devshare-shared`` devshare with pods that share cards: 30% of a card's compute and 6 GiB of its
 memory each (``--shared`` adds such a phase to every round, its rate reported against the same alone
 phases as ``ratio_shared``).
@@ -95,6 +96,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -396,7 +398,7 @@ def report(name: str, rate: float, phase: dict[str, Any]) -> None:
 
 
 EXTENDERS = ("devshare", "devshare-shared", "devshare-elect", "devshare-no-ledger", "devshare-asyncio",
-             "devshare-no-lane", "floor", "floor-no-bind", "floor-annotate", "floor-h2")
+             "devshare-no-lane", "devshare-no-steer", "floor", "floor-no-bind", "floor-annotate", "floor-h2")
 # the scheduler pod's name, as deploy/scheduler runs it: kube-scheduler's hostname (its Lease identity
 # starts with it) and the extender's --pod-name, which then binds exactly while its kube-scheduler leads
 POD = "devshare-scheduler-bench"
@@ -594,7 +596,8 @@ def start_extender(cp: ControlPlane, which: str, *extra: str) -> None:
         cp.start_extender("--log-level", "warning", *lease, *extra,
                           *(["--no-claim-ledger"] if which == "devshare-no-ledger" else []),
                           *(["--event-loop", "asyncio"] if which == "devshare-asyncio" else []),
-                          *(["--no-lane"] if which == "devshare-no-lane" else []))
+                          *(["--no-lane"] if which == "devshare-no-lane" else []),
+                          *(["--config", str(no_steer_config(cp))] if which == "devshare-no-steer" else []))
         return
     from e2e.cluster import _ok, free_port, wait_until
 
@@ -614,6 +617,18 @@ def start_extender(cp: ControlPlane, which: str, *extra: str) -> None:
             return False
 
     wait_until(ready, timeout=60, what="floor extender /readyz")
+
+
+SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "scheduler" / "config" / "devshare-config.yaml"
+
+
+def no_steer_config(cp: ControlPlane) -> Path:
+    """deploy/'s configuration with ``scheduling.steerOtherPods`` off (no steering taint written)."""
+    cfg = yaml.safe_load(SHIPPED_CONFIG.read_text())
+    cfg["scheduling"]["steerOtherPods"] = False
+    path = cp.root / "devshare-config-no-steer.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
 
 
 def prepare(cp: ControlPlane, nodes: int) -> BoundClock:

@@ -76,7 +76,6 @@ from devshare.sim.trace import MILLI, Trace, TraceNode, TracePod, load_trace
 from e2e.cluster import SCHEDULER_NAME, ControlPlane, control_plane
 
 DEFAULT_SCHEDULER = "default-scheduler"
-SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "scheduler" / "config" / "devshare-config.yaml"
 GPU_MEMORY = "80Gi"  # each card's memory: shares ask a ratio of it, so any size gives the same packing
 
 
@@ -262,14 +261,7 @@ def start_schedulers(cp: ControlPlane, cpu_pods: str, window: int | None, steer:
         proc = cp.processes.get(name)
         if proc is not None and proc.alive:
             proc.stop()
-    if steer:
-        start_extender(cp, "devshare")
-    else:  # deploy/'s configuration with the steering taint off
-        cfg = yaml.safe_load(SHIPPED_CONFIG.read_text())
-        cfg["scheduling"]["steerOtherPods"] = False
-        path = cp.root / "devshare-config-no-steer.yaml"
-        path.write_text(yaml.safe_dump(cfg))
-        start_extender(cp, "devshare", "--config", str(path))
+    start_extender(cp, "devshare" if steer else "devshare-no-steer")
     cp.start_scheduler(config=devshare_config(cp, window), hostname=POD)
     if cpu_pods == DEFAULT_SCHEDULER:
         path = cp.root / "default-scheduler.yaml"
