@@ -21,8 +21,8 @@ from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
 from fakeapi.server import FakeApiServer
 from support.extender import device, node, pod, running
 from support.server import ServerThread
+from support.waiting import FAILSAFE, settled
 from support.waiting import eventually as until
-from support.waiting import settled
 
 # lease duration, renew deadline, retry period (seconds): long enough that a loaded machine's pauses do
 # not cost A its lease before the test freezes it (the leader renews every 0.3 s and has 1.8 s to)
@@ -83,7 +83,7 @@ async def test_a_deposed_leader_does_not_serve_a_queued_bind(fake_api: FakeApiSe
                 time.sleep(2.5 * TIMING[0])
 
             a.loop.call_soon_threadsafe(freeze)
-            assert await asyncio.to_thread(frozen.wait, 5)
+            assert await asyncio.to_thread(frozen.wait, FAILSAFE)
             queued = asyncio.ensure_future(asyncio.to_thread(post, a.port, "/bind", bind_body("p2")))
 
             await until(lambda: elector_b.is_leader)  # B takes the expired lease and binds p1

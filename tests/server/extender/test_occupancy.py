@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 from typing import Any
@@ -15,6 +14,7 @@ from devshare.kube.memory import MemoryBackend
 from devshare.server.extender.occupancy import stranded_core
 from devshare.server.extender.serve import ExtenderOptions
 from support.extender import GiB, bind, cluster, device, names_body, node, pod, post, running
+from support.waiting import eventually
 
 MiB = 2**20
 
@@ -109,18 +109,15 @@ async def test_read_only_listener_serves_only_reads() -> None:
         port = s.getsockname()[1]
     from aiohttp.test_utils import TestClient, TestServer
 
-    from devshare.server.extender.serve import build_app
+    from devshare.server.extender.serve import RUNTIME, build_app
 
     app = build_app(backend(), ExtenderOptions(metrics_port=port))
     client: TestClient[Any, Any] = TestClient(TestServer(app, port=port))
     await client.start_server()
     try:
+        await eventually(lambda: app[RUNTIME].informer.is_synced, what="the extender synced")  # 503 until then
         for path in ("/metrics", "/healthz", "/", "/ui/", "/ui/occupancy", "/inspect"):
-            for _ in range(200):
-                r = await client.get(path)
-                if r.status != 503:
-                    break
-                await asyncio.sleep(0.01)
+            r = await client.get(path)
             assert r.status == 200, path
         for path in ("/filter", "/bind", "/prioritize", "/preempt"):
             r = await client.post(path, data=b"{}")
