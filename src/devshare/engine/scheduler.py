@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.caches import Identity, pod_shape
-from devshare.engine.handlers import handler_for
+from devshare.engine.handlers import HANDLERS
 from devshare.engine.handlers.base import (
     ERROR,
     SUCCESS,
@@ -214,7 +214,7 @@ class Scheduler:
         types = pod.device_types()
         if len(types) != 1:
             return None
-        handler = handler_for(types[0])
+        handler = HANDLERS[types[0]]
         ctx = Context(state=self.state, pod=pod, settings=self.settings, policy=self.policy)
         declared = handler.answer_key(ctx)
         if declared is None:
@@ -260,7 +260,7 @@ class Scheduler:
         live = np.flatnonzero(codes == SUCCESS)
         for k, dtype in enumerate(types):
             try:
-                ev_live = handler_for(dtype).evaluate(ctx, rows[live])
+                ev_live = HANDLERS[dtype].evaluate(ctx, rows[live])
             except Exception as e:  # a handler bug must not take the scheduler down: seed 004's Error
                 log.exception("the %s handler failed on pod %s", dtype, pod.key)
                 ev_live = _error(rows[live], f"internal error in the {dtype} handler: {type(e).__name__}: {e}")

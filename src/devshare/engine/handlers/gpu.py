@@ -29,8 +29,10 @@ class GpuHandler(ShareHandler):
         why: dict[int, str] = {}
         # seed 000's rule for one container over several shared cards (a node label and
         # native-burst-share); the dialect says whether it applies (Aliyun's gpu-mem over gpu-count does not)
-        dialect = dialect_of(pod.dialect)
-        multi = pod.multi_card_share() and (dialect is None or dialect.multi_card_share_needs_label)
+        multi = pod.multi_card_share()
+        if multi:
+            dialect = dialect_of(pod.dialect)
+            multi = dialect is None or dialect.multi_card_share_needs_label
         if pod.gpu_selection is not None:
             self._selected(ctx, rows, why)
         if not (pod.gpu_models or pod.compute_policy or multi):
@@ -78,7 +80,7 @@ class GpuHandler(ShareHandler):
         if table is None or sel is None:
             return
         biggest = max((d.count for c in pod.containers for d in c.devices if d.type == self.type), default=0)
-        present = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))
+        present = state.caches.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))
         n_allowed = sum_per_row(selection.allowed(state, table, sel) & table.present)[rows]
         for i in np.flatnonzero(n_allowed < biggest).tolist():
             row = int(rows[i])
@@ -98,7 +100,7 @@ class GpuHandler(ShareHandler):
     def row_solvers(self, state: ClusterState) -> tuple[npt.NDArray[np.int64], list[tuple[TopologySolver, float]]]:
         """Per node row, the index of its bandwidth matrix's solver (-1: none), and the solvers with
         their best link (to normalise bottlenecks). Rebuilt only when nodes or devices change."""
-        return state.per_layout("gpu topology solvers", lambda: _row_solvers(state))
+        return state.caches.per_layout("gpu topology solvers", lambda: _row_solvers(state))
 
     def refine(self, ctx: Context, view: FitView, choice: Choice) -> Choice:
         """Whole multi-GPU asks on nodes with a bandwidth matrix take the set with the largest

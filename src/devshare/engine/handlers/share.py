@@ -192,7 +192,7 @@ class ShareHandler(DeviceHandler):
         """Mark UNRESOLVABLE (in ``codes``) the rows no amount of freed capacity can satisfy: too few
         devices, or too few big enough (preemption would not help). Returns their reasons."""
         state = ctx.state
-        n_dev = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))[rows]
+        n_dev = state.caches.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))[rows]
         reasons: dict[int, str] = {}
         biggest = max(r.count for _, r in needs)
         too_few = (codes == SUCCESS) & (n_dev < biggest)
@@ -203,7 +203,7 @@ class ShareHandler(DeviceHandler):
         allowed = ctx.cache.get(f"{self.type} allowed")
         sel = ctx.pod.gpu_selection if allowed is not None else None
         for _, req in needs:
-            n_big = state.per_layout((self.type, "large enough", req, sel),
+            n_big = state.caches.per_layout((self.type, "large enough", req, sel),
                                      partial(large_enough, table, req, allowed))[rows]
             never = (codes == SUCCESS) & (n_big < req.count)
             codes[never] = UNRESOLVABLE

@@ -70,7 +70,7 @@ class NodeModels:
         self.names: list[str] = []
 
     def codes(self, state: ClusterState, rows: Ints) -> Ints:
-        self.names, codes = state.per_layout("gpu model codes", lambda: model_codes(state))
+        self.names, codes = state.caches.per_layout("gpu model codes", lambda: model_codes(state))
         return codes[rows]
 
 

@@ -289,7 +289,7 @@ class DevsharePolicy:
 
     def _learn_cluster(self, state: ClusterState) -> None:
         """The cluster's CPU per milli-GPU (made once per layout of the cluster)."""
-        cpu, gpu = state.per_layout("cluster cpu and gpu", lambda: _capacity(state))
+        cpu, gpu = state.caches.per_layout("cluster cpu and gpu", lambda: _capacity(state))
         self.cluster_cpu_per_gpu = cpu / gpu if gpu and cpu else 0.0
 
     def _waste_removed(self, view: FitView, share: int) -> Floats:

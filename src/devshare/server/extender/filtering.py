@@ -110,10 +110,10 @@ class Filtering:
         self._drop_hold(pod.key)  # a pod filtered again: its earlier filter's hold no longer stands
         held = self.lifecycle.nominated_nodes(pod, self.clock())
         short = self.shortlist and not soft_wishes  # kube-scheduler's scores weigh nothing it asked
+        ev = self.scheduler.evaluate(pod, cands.nodes.rows)  # the window, evaluated once
         # with a shortlist the answer is the few nodes that pass, not the thousand that fail: the failing
         # nodes' reasons are worked out only when no node passes (kube-scheduler reads them only then)
-        ev = self.scheduler.evaluate(pod, cands.nodes.rows) if short else None
-        out = shortlisted(ev, cands.nodes, self.shortlist, self.state.rank, held) if ev is not None else None
+        out = shortlisted(ev, cands.nodes, self.shortlist, self.state.rank, held) if short else None
         if out is not None:
             self.requeue.forget(pod.key)
             if cands.nodes.unknown:

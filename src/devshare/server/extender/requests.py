@@ -176,9 +176,14 @@ class Requests:
             return _request(judged), pod_id, soft
         named = decode_pod_id(raw)
         hit: tuple[PodRequest | InvalidInput, PodId, bool] | None = None
-        if named is not None and (watched := self.watched_version(named)) is not None:
-            judged_w, soft_w = self.judged_from_api(watched)
-            hit = (judged_w, named, soft_w)
+        if named is not None and named[1] and named[2]:
+            # that very version as the API server has it: read already (the watch delivered it, and
+            # :meth:`judged_from_api` read it then), else the watch's object when it holds that version
+            api = self._from_api.get(named)
+            if api is None and (watched := self.watched_version(named)) is not None:
+                api = self.judged_from_api(watched)
+            if api is not None:
+                hit = (api[0], named, api[1])
         if hit is None:
             hit = self._parsed_raw.get(raw)
         if hit is None:
