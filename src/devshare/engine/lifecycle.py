@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from devshare.engine.policies.protocol import Policy
+from devshare.engine.policies.base import Policy
 from devshare.engine.records import Hold, PodRecord
 from devshare.engine.scheduler import Placement, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState

@@ -27,8 +27,8 @@ from devshare.engine.handlers.base import (
     needs_of,
 )
 from devshare.engine.handlers.share import stale_elsewhere
+from devshare.engine.policies.base import Policy
 from devshare.engine.policies.binpack import BinpackPolicy
-from devshare.engine.policies.protocol import Policy
 from devshare.engine.quotas import Quotas
 from devshare.engine.state import ClusterState
 from devshare.model import initplan, names
@@ -271,7 +271,7 @@ class Scheduler:
             scores += ev.scores * (1.0 if k == 0 else 0.1)
             live = np.flatnonzero(codes == SUCCESS)
         if not types and live.size:
-            from devshare.engine.policies.protocol import FitView
+            from devshare.engine.policies.base import FitView
 
             view = FitView(state, pod, rows[live], None, None, np.zeros((live.size, 0), np.bool_))
             scores[live] = self.policy.choose(view).scores

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from devshare.engine.policies import make_policy, top_classes
-from devshare.engine.policies.base import class_key
-from devshare.engine.policies.protocol import Policy
+from devshare.engine.policies.base import Policy, class_key
 from devshare.sim import solver
 from devshare.sim.replay import RunResult, pod_request, replay
 from devshare.sim.trace import Trace, TracePod, load_trace

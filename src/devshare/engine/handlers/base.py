@@ -62,7 +62,7 @@ class Context:
     state: ClusterState
     pod: PodRequest
     settings: Settings
-    policy: Any  # devshare.engine.policies.protocol.Policy (typed loosely to avoid an import cycle)
+    policy: Any  # devshare.engine.policies.base.Policy (typed loosely to avoid an import cycle)
     cache: dict[str, Any] = field(default_factory=dict)
 
 

@@ -24,7 +24,7 @@ from devshare.engine.handlers.base import (
     grant_for,
     needs_of,
 )
-from devshare.engine.policies.protocol import Choice, FitView, Policy, node_utilization
+from devshare.engine.policies.base import Choice, FitView, Policy, node_utilization
 from devshare.engine.rowwise import any_per_row, sum_per_row
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable

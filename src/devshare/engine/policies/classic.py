@@ -9,8 +9,11 @@ from devshare.engine.policies.base import (
     MAX_SPEC_CPU,
     MAX_SPEC_GPU,
     PAPER_MAX_SCORE,
+    Choice,
+    FitView,
     Floats,
     Ints,
+    StatelessPolicy,
     best_fit_columns,
     class_key,
     cpu_left,
@@ -19,7 +22,6 @@ from devshare.engine.policies.base import (
     lowest_columns,
     pod_gpu,
 )
-from devshare.engine.policies.protocol import Choice, FitView, StatelessPolicy
 from devshare.engine.rowwise import sum_per_row
 from devshare.model import names
 from devshare.model.request import PodRequest
