@@ -6,11 +6,11 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine import selection
+from devshare.engine.fit import sum_per_row
 from devshare.engine.handlers.base import UNRESOLVABLE, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
 from devshare.engine.policies.base import Choice, FitView, Policy
 from devshare.engine.policies.binpack import binpack_for
-from devshare.engine.rowwise import sum_per_row
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
 from devshare.engine.topology import TopologySolver, solver_for

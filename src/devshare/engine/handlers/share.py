@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from devshare.engine.admit import Ask, Card, Reason, card_reasons, describe
 from devshare.engine.caches import LRU, Identity, policy_key
-from devshare.engine.fit import Gather, Need, SearchResult, card_fits, greedy, memory_need, search
+from devshare.engine.fit import Gather, any_per_row, card_fits, greedy, memory_need, sum_per_row
 from devshare.engine.handlers.base import (
     SUCCESS,
     UNRESOLVABLE,
@@ -25,7 +25,7 @@ from devshare.engine.handlers.base import (
     needs_of,
 )
 from devshare.engine.policies.base import Choice, FitView, Policy, node_utilization
-from devshare.engine.rowwise import any_per_row, sum_per_row
+from devshare.engine.search import Need, SearchResult, search
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
 from devshare.model.quantity import human_bytes

@@ -19,8 +19,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.fit import Gather, is_range, pick_columns
-from devshare.engine.rowwise import sum_per_row
+from devshare.engine.fit import Gather, is_range, pick_columns, sum_per_row
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
 from devshare.model import names

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from devshare.engine.fit import sum_per_row
 from devshare.engine.policies.base import (
     MAX_SPEC_CPU,
     MAX_SPEC_GPU,
@@ -22,7 +23,6 @@ from devshare.engine.policies.base import (
     lowest_columns,
     pod_gpu,
 )
-from devshare.engine.rowwise import sum_per_row
 from devshare.model import names
 from devshare.model.request import PodRequest
 

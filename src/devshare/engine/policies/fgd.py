@@ -25,6 +25,7 @@ from functools import cache
 
 import numpy as np
 
+from devshare.engine.fit import any_per_row, sum_per_row
 from devshare.engine.policies.base import (
     PAPER_MAX_SCORE,
     Choice,
@@ -39,7 +40,6 @@ from devshare.engine.policies.base import (
     gpu_free,
     lowest_columns,
 )
-from devshare.engine.rowwise import any_per_row, sum_per_row
 
 ClassKey = tuple[int, int, int, tuple[str, ...]]  # (cpu milli, per-GPU milli, GPU count, models)
 
