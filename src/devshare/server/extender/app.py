@@ -122,16 +122,12 @@ def result_of(answer: ExtenderFilterResult | ExtenderBindingResult) -> str:
 
 
 async def _filter(ext: Extender, body: bytes) -> tuple[Any, str]:
-    args = decode(body, ExtenderArgs)
-    await ext.look_up_member(args)
-    answer = ext.filter(args)
+    answer = await ext.filter(decode(body, ExtenderArgs))
     return answer, (NOT_READY if answer.error.startswith("not ready") else result_of(answer))
 
 
 async def _prioritize(ext: Extender, body: bytes) -> tuple[Any, str]:
-    args = decode(body, ExtenderArgs)
-    await ext.look_up_member(args)
-    return ext.prioritize(args), OK
+    return await ext.prioritize(decode(body, ExtenderArgs)), OK
 
 
 async def _bind(ext: Extender, body: bytes) -> tuple[Any, str]:

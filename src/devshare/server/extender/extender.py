@@ -29,7 +29,6 @@ from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.refusals import Refusals
 from devshare.kube.backend import Backend
 from devshare.model import names
-from devshare.model.errors import InvalidInput
 from devshare.model.kubeobjects import meta, object_key
 from devshare.server.extender.binding import Binder
 from devshare.server.extender.claims import Claims
@@ -45,7 +44,6 @@ from devshare.server.extender.requeue import Requeue
 from devshare.server.extender.verdicts import event_safe
 from devshare.server.extender.view import ClusterView, Leadership, Unelected
 from devshare.server.extender.wire import (
-    BadRequest,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
@@ -98,21 +96,11 @@ class Extender:
         return self.cluster.synced
 
     # ------------------------------------------------------------------ the verbs
-    async def look_up_member(self, args: ExtenderArgs) -> None:
-        """Before filter and prioritize: a group member the watch does not know yet is read."""
-        if not self.is_synced or is_null(args.pod):
-            return
-        try:
-            pod, _, _ = self.requests.request_of(bytes(args.pod))
-        except (InvalidInput, BadRequest):
-            return
-        await self.groups.look_up(pod)
-
-    def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+    async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         if not self.is_synced:
             self.requests.candidates(args)  # a malformed body is still a 400
             return ExtenderFilterResult(error=NOT_READY)
-        answer = self.filtering.filter(args)
+        answer = await self.filtering.filter(args)
         if answer.error or answer.failed_nodes or answer.failed_and_unresolvable_nodes:
             self._note_filter(args, answer)
         return answer
@@ -130,12 +118,12 @@ class Extender:
         reason, nodes = summarize([*answer.failed_nodes.values(), *answer.failed_and_unresolvable_nodes.values()])
         self.refused.refused(named[0], "filter", answer.error or reason, nodes)
 
-    def prioritize(self, args: ExtenderArgs) -> bytes:
+    async def prioritize(self, args: ExtenderArgs) -> bytes:
         """The HostPriorityList, encoded (JSON bytes)."""
         if not self.is_synced:
             self.requests.candidates(args)  # a malformed body is still a 400
             raise NotReady(NOT_READY)
-        return self.filtering.prioritize(args)
+        return await self.filtering.prioritize(args)
 
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         key = f"{args.pod_namespace}/{args.pod_name}"

@@ -94,21 +94,22 @@ class Filtering:
         self.filtered: LRU[str, Remembered] = LRU(FILTERS_KEPT)
 
     # ------------------------------------------------------------------ filter
-    def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
-        cands = self.requests.candidates(args)
-        try:
-            pod, pod_id, soft_wishes = self.requests.request_of(bytes(args.pod))
-        except InvalidInput as e:
-            reason = invalid_request(e)
+    async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        """The pod and its candidates read, the lifecycle told, the window evaluated once, the answer."""
+        cands, asked = self.requests.read(args)
+        if isinstance(asked, InvalidInput):
+            reason = invalid_request(asked)
             self.metrics.fail("filter", [reason])
             return _answer(cands, [], {}, dict.fromkeys(cands.names, reason))
+        pod, pod_id, soft_wishes = asked
         # a pod asking for no device is placed like any other (the node's CPU and memory, the policy's
         # score): kube-scheduler asks about every pod of devshare's profile (deploy/scheduler's config)
-        self.lifecycle.arrived(pod)  # the policy learns of each pod once, at its first filter
         if pod.group is not None:
-            return self._filter_member(pod, pod_id, cands)
-        self._drop_hold(pod.key)  # a pod filtered again: its earlier filter's hold no longer stands
-        held = self.lifecycle.nominated_nodes(pod, self.clock())
+            await self.groups.look_up(pod)  # a member the watch does not know yet is read first
+            self.lifecycle.arrived(pod)  # the policy learns of each pod once, at its first filter
+            return self._filter_member(pod, pod_id, self.requests.candidates(args))  # as they are now
+        # the policy learns of the pod (once), its earlier filter's hold goes, the nominated nodes are not for it
+        held = self.lifecycle.filter_begins(pod, self.clock())
         short = self.shortlist and not soft_wishes  # kube-scheduler's scores weigh nothing it asked
         ev = self.scheduler.evaluate(pod, cands.nodes.rows)  # the window, evaluated once
         # with a shortlist the answer is the few nodes that pass, not the thousand that fail: the failing
@@ -186,22 +187,19 @@ class Filtering:
         except Conflict as e:  # the evaluation just said it fits: a bug, but the bind decides again
             log.warning("holding %s on %s after its filter failed: %s", pod.key, alloc.node, e)
 
-    def _drop_hold(self, key: str) -> None:
-        """Release what an earlier filter of ``key`` held."""
-        if self.lifecycle.held(key, "filter") is not None:
-            self.lifecycle.forget(key)
-
     def _remember(self, r: Remembered) -> None:
         self.filtered.put(r.pod_id[0], r)
 
     # ------------------------------------------------------------------ prioritize
-    def prioritize(self, args: ExtenderArgs) -> bytes:
+    async def prioritize(self, args: ExtenderArgs) -> bytes:
         """The HostPriorityList, encoded (JSON bytes)."""
         try:
             pod, pod_id, _ = self.requests.request_of(bytes(args.pod))
         except InvalidInput:
             names = self.requests.candidates(args).names
             return encode_priorities(names, [0] * len(names))
+        if pod.group is not None:
+            await self.groups.look_up(pod)  # a member the watch does not know yet is read first
         recalled = self._recalled_scores(pod_id, args) if pod.group is None else None
         if recalled is not None:
             return self.priorities.encode(*recalled)

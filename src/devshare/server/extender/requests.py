@@ -169,7 +169,7 @@ class Requests:
         """The request of the ``Pod`` of a filter or prioritize (JSON bytes), its id, and whether it has
         soft wishes kube-scheduler's scoring would weigh. From the watch's object when it holds that very
         version, otherwise from the body, cached by its bytes. The last body's answer is kept as well:
-        a filter asks twice (the group members' look-up, then the filter itself)."""
+        kube-scheduler's prioritize of a pod follows its filter with the same body."""
         last = self._last
         if last is not None and last[0] == raw:
             judged, pod_id, soft = last[1]
@@ -203,6 +203,16 @@ class Requests:
             return None
         watched = self.cluster.pending_pod(pod_id[0])
         return watched if watched is not None and pod_id_of(watched)[1:] == pod_id[1:] else None
+
+    # ------------------------------------------------------------------ a verb's arguments
+    def read(self, args: ExtenderArgs) -> tuple[Candidates, tuple[PodRequest, PodId, bool] | InvalidInput]:
+        """A filter's or prioritize's candidates (:meth:`candidates`) and its pod (:meth:`request_of`),
+        or why the pod is not valid."""
+        cands = self.candidates(args)
+        try:
+            return cands, self.request_of(bytes(args.pod))
+        except InvalidInput as e:
+            return cands, e
 
     # ------------------------------------------------------------------ nodes
     def candidates(self, args: ExtenderArgs) -> Candidates:
