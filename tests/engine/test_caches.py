@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.engine.caches import LRU, EngineCaches
-from devshare.engine.policies.base import Choice, FitView
+from devshare.engine.fit import FitView
+from devshare.engine.policies.base import Choice
 from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState

@@ -14,13 +14,17 @@ bits with the order of addition).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
-from devshare.model.request import WHOLE, DeviceRequest
+from devshare.model import names
+from devshare.model.request import WHOLE, DeviceRequest, PodRequest
 
 Mask = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
@@ -207,6 +211,85 @@ def greedy(
         total = total + (u if binpack else 1.0 - u).sum(axis=1)
         grants += req.count
     return ok, np.asarray(total / max(grants, 1), np.float64)
+
+
+# ---------------------------------------------------------------------------- the fitted window
+
+
+@dataclass(frozen=True)
+class FitView:
+    """What the fit found, and what a policy scores (:class:`~devshare.engine.policies.base.Policy`):
+    candidate nodes that fit, and per device whether one share fits. What the policies read of the
+    candidates (the free GPU per card, the CPU and memory left) is read once per view and shared."""
+
+    state: ClusterState
+    pod: PodRequest
+    rows: Ints  # candidate node rows; every one can hold the pod
+    table: DeviceTable | None  # the device type's table (None for a pod asking no device)
+    request: DeviceRequest | None  # per-device ask (None for a pod asking no device)
+    fits: Mask  # [len(rows), width]: one share fits on that device (all False width when no device)
+    # the device arrays of `rows` (free_core, free_mem, total_core, total_mem, used_slots, usable),
+    # gathered once and shared; built from `table` when not given
+    gather: Gather | None = field(default=None)
+
+    def arrays(self) -> Gather:
+        if self.gather is not None:
+            return self.gather
+        if self.table is None:
+            raise ValueError("this pod asks for no device: there are no device arrays")
+        g = Gather(self.table, self.rows)
+        object.__setattr__(self, "gather", g)
+        return g
+
+    @property
+    def count(self) -> int:
+        return self.request.count if self.request is not None else 0
+
+    @cached_property
+    def gpu_free(self) -> Ints:
+        """:func:`gpu_free` of the candidates (whatever the ask's device type: GPU policies read it)."""
+        return gpu_free(self.state, self.rows)
+
+    @cached_property
+    def cpu_left(self) -> Ints:
+        """:func:`cpu_left` of the candidates."""
+        return cpu_left(self.state, self.rows)
+
+    @cached_property
+    def mem_left(self) -> Ints:
+        """:func:`mem_left` of the candidates."""
+        return mem_left(self.state, self.rows)
+
+
+def gpu_free(state: ClusterState, rows: Ints) -> Ints:
+    """``[M, W]`` free milli-GPU per usable card (0 on absent, unhealthy or held cards)."""
+    t = state.tables.get(names.GPU)
+    if t is None:
+        return np.zeros((rows.shape[0], 1), np.int64)
+    n = len(rows)
+    if n and is_range(rows):  # every node in order: a view, no gather
+        view = t.open_core[:n]
+        view.flags.writeable = False  # the table's own array: read, never written through
+        return view
+    return t.open_core[rows]
+
+
+MAX_SPEC_CPU = 128_000  # CPU (milli) of the largest node (the FGD paper's normaliser)
+
+
+def cpu_left(state: ClusterState, rows: Ints) -> Ints:
+    """CPU left per row; nodes that do not track CPU count as having plenty."""
+    total = state.cpu_total[rows]
+    return np.where(total > 0, total - state.cpu_used[rows], MAX_SPEC_CPU * 1000)
+
+
+def mem_left(state: ClusterState, rows: Ints) -> Ints:
+    """Memory (bytes) left per row; nodes that do not track memory count as having plenty."""
+    total = state.mem_total[rows]
+    return np.where(total > 0, total - state.mem_used[rows], UNTRACKED_MEMORY)
+
+
+UNTRACKED_MEMORY = 1 << 60  # bytes: more than any node has
 
 
 # ---------------------------------------------------------------------------- reductions per row

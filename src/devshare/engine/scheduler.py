@@ -24,7 +24,6 @@ from devshare.engine.handlers.base import (
     DeviceHandler,
     Evaluation,
     Settings,
-    needs_of,
 )
 from devshare.engine.handlers.share import stale_elsewhere
 from devshare.engine.policies.base import Policy
@@ -219,7 +218,7 @@ class Scheduler:
         declared = handler.answer_key(ctx)
         if declared is None:
             return None
-        count = needs_of(pod, types[0])[0][1].count
+        count = pod.needs(types[0])[0][1].count
         n = max(self.state.n_rows, 1)
         arrays = self.state.caches.per_node(
             "evaluations", (pod_shape(pod), declared, self.settings, Identity(self.policy)),
@@ -271,7 +270,7 @@ class Scheduler:
             scores += ev.scores * (1.0 if k == 0 else 0.1)
             live = np.flatnonzero(codes == SUCCESS)
         if not types and live.size:
-            from devshare.engine.policies.base import FitView
+            from devshare.engine.fit import FitView
 
             view = FitView(state, pod, rows[live], None, None, np.zeros((live.size, 0), np.bool_))
             scores[live] = self.policy.choose(view).scores

@@ -84,11 +84,6 @@ class Evaluation:
         return self.explain(i)
 
 
-def needs_of(pod: PodRequest, device_type: str) -> list[tuple[int, DeviceRequest]]:
-    """(container index, request) for every container of ``pod`` asking for ``device_type``."""
-    return [(i, d) for i, c in enumerate(pod.containers) for d in c.devices if d.type == device_type]
-
-
 class DeviceHandler(ABC):
     type: str
 

@@ -6,10 +6,10 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine import selection
-from devshare.engine.fit import sum_per_row
+from devshare.engine.fit import FitView, sum_per_row
 from devshare.engine.handlers.base import UNRESOLVABLE, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
-from devshare.engine.policies.base import Choice, FitView, Policy
+from devshare.engine.policies.base import Choice, Policy
 from devshare.engine.policies.binpack import binpack_for
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable

@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from devshare.engine.admit import Ask, Card, Reason, card_reasons, describe
 from devshare.engine.caches import LRU, Identity, policy_key
-from devshare.engine.fit import Gather, any_per_row, card_fits, greedy, memory_need, sum_per_row
+from devshare.engine.fit import FitView, Gather, any_per_row, card_fits, greedy, memory_need, sum_per_row
 from devshare.engine.handlers.base import (
     SUCCESS,
     UNRESOLVABLE,
@@ -22,9 +22,8 @@ from devshare.engine.handlers.base import (
     Grants,
     Ints,
     grant_for,
-    needs_of,
 )
-from devshare.engine.policies.base import Choice, FitView, Policy, node_utilization
+from devshare.engine.policies.base import Choice, Policy, node_utilization
 from devshare.engine.search import Need, SearchResult, search
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
@@ -145,7 +144,7 @@ class ShareHandler(DeviceHandler):
     def answer_key(self, ctx: Context) -> Hashable | None:
         """One container asking for this type, and a policy whose answer on a node may be kept (its
         declared key, as :meth:`_choose` keeps it): the policy and that key."""
-        needs = needs_of(ctx.pod, self.type)
+        needs = ctx.pod.needs(self.type)
         if len(needs) != 1:
             return None
         req = needs[0][1]
@@ -154,7 +153,7 @@ class ShareHandler(DeviceHandler):
         return None if declared is None else (self.type, Identity(policy), declared)
 
     def grants_of(self, ctx: Context, rows: Ints, columns: Ints) -> Callable[[int], Grants]:
-        ((ci, req),) = needs_of(ctx.pod, self.type)
+        ((ci, req),) = ctx.pod.needs(self.type)
         state = ctx.state
 
         def grant(i: int) -> Grants:  # a passing row: the type's table exists then
@@ -166,7 +165,7 @@ class ShareHandler(DeviceHandler):
     # the algorithm -------------------------------------------------------------------------
     def evaluate(self, ctx: Context, rows: Ints) -> Evaluation:
         state, pod = ctx.state, ctx.pod
-        needs = needs_of(pod, self.type)
+        needs = pod.needs(self.type)
         m = len(rows)
         codes = np.zeros(m, np.int8)
         scores = np.zeros(m, np.float64)

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from devshare.engine.fit import FitView
 from devshare.engine.handlers.base import Settings
-from devshare.engine.policies.base import Choice, FitView, Policy, StatelessPolicy
+from devshare.engine.policies.base import Choice, Policy, StatelessPolicy
 from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.classic import (
     BestFitPolicy,

@@ -13,49 +13,18 @@ it is scored, and :meth:`Policy.placed` after it is placed. It never sees pods t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.fit import Gather, is_range, pick_columns, sum_per_row
-from devshare.engine.state import ClusterState
-from devshare.engine.table import DeviceTable
-from devshare.model import names
-from devshare.model.request import DeviceRequest, PodRequest
+from devshare.engine.fit import FitView, Gather, pick_columns, sum_per_row
+from devshare.model.request import PodRequest
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
-
-
-@dataclass(frozen=True)
-class FitView:
-    """What a policy sees: candidate nodes that fit, and per device whether one share fits."""
-
-    state: ClusterState
-    pod: PodRequest
-    rows: Ints  # candidate node rows; every one can hold the pod
-    table: DeviceTable | None  # the device type's table (None for a pod asking no device)
-    request: DeviceRequest | None  # per-device ask (None for a pod asking no device)
-    fits: Mask  # [len(rows), width]: one share fits on that device (all False width when no device)
-    # the device arrays of `rows` (free_core, free_mem, total_core, total_mem, used_slots, usable),
-    # gathered once and shared; built from `table` when not given
-    gather: Gather | None = field(default=None)
-
-    def arrays(self) -> Gather:
-        if self.gather is not None:
-            return self.gather
-        if self.table is None:
-            raise ValueError("this pod asks for no device: there are no device arrays")
-        g = Gather(self.table, self.rows)
-        object.__setattr__(self, "gather", g)
-        return g
-
-    @property
-    def count(self) -> int:
-        return self.request.count if self.request is not None else 0
 
 
 @dataclass(frozen=True)
@@ -107,72 +76,8 @@ class StatelessPolicy:
         return None
 
 
-MAX_SPEC_CPU = 128_000  # the paper's normalisers: the largest node's CPU (milli) and GPUs (milli)
-MAX_SPEC_GPU = 8_000
+MAX_SPEC_GPU = 8_000  # the paper's normalisers: the largest node's GPUs (milli) and CPU (fit.MAX_SPEC_CPU)
 PAPER_MAX_SCORE = 100  # the FGD paper's policies score 0..100 (raw: the extender maps scores to its own 0..10)
-
-
-def gpu_free(state: ClusterState, rows: Ints) -> Ints:
-    """``[M, W]`` free milli-GPU per usable card (0 on absent, unhealthy or held cards)."""
-    t = state.tables.get(names.GPU)
-    if t is None:
-        return np.zeros((rows.shape[0], 1), np.int64)
-    n = len(rows)
-    if n and is_range(rows):  # every node in order: a view, no gather
-        view = t.open_core[:n]
-        view.flags.writeable = False  # the table's own array: read, never written through
-        return view
-    return t.open_core[rows]
-
-
-def cpu_left(state: ClusterState, rows: Ints) -> Ints:
-    """CPU left per row; nodes that do not track CPU count as having plenty."""
-    total = state.cpu_total[rows]
-    return np.where(total > 0, total - state.cpu_used[rows], MAX_SPEC_CPU * 1000)
-
-
-def mem_left(state: ClusterState, rows: Ints) -> Ints:
-    """Memory (bytes) left per row; nodes that do not track memory count as having plenty."""
-    total = state.mem_total[rows]
-    return np.where(total > 0, total - state.mem_used[rows], UNTRACKED_MEMORY)
-
-
-UNTRACKED_MEMORY = 1 << 60  # bytes: more than any node has
-
-
-def pod_gpu(pod: PodRequest) -> tuple[int, int]:
-    """(GPU count, per-GPU milli) of the pod's first GPU ask; (0, 0) for none."""
-    for c in pod.containers:
-        for d in c.devices:
-            if d.type == names.GPU:
-                return d.count, d.core_milli
-    return 0, 0
-
-
-def class_key(pod: PodRequest) -> tuple[int, int, int, tuple[str, ...]]:
-    count, milli = pod_gpu(pod)
-    return (pod.cpu_milli, milli if count else 0, count, tuple(sorted(pod.gpu_models)))
-
-
-class NodeModels:
-    """The GPU model of every row as a small integer code into ``names``, made once per layout of the
-    cluster (nodes and devices) and shared by every policy on the state."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def codes(self, state: ClusterState, rows: Ints) -> Ints:
-        self.names, codes = state.caches.per_layout("gpu model codes", lambda: model_codes(state))
-        return codes[rows]
-
-
-def model_codes(state: ClusterState) -> tuple[list[str], Ints]:
-    """The distinct GPU models (in row order of first use) and each row's index into them."""
-    names_: dict[str, int] = {}
-    codes = np.zeros(max(state.n_rows, 1), np.int64)
-    for row in state.row_of.values():
-        codes[row] = names_.setdefault(state.gpu_model(row), len(names_))
-    return list(names_), codes
 
 
 def empty_choice(view: FitView, scores: Floats | None = None) -> Choice:

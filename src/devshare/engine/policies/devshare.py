@@ -105,19 +105,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from devshare.engine.policies.base import (
-    MAX_SPEC_GPU,
-    Choice,
-    FitView,
-    Floats,
+from devshare.engine.fit import FitView
+from devshare.engine.policies.base import MAX_SPEC_GPU, Choice, Floats, empty_choice
+from devshare.engine.policies.fgd import (
+    ClassKey,
+    FragModel,
+    NodeFrag,
     class_key,
-    cpu_left,
-    empty_choice,
-    gpu_free,
-    mem_left,
+    frag_deltas,
     pod_gpu,
+    top_classes,
 )
-from devshare.engine.policies.fgd import ClassKey, FragModel, NodeFrag, frag_deltas, top_classes
 from devshare.engine.policies.remainder import fgd_card_frag, paired_waste_tables_by_cpu
 from devshare.engine.state import ClusterState
 from devshare.model.request import WHOLE, PodRequest
@@ -266,10 +264,10 @@ class DevsharePolicy:
         if delta.ndim == 1:
             left = 0.0
             if free is not None and not view.count and self.cpu_pack and not self.cpu_scarce:
-                rest = gpu_free(view.state, view.rows).sum(axis=1)
+                rest = view.gpu_free.sum(axis=1)
                 delta = delta - self.cpu_pack * rest / MAX_SPEC_GPU
             if free is not None and view.count:
-                rest = gpu_free(view.state, view.rows).sum(axis=1)
+                rest = view.gpu_free.sum(axis=1)
                 left = rest / MAX_SPEC_GPU
             s = delta - self.fit_weight * 1000.0 * left
             if self.quantize and view.count:
@@ -282,7 +280,7 @@ class DevsharePolicy:
             return Choice(np.asarray(s, np.float64), cols)
         # one share: per card, fragmentation removed; among equal cards the one with least free
         w = view.fits.shape[1]
-        card_free = gpu_free(view.state, view.rows)[:, :w]
+        card_free = view.gpu_free[:, :w]
         s = delta - self.card_weight * card_free / 1000.0
         best = np.argmax(s, axis=1)
         node = delta[np.arange(s.shape[0]), best]
@@ -299,8 +297,8 @@ class DevsharePolicy:
         after it, ``[M]`` (the pod's CPU may leave no share that fits a card's gap the CPU to run);
         for a ``share`` of one card, ``[M, W]`` with, on the card it would take, FGD's CPU-blind
         per-card fragmentation swapped for the card's eventual waste."""
-        free = np.clip(gpu_free(view.state, view.rows), 0, WHOLE)
-        cpu = cpu_left(view.state, view.rows)
+        free = np.clip(view.gpu_free, 0, WHOLE)
+        cpu = view.cpu_left
         row_before = np.searchsorted(self.cpu_steps, cpu, side="right")[:, None]
         row_after = np.searchsorted(self.cpu_steps, cpu - view.pod.cpu_milli, side="right")[:, None]
         removed = (self.card_waste[row_before, free] - self.card_waste[row_after, free]).sum(axis=1)
@@ -317,11 +315,11 @@ class DevsharePolicy:
         """The free GPU stranded next to too little CPU or memory (:class:`Stranding`) on each node before
         the pod minus after it, ``[M]``; for a ``share`` of one card ``[M, W]`` (a share on a free card
         leaves one free card fewer)."""
-        free = gpu_free(view.state, view.rows)
+        free = view.gpu_free
         whole = free >= WHOLE
         n = whole.sum(axis=1).astype(np.float64)
-        cpu = cpu_left(view.state, view.rows).astype(np.float64)
-        mem = mem_left(view.state, view.rows).astype(np.float64)
+        cpu = view.cpu_left.astype(np.float64)
+        mem = view.mem_left.astype(np.float64)
         before = self.stranding.stranded(n, cpu, mem)
         cpu_after, mem_after = cpu - view.pod.cpu_milli, mem - view.pod.memory_bytes
         req = view.request

@@ -25,23 +25,58 @@ from functools import cache
 
 import numpy as np
 
-from devshare.engine.fit import any_per_row, sum_per_row
+from devshare.engine.fit import FitView, any_per_row, sum_per_row
 from devshare.engine.policies.base import (
     PAPER_MAX_SCORE,
     Choice,
-    FitView,
     Floats,
     Ints,
     Mask,
-    NodeModels,
     StatelessPolicy,
-    cpu_left,
     empty_choice,
-    gpu_free,
     lowest_columns,
 )
+from devshare.engine.state import ClusterState
+from devshare.model import names
+from devshare.model.request import PodRequest
 
 ClassKey = tuple[int, int, int, tuple[str, ...]]  # (cpu milli, per-GPU milli, GPU count, models)
+
+
+def pod_gpu(pod: PodRequest) -> tuple[int, int]:
+    """(GPU count, per-GPU milli) of the pod's first GPU ask; (0, 0) for none."""
+    for c in pod.containers:
+        for d in c.devices:
+            if d.type == names.GPU:
+                return d.count, d.core_milli
+    return 0, 0
+
+
+def class_key(pod: PodRequest) -> ClassKey:
+    """The pod's task class (the key of :class:`FragModel`'s classes)."""
+    count, milli = pod_gpu(pod)
+    return (pod.cpu_milli, milli if count else 0, count, tuple(sorted(pod.gpu_models)))
+
+
+class NodeModels:
+    """The GPU model of every row as a small integer code into ``names``, made once per layout of the
+    cluster (nodes and devices) and shared by every policy on the state."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def codes(self, state: ClusterState, rows: Ints) -> Ints:
+        self.names, codes = state.caches.per_layout("gpu model codes", lambda: model_codes(state))
+        return codes[rows]
+
+
+def model_codes(state: ClusterState) -> tuple[list[str], Ints]:
+    """The distinct GPU models (in row order of first use) and each row's index into them."""
+    names_: dict[str, int] = {}
+    codes = np.zeros(max(state.n_rows, 1), np.int64)
+    for row in state.row_of.values():
+        codes[row] = names_.setdefault(state.gpu_model(row), len(names_))
+    return list(names_), codes
 
 
 def top_classes(counts: Mapping[ClassKey, float], coverage: float = 0.95) -> dict[ClassKey, float]:
@@ -180,8 +215,8 @@ class NodeFrag:
         """free ``[M, W]``, cpu left, total free, big ``[T, M]``, cnt ``[T, M]``, access ``[G, M]``,
         F ``[M]`` of the view's candidate rows."""
         state, rows, model = view.state, view.rows, self.model
-        free = gpu_free(state, rows)
-        cpu = cpu_left(state, rows)
+        free = view.gpu_free
+        cpu = view.cpu_left
         codes = self.models.codes(state, rows)
         access = model.access(self.models.names)[:, codes]
         self._fit(max(state.n_rows, int(rows.max()) + 1), free.shape[1])
