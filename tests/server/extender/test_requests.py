@@ -53,7 +53,7 @@ async def test_many_distinct_large_pods_keep_memory_bounded() -> None:
         p = pod(f"big-{i}", core=50, resource_version="1")
         p["metadata"]["annotations"] = {"filler": filler + str(i)}  # distinct 1 MiB bodies
         args = ExtenderArgs(pod=msgspec.Raw(msgspec.json.encode(p)), node_names=msgspec.Raw(names))
-        assert (await ext.filter(args)).error == ""
+        assert (await ext.filtering.filter(args)).error == ""
 
     kept = await retained_after(filter_one, 60)  # 60 MiB of bodies, beyond the 32 MiB budget
     assert kept < 40 * MiB, f"{kept / MiB:.0f} MiB retained"
@@ -68,7 +68,7 @@ async def test_many_distinct_invalid_pods_with_huge_values_keep_memory_bounded()
         p = pod(f"bad-{i}", resource_version="1")
         p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "9" * MiB + f"x{i}"}}
         args = ExtenderArgs(pod=msgspec.Raw(msgspec.json.encode(p)), node_names=msgspec.Raw(names))
-        reason = (await ext.filter(args)).failed_and_unresolvable_nodes["node-0"]
+        reason = (await ext.filtering.filter(args)).failed_and_unresolvable_nodes["node-0"]
         assert "invalid request" in reason and len(reason) < 4096, len(reason)
 
     kept = await retained_after(filter_one, 60)
@@ -85,7 +85,7 @@ async def test_many_distinct_long_node_name_lists_keep_memory_bounded() -> None:
 
     async def filter_one(i: int) -> None:
         args = ExtenderArgs(pod=msgspec.Raw(body), node_names=msgspec.Raw(lists[i]))
-        out = await ext.filter(args)
+        out = await ext.filtering.filter(args)
         assert out.error == "" and len(out.failed_and_unresolvable_nodes) == 20_000
 
     kept = await retained_after(filter_one, 16)
@@ -102,7 +102,7 @@ async def test_many_distinct_pods_with_huge_names_keep_memory_bounded() -> None:
     async def filter_one(i: int) -> None:
         p = pod(f"{long}-{i}", core=50, resource_version="1")
         args = ExtenderArgs(pod=msgspec.Raw(msgspec.json.encode(p)), node_names=msgspec.Raw(names))
-        await ext.filter(args)
+        await ext.filtering.filter(args)
 
     kept = await retained_after(filter_one, 60)
     assert kept < 40 * MiB, f"{kept / MiB:.0f} MiB retained"

@@ -39,6 +39,7 @@ from devshare.server.extender.groups import Groups
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.nodeset import PriorityEncoder, encode_priorities
 from devshare.server.extender.preemption import Preemption
+from devshare.server.extender.refused import RefusalLog, summarize
 from devshare.server.extender.requests import Candidates, PodId, Requests, invalid_request
 from devshare.server.extender.requeue import Requeue
 from devshare.server.extender.scores import PLANNED_SCORE, scores_from
@@ -50,7 +51,8 @@ from devshare.server.extender.verdicts import (
     score_nodes,
     shortlisted,
 )
-from devshare.server.extender.wire import ExtenderArgs, ExtenderFilterResult, is_null
+from devshare.server.extender.view import ClusterView
+from devshare.server.extender.wire import ExtenderArgs, ExtenderFilterResult, decode_pod_id, is_null
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +77,24 @@ class Remembered:
     position: Ints | None = None  # state row -> index in ``rows`` (-1: did not pass)
 
 
+NOT_READY = "not ready: state not synced"
+
+
+class NotReady(Exception):
+    """The state is not synced yet: the verb cannot be answered (prioritize gets a 503)."""
+
+
 class Filtering:
-    def __init__(self, lifecycle: Lifecycle, requests: Requests, groups: Groups, preemption: Preemption,
-                 requeue: Requeue, metrics: ExtenderMetrics, *, shortlist: int, clock: Callable[[], float]) -> None:
+    """kube-scheduler's ``/filter`` and ``/prioritize``: before the informer's first list is in, filter
+    answers ``not ready`` and prioritize raises :class:`NotReady`; a filter that passes no node goes
+    into the record of refusals (``refused``, what ``/ui``'s queue shows)."""
+
+    def __init__(self, lifecycle: Lifecycle, cluster: ClusterView, requests: Requests, groups: Groups,
+                 preemption: Preemption, requeue: Requeue, metrics: ExtenderMetrics, refused: RefusalLog, *,
+                 shortlist: int, clock: Callable[[], float]) -> None:
         self.lifecycle = lifecycle
+        self.cluster = cluster
+        self.refused = refused
         self.scheduler = lifecycle.scheduler
         self.state = lifecycle.state
         self.requests = requests
@@ -95,6 +111,15 @@ class Filtering:
 
     # ------------------------------------------------------------------ filter
     async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        if not self.cluster.synced:
+            self.requests.candidates(args)  # a malformed body is still a 400
+            return ExtenderFilterResult(error=NOT_READY)
+        answer = await self._filter(args)
+        if answer.error or answer.failed_nodes or answer.failed_and_unresolvable_nodes:
+            self._note_refused(args, answer)
+        return answer
+
+    async def _filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         """The pod and its candidates read, the lifecycle told, the window evaluated once, the answer."""
         cands, asked = self.requests.read(args)
         if isinstance(asked, InvalidInput):
@@ -190,9 +215,25 @@ class Filtering:
     def _remember(self, r: Remembered) -> None:
         self.filtered.put(r.pod_id[0], r)
 
+    def _note_refused(self, args: ExtenderArgs, answer: ExtenderFilterResult) -> None:
+        """A filter that passed no node goes into the record of refusals, with its reasons counted."""
+        passed = answer.node_names if answer.nodes is None else answer.nodes.get("items")
+        if isinstance(passed, msgspec.Raw):
+            passed = None if bytes(passed).strip() in (b"[]", b"null") else [passed]
+        if passed:
+            return
+        named = decode_pod_id(bytes(args.pod)) if not is_null(args.pod) else None
+        if named is None:
+            return
+        reason, nodes = summarize([*answer.failed_nodes.values(), *answer.failed_and_unresolvable_nodes.values()])
+        self.refused.refused(named[0], "filter", answer.error or reason, nodes)
+
     # ------------------------------------------------------------------ prioritize
     async def prioritize(self, args: ExtenderArgs) -> bytes:
         """The HostPriorityList, encoded (JSON bytes)."""
+        if not self.cluster.synced:
+            self.requests.candidates(args)  # a malformed body is still a 400
+            raise NotReady(NOT_READY)
         try:
             pod, pod_id, _ = self.requests.request_of(bytes(args.pod))
         except InvalidInput:
