@@ -139,6 +139,17 @@ def card_fits(g: Gather, req: DeviceRequest, max_containers: int) -> Mask:
     return ok
 
 
+def fitting(table: DeviceTable, rows: Ints, allowed: Mask | None, req: DeviceRequest,
+            max_containers: int) -> tuple[Gather, Mask, Mask]:
+    """The fit of one container's ask over ``rows`` at once: their device arrays (:class:`Gather`,
+    ``allowed``: the cards the pod may take), which cards take one share of ``req``
+    (:func:`card_fits`), and which rows have enough of them (``req.count``)."""
+    g = Gather(table, rows, allowed)
+    fits = card_fits(g, req, max_containers)
+    enough = sum_per_row(fits) >= req.count if req.count > 1 else any_per_row(fits)
+    return g, fits, enough
+
+
 def card_scores(g: Gather, req: DeviceRequest, core_weight: float, binpack: bool) -> npt.NDArray[np.float64]:
     """Seed 000's card score after placing one share of ``req`` on each device:
     ``w * core-score + (1 - w) * memory-score`` (utilisation after placement); binpack scores fuller

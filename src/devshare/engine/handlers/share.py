@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from devshare.engine.admit import Ask, Card, Reason, card_reasons, describe
 from devshare.engine.caches import LRU, Identity, policy_key
-from devshare.engine.fit import FitView, Gather, any_per_row, card_fits, greedy, memory_need, sum_per_row
+from devshare.engine.fit import FitView, Gather, card_fits, fitting, greedy, memory_need, sum_per_row
 from devshare.engine.handlers.base import (
     SUCCESS,
     UNRESOLVABLE,
@@ -181,10 +181,10 @@ class ShareHandler(DeviceHandler):
         allowed = self.allowed(ctx, table)
         ctx.cache[f"{self.type} allowed"] = allowed
         reasons = self._never_fits(ctx, table, rows, needs, codes)
-        g = Gather(table, rows, allowed)
         if len(needs) == 1:
-            return self._one_container(ctx, table, rows, needs[0], g, codes, reasons, c_reason)
-        return self._several_containers(ctx, table, rows, needs, g, codes, reasons, c_reason)
+            return self._one_container(ctx, table, rows, needs[0], allowed, codes, reasons, c_reason)
+        return self._several_containers(ctx, table, rows, needs, Gather(table, rows, allowed), codes, reasons,
+                                        c_reason)
 
     def _never_fits(self, ctx: Context, table: DeviceTable, rows: Ints, needs: list[tuple[int, DeviceRequest]],
                     codes: npt.NDArray[np.int8]) -> dict[int, str]:
@@ -217,16 +217,15 @@ class ShareHandler(DeviceHandler):
         return reasons
 
     def _one_container(self, ctx: Context, table: DeviceTable, rows: Ints, need: tuple[int, DeviceRequest],
-                       g: Gather, codes: npt.NDArray[np.int8], reasons: dict[int, str],
+                       allowed: Mask | None, codes: npt.NDArray[np.int8], reasons: dict[int, str],
                        c_reason: Reasons) -> Evaluation:
         """One container asks for this type: every node at once (the card mask, the policy)."""
         mc = ctx.state.max_containers
         m = len(rows)
         scores = np.zeros(m, np.float64)
         req = need[1]
-        fits = card_fits(g, req, mc)
-        nfit = sum_per_row(fits) if req.count > 1 else any_per_row(fits)
-        short = (codes == SUCCESS) & (nfit < req.count)
+        g, fits, enough = fitting(table, rows, allowed, req, mc)
+        short = (codes == SUCCESS) & ~enough
         codes[short] = UNSCHEDULABLE
         ok = np.flatnonzero(codes == SUCCESS)
         cols = np.zeros((m, req.count), np.int64)
@@ -324,9 +323,8 @@ class ShareHandler(DeviceHandler):
             that a share still fits (the others stay stale); returns the rows chosen on too."""
             if stale is not None and stale.size:
                 both = np.concatenate([rows[idx], stale])
-                g2 = Gather(table, both, ctx.cache.get(f"{self.type} allowed"))
-                f2 = card_fits(g2, req, state.max_containers)
-                keep = np.flatnonzero((np.arange(both.size) < idx.size) | (sum_per_row(f2) >= req.count))
+                g2, f2, enough = fitting(table, both, ctx.cache.get(f"{self.type} allowed"), req, state.max_containers)
+                keep = np.flatnonzero((np.arange(both.size) < idx.size) | enough)
                 view = FitView(state, pod, both[keep], table, req, f2[keep], g2.subset(keep))
             elif idx.size == m:
                 view = FitView(state, pod, rows, table, req, fits, g)
