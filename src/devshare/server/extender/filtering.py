@@ -40,7 +40,7 @@ from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.nodeset import PriorityEncoder, encode_priorities
 from devshare.server.extender.preemption import Preemption
 from devshare.server.extender.refused import RefusalLog, summarize
-from devshare.server.extender.requests import Candidates, PodId, Requests, invalid_request
+from devshare.server.extender.requests import Candidates, PodId, Requests, decode_pod_id, invalid_request
 from devshare.server.extender.requeue import Requeue
 from devshare.server.extender.scores import PLANNED_SCORE, scores_from
 from devshare.server.extender.verdicts import (
@@ -52,7 +52,7 @@ from devshare.server.extender.verdicts import (
     shortlisted,
 )
 from devshare.server.extender.view import ClusterView
-from devshare.server.extender.wire import ExtenderArgs, ExtenderFilterResult, decode_pod_id, is_null
+from devshare.server.extender.wire import ExtenderArgs, ExtenderFilterResult, is_null
 
 log = logging.getLogger(__name__)
 

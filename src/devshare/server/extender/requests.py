@@ -29,7 +29,7 @@ from devshare.server.extender.nodeset import NodeSet, NodeSets, resolve
 from devshare.server.extender.shortlist import has_soft_wishes
 from devshare.server.extender.verdicts import event_safe
 from devshare.server.extender.view import ClusterView
-from devshare.server.extender.wire import BadRequest, ExtenderArgs, decode_nodes, decode_pod, decode_pod_id, is_null
+from devshare.server.extender.wire import BadRequest, ExtenderArgs, decode_nodes, decode_pod, is_null
 
 PARSED_BYTES = 32 * 2**20  # budget of the pod requests cached by their JSON (bodies included)
 MESSAGE_LIMIT = 2048  # characters of a refusal's reason (it may quote a value of any length)
@@ -53,6 +53,30 @@ def pod_id_of(obj: dict[str, Any]) -> PodId:
     m = obj.get("metadata")
     m = m if isinstance(m, dict) else {}
     return f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""), str(m.get("resourceVersion") or "")
+
+
+class _PodMeta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""  # the API's spelling
+
+
+class _PodHead(msgspec.Struct):
+    metadata: _PodMeta = msgspec.field(default_factory=_PodMeta)
+
+
+_pod_head = msgspec.json.Decoder(_PodHead)
+
+
+def decode_pod_id(raw: bytes) -> PodId | None:
+    """``(namespace/name, uid, resourceVersion)`` of a Pod's JSON, reading nothing else of it (None when
+    they cannot be read so: :func:`decode_pod` then says what is wrong)."""
+    try:
+        m = _pod_head.decode(raw).metadata
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    return f"{m.namespace}/{m.name}", m.uid, m.resourceVersion
 
 
 def request_size(req: PodRequest) -> int:
