@@ -98,7 +98,8 @@ def pod_shape(pod: PodRequest) -> PodRequest:
 
 
 def policy_key(policy: Any, pod: PodRequest, request: DeviceRequest) -> Hashable | None:
-    """The key of a policy's answer on one node, or None when its answers are not kept.
+    """The key of a policy's answer on one node: the policy (by identity) and what it declares, or None
+    when its answers are not kept.
 
     A policy declares it with ``cache_key(pod, request)``: what of the pod and of its own learned
     model its choice on one node reads (the node's own arrays are covered by its row version). A
@@ -107,10 +108,10 @@ def policy_key(policy: Any, pod: PodRequest, request: DeviceRequest) -> Hashable
     declared = getattr(policy, "cache_key", None)
     if declared is not None:
         key: Hashable | None = declared(pod, request)
-        return key
+        return None if key is None else (Identity(policy), key)
     if getattr(policy, "row_local", False):
         anonymous = msgspec.structs.replace(pod, namespace="", name="", uid="")  # priority kept: it may read it
-        return (anonymous, request, getattr(policy, "model_version", 0))
+        return (Identity(policy), (anonymous, request, getattr(policy, "model_version", 0)))
     return None
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.admit import Ask, Card, Reason, card_reasons, describe
-from devshare.engine.caches import LRU, Identity, policy_key
+from devshare.engine.caches import LRU, policy_key
 from devshare.engine.fit import FitView, Gather, card_fits, fitting, greedy, memory_need, sum_per_row
 from devshare.engine.handlers.base import (
     SUCCESS,
@@ -150,7 +150,7 @@ class ShareHandler(DeviceHandler):
         req = needs[0][1]
         policy = self.policy_for(ctx, req)
         declared = policy_key(policy, ctx.pod, req)
-        return None if declared is None else (self.type, Identity(policy), declared)
+        return None if declared is None else (self.type, declared)
 
     def grants_of(self, ctx: Context, rows: Ints, columns: Ints) -> Callable[[int], Grants]:
         ((ci, req),) = ctx.pod.needs(self.type)
@@ -342,7 +342,7 @@ class ShareHandler(DeviceHandler):
             return
         n_rows = state.n_rows
         e_scores, e_cols, e_version = state.caches.per_node(
-            "policy answers", (self.type, Identity(policy), declared, ctx.settings),
+            "policy answers", (self.type, declared, ctx.settings),
             lambda n: (np.zeros(n), np.zeros((n, req.count), np.int64), np.full(n, -1, np.int64)),
             fits=lambda e: e[0].shape[0] >= n_rows)
         okrows = rows[ok]
