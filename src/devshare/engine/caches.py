@@ -92,11 +92,6 @@ class LRU(Generic[K, V]):
         return key in self._d
 
 
-def pod_shape(pod: PodRequest) -> PodRequest:
-    """The pod without who it is (name, uid, priority): what an answer may depend on."""
-    return msgspec.structs.replace(pod, namespace="", name="", uid="", priority=0)
-
-
 def policy_key(policy: Any, pod: PodRequest, request: DeviceRequest) -> Hashable | None:
     """The key of a policy's answer on one node: the policy (by identity) and what it declares, or None
     when its answers are not kept.

@@ -13,7 +13,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.caches import Identity, pod_shape
+from devshare.engine.caches import Identity
 from devshare.engine.handlers import HANDLERS
 from devshare.engine.handlers.base import (
     ERROR,
@@ -39,6 +39,12 @@ log = logging.getLogger(__name__)
 Ints = npt.NDArray[np.int64]
 ERROR, SUCCESS, UNRESOLVABLE = int(ERROR), int(SUCCESS), int(UNRESOLVABLE)
 UNKNOWN_NODE = "node is not known to devshare (no such Node, or no Device object yet)"
+
+
+def pod_shape(pod: PodRequest) -> PodRequest:
+    """The pod without who it is (name, uid, priority): what its answers on a node may depend on (the
+    key of the answers kept per node, with the node's version: :mod:`devshare.engine.caches`)."""
+    return msgspec.structs.replace(pod, namespace="", name="", uid="", priority=0)
 
 
 @dataclass
