@@ -23,7 +23,17 @@ class GpuHandler(ShareHandler):
     def __init__(self) -> None:
         super().__init__(names.GPU)
 
-    def constraints(self, ctx: Context, rows: Ints) -> tuple[npt.NDArray[np.int8], Reasons]:
+    def rules(self, ctx: Context, table: DeviceTable, rows: Ints) -> tuple[npt.NDArray[np.int8], Reasons,
+                                                                        npt.NDArray[np.bool_] | None]:
+        """The pod's GPU selection (the cards it may take), GPU models, compute policy and seed 000's
+        rule for a share spread over several GPUs, on ``rows``."""
+        sel = ctx.pod.gpu_selection
+        allowed = None if sel is None else selection.allowed(ctx.state, table, sel)
+        codes, reason = self._constraints(ctx, table, rows, allowed)
+        return codes, reason, allowed
+
+    def _constraints(self, ctx: Context, table: DeviceTable, rows: Ints,
+                     allowed: npt.NDArray[np.bool_] | None) -> tuple[npt.NDArray[np.int8], Reasons]:
         pod, state = ctx.pod, ctx.state
         codes = np.zeros(len(rows), np.int8)
         why: dict[int, str] = {}
@@ -33,8 +43,8 @@ class GpuHandler(ShareHandler):
         if multi:
             dialect = dialect_of(pod.dialect)
             multi = dialect is None or dialect.multi_card_share_needs_label
-        if pod.gpu_selection is not None:
-            self._selected(ctx, rows, why)
+        if pod.gpu_selection is not None and allowed is not None:
+            self._selected(ctx, table, rows, allowed, why)
         if not (pod.gpu_models or pod.compute_policy or multi):
             for i in why:
                 codes[i] = UNRESOLVABLE
@@ -67,21 +77,17 @@ class GpuHandler(ShareHandler):
             codes[i] = UNRESOLVABLE
         return codes, lambda i: why.get(i, "")
 
-    def allowed(self, ctx: Context, table: DeviceTable) -> npt.NDArray[np.bool_] | None:
-        sel = ctx.pod.gpu_selection
-        return None if sel is None else selection.allowed(ctx.state, table, sel)
-
-    def _selected(self, ctx: Context, rows: Ints, why: dict[int, str]) -> None:
-        """Nodes where the pod's GPU selection leaves fewer GPUs than a container asks for: no freed
-        capacity changes that (UNRESOLVABLE), and the reason names the GPUs left out."""
+    def _selected(self, ctx: Context, table: DeviceTable, rows: Ints, allowed: npt.NDArray[np.bool_],
+                  why: dict[int, str]) -> None:
+        """Nodes where the pod's GPU selection (``allowed``) leaves fewer GPUs than a container asks for:
+        no freed capacity changes that (UNRESOLVABLE), and the reason names the GPUs left out."""
         state, pod = ctx.state, ctx.pod
-        table = state.tables.get(self.type)
         sel = pod.gpu_selection
-        if table is None or sel is None:
+        if sel is None:
             return
         biggest = max((d.count for c in pod.containers for d in c.devices if d.type == self.type), default=0)
         present = state.caches.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))
-        n_allowed = sum_per_row(selection.allowed(state, table, sel) & table.present)[rows]
+        n_allowed = sum_per_row(allowed & table.present)[rows]
         for i in np.flatnonzero(n_allowed < biggest).tolist():
             row = int(rows[i])
             out = selection.why_excluded(state, table, row, sel)

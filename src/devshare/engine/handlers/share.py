@@ -121,21 +121,15 @@ class ShareHandler(DeviceHandler):
         self.type = device_type
 
     # hooks ---------------------------------------------------------------------------------
-    def constraints(self, ctx: Context, rows: Ints) -> tuple[npt.NDArray[np.int8], Reasons]:
-        """Node-level rules that no amount of freed capacity can change (UNRESOLVABLE)."""
-        return np.zeros(len(rows), np.int8), lambda i: ""
+    def rules(self, ctx: Context, table: DeviceTable, rows: Ints) -> tuple[npt.NDArray[np.int8], Reasons, Mask | None]:
+        """The pod's own rules on ``rows``: the node-level ones no amount of freed capacity can change
+        (UNRESOLVABLE codes, and their reasons), and ``[table rows, width]`` the devices it may take
+        (its selection; None: all)."""
+        return np.zeros(len(rows), np.int8), lambda i: "", None
 
     def policy_for(self, ctx: Context, req: DeviceRequest) -> Policy:
         """The policy that scores nodes and picks devices for ``req``."""
         raise NotImplementedError
-
-    def allowed(self, ctx: Context, table: DeviceTable) -> Mask | None:
-        """``[table rows, width]``: the devices this pod may take (its selection), None for all."""
-        return None
-
-    def choose(self, ctx: Context, view: FitView) -> Choice:
-        assert view.request is not None
-        return self.policy_for(ctx, view.request).choose(view)
 
     def refine(self, ctx: Context, view: FitView, choice: Choice) -> Choice:
         """Adjust the chosen devices (e.g. by topology) after the policy's choice."""
@@ -176,9 +170,8 @@ class ShareHandler(DeviceHandler):
             # no device columns chosen, but they are said when the answer may be kept (answer_key)
             cols = np.zeros((m, needs[0][1].count), np.int64) if len(needs) == 1 else None
             return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {}, columns=cols)
-        c_codes, c_reason = self.constraints(ctx, rows)
+        c_codes, c_reason, allowed = self.rules(ctx, table, rows)
         codes = c_codes.copy()
-        allowed = self.allowed(ctx, table)
         ctx.cache[f"{self.type} allowed"] = allowed
         reasons = self._never_fits(ctx, table, rows, needs, codes)
         if len(needs) == 1:
