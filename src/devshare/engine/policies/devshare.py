@@ -113,7 +113,6 @@ from devshare.engine.policies.fgd import (
     NodeFrag,
     class_key,
     frag_deltas,
-    pod_gpu,
     top_classes,
 )
 from devshare.engine.policies.remainder import fgd_card_frag, paired_waste_tables_by_cpu
@@ -215,8 +214,8 @@ class DevsharePolicy:
         return self.pressure >= self.scarce
 
     def observe(self, pod: PodRequest) -> None:
-        self.stranding.observe(pod, *pod_gpu(pod))
-        key = class_key(pod)
+        key = class_key(pod)  # (CPU, per-GPU milli, GPU count, models)
+        self.stranding.observe(pod, key[2], key[1])
         self.counts[key] = self.counts.get(key, 0.0) + 1.0
         self.cpu_seen += pod.cpu_milli
         self.gpu_seen += key[1] * key[2]

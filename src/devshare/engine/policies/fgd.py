@@ -220,6 +220,7 @@ class NodeFrag:
         codes = self.models.codes(state, rows)
         access = model.access(self.models.names)[:, codes]
         self._fit(max(state.n_rows, int(rows.max()) + 1), free.shape[1])
+        total = sum_per_row(free)
         stale = ~self.valid[rows] | (self.cpu[rows] != cpu) | any_per_row(self.free[rows] != free)
         if stale.any():
             k = np.flatnonzero(stale)
@@ -229,10 +230,9 @@ class NodeFrag:
             self.cpu[r] = cpu[k]
             self.big[:, r] = big
             self.cnt[:, r] = cnt
-            self.frag[r] = model.frag(sum_per_row(free[k]), big, cnt, access[:, k], cpu[k])
+            self.frag[r] = model.frag(total[k], big, cnt, access[:, k], cpu[k])
             self.valid[r] = True
-        return (free, cpu, sum_per_row(free), self.big[:, rows], self.cnt[:, rows], access,
-                self.frag[rows])
+        return free, cpu, total, self.big[:, rows], self.cnt[:, rows], access, self.frag[rows]
 
 
 def first_of_kind(free: Ints, fits: Mask) -> Mask:
