@@ -28,6 +28,7 @@ from devshare.model.request import DeviceRequest, PodRequest
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 T = TypeVar("T")
+A = TypeVar("A", bound=tuple[Any, ...])  # per-node arrays (numpy), the first one over node indexes
 
 NODE_ANSWER_KEYS = 64  # pod shapes (and policies) whose per-node answers are kept, per kind
 
@@ -155,18 +156,20 @@ class EngineCaches:
             value = self._layout_values[key] = make()
             return value
 
-    def per_node(self, kind: str, key: Hashable, make: Callable[[int], T], *, fits: Callable[[T], bool]) -> T:
-        """The per-node arrays of answers of ``kind`` under ``key`` (made by ``make(n)`` for ``n``
-        node indexes; made afresh when ``fits`` says the kept one is too small). The caller stores
-        each node's answer with the node's ``row_version`` and trusts it only while that holds. The
-        key is joined with ``state.layout``: indexes may name other nodes after a layout change."""
+    def per_node(self, kind: str, key: Hashable, make: Callable[[int], A]) -> A:
+        """The per-node arrays of answers of ``kind`` under ``key``: a tuple of arrays over node indexes,
+        made by ``make(n)`` for ``n`` of them, and made afresh when the state has more nodes than the
+        first array is long. The caller stores each node's answer with the node's ``row_version`` and
+        trusts it only while that holds. The key is joined with ``state.layout``: indexes may name
+        other nodes after a layout change."""
         lru = self._per_node.get(kind)
         if lru is None:
             lru = self._per_node[kind] = LRU(NODE_ANSWER_KEYS)
         full = (key, self.state.layout)
-        entry: T | None = lru.get(full)
-        if entry is None or not fits(entry):
-            entry = lru.put(full, make(max(self.state.n_rows, 1)))
+        n = max(self.state.n_rows, 1)
+        entry: A | None = lru.get(full)
+        if entry is None or entry[0].shape[0] < n:
+            entry = lru.put(full, make(n))
         return entry
 
     def clear(self, kind: str | None = None) -> None:

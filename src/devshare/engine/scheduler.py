@@ -111,11 +111,9 @@ class PodEvaluation:
             return []
         if self.fresh:
             return [self.reason(int(i)) for i in idx.tolist()]
-        n = max(state.n_rows, 1)
         texts, versions = state.caches.per_node(
             "reasons", (pod_shape(self.pod), settings),
-            lambda size: (np.empty(size, dtype=object), np.full(size, -1, np.int64)),
-            fits=lambda e: e[0].shape[0] >= n)
+            lambda size: (np.empty(size, dtype=object), np.full(size, -1, np.int64)))
         rows = self.rows[idx]
         now = state.row_version[rows]
         for k in np.flatnonzero(versions[rows] != now).tolist():
@@ -225,12 +223,10 @@ class Scheduler:
         if declared is None:
             return None
         count = pod.needs(types[0])[0][1].count
-        n = max(self.state.n_rows, 1)
         arrays = self.state.caches.per_node(
             "evaluations", (pod_shape(pod), declared, self.settings, Identity(self.policy)),
             lambda size: (np.zeros(size, np.int8), np.zeros(size, np.float64), np.zeros((size, count), np.int64),
-                          np.full(size, -1, np.int64)),
-            fits=lambda e: e[0].shape[0] >= n)
+                          np.full(size, -1, np.int64)))
         return arrays, ctx, handler
 
     def _evaluate(self, pod: PodRequest, rows: Ints) -> PodEvaluation:

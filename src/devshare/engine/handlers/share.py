@@ -333,11 +333,9 @@ class ShareHandler(DeviceHandler):
             scores[ok] = choice.scores
             cols[ok] = choice.columns
             return
-        n_rows = state.n_rows
         e_scores, e_cols, e_version = state.caches.per_node(
             "policy answers", (self.type, declared, ctx.settings),
-            lambda n: (np.zeros(n), np.zeros((n, req.count), np.int64), np.full(n, -1, np.int64)),
-            fits=lambda e: e[0].shape[0] >= n_rows)
+            lambda n: (np.zeros(n), np.zeros((n, req.count), np.int64), np.full(n, -1, np.int64)))
         okrows = rows[ok]
         version = state.row_version[okrows]
         miss = e_version[okrows] != version
