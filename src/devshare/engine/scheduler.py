@@ -222,11 +222,14 @@ class Scheduler:
         declared = handler.answer_key(ctx)
         if declared is None:
             return None
-        count = pod.needs(types[0])[0][1].count
+
+        def make(size: int) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float64], Ints, Ints]:
+            count = pod.needs(types[0])[0][1].count  # devices the one asking container takes
+            return (np.zeros(size, np.int8), np.zeros(size, np.float64), np.zeros((size, count), np.int64),
+                    np.full(size, -1, np.int64))
+
         arrays = self.state.caches.per_node(
-            "evaluations", (pod_shape(pod), declared, self.settings, Identity(self.policy)),
-            lambda size: (np.zeros(size, np.int8), np.zeros(size, np.float64), np.zeros((size, count), np.int64),
-                          np.full(size, -1, np.int64)))
+            "evaluations", (pod_shape(pod), declared, self.settings, Identity(self.policy)), make)
         return arrays, ctx, handler
 
     def _evaluate(self, pod: PodRequest, rows: Ints) -> PodEvaluation:
