@@ -71,7 +71,7 @@ CASES = {
 
 def bench_dfs_16() -> None:
     """Seed 000's DFS alone: 16 containers (1 or 2 cards each) on one node of 16 half-used cards."""
-    from devshare.engine.fit import Need, search
+    from devshare.engine.search import Need, search
 
     rng = np.random.default_rng(7)
     n = 16

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.engine.caches import LRU, EngineCaches
+from devshare.engine.fit import FitView
+from devshare.engine.policies.base import Choice
 from devshare.engine.policies.binpack import BinpackPolicy
-from devshare.engine.policies.protocol import Choice, FitView
 from devshare.engine.scheduler import PodEvaluation, Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import PodAllocation

@@ -1,103 +1,57 @@
-"""The DFS (seed 000) returns the best-scoring combination, and the vectorized path agrees with it."""
+"""The array kernels of the hot path give exactly the answers of their plain numpy definitions, for every
+shape, dtype and memory layout."""
 
 from __future__ import annotations
 
-from itertools import combinations, product
-
 import numpy as np
-from hypothesis import example, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
-from devshare.engine.fit import Gather, Need, card_fits, card_scores, pick_columns, search
-from devshare.engine.state import ClusterState
-from devshare.model.request import DeviceRequest
-from support.cluster import GiB, add_node, bound
+from devshare.engine.fit import any_per_row, sum_per_row
 
-W = 0.5
-TOTAL_MEM = 16
-
-
-def brute_force(free_c, free_m, slots, needs):  # type: ignore[no-untyped-def]
-    """Every assignment of device sets to containers; the best mean card score, or None."""
-    n = len(free_c)
-    options = [list(combinations(range(n), nd.n)) for nd in needs]
-    best = None
-    for choice in product(*options):
-        fc, fm, fs = list(free_c), list(free_m), list(slots)
-        ok = True
-        for nd, cols in zip(needs, choice, strict=True):
-            for j in cols:
-                fc[j] -= nd.core
-                fm[j] -= int(nd.memory[j])
-                fs[j] -= 1
-        if min(fc) < 0 or min(fm) < 0 or min(fs) < 0:
-            ok = False
-        if not ok:
-            continue
-        total = 0.0
-        for cols in choice:
-            for j in cols:
-                total += W * (1000 - fc[j]) / 1000 + (1 - W) * (TOTAL_MEM - fm[j]) / TOTAL_MEM
-        score = total / sum(nd.n for nd in needs)
-        best = score if best is None else max(best, score)
-    return best
-
-
-cards = st.lists(
-    st.tuples(st.sampled_from([0, 200, 500, 800]), st.sampled_from([0, 4, 8, 12]), st.integers(1, 3)),
-    min_size=1, max_size=4,
-)
-needs_st = st.lists(
-    st.tuples(st.integers(1, 2), st.sampled_from([100, 300, 500]), st.sampled_from([1, 2, 4])),
-    min_size=1, max_size=3,
+shapes = st.tuples(st.integers(0, 40) | st.integers(250, 300), st.integers(0, 12))  # below and above FEW
+arrays = st.one_of(
+    hnp.arrays(np.bool_, shapes),
+    hnp.arrays(np.int64, shapes, elements=st.integers(-(2**40), 2**40)),
+    hnp.arrays(np.int8, shapes),
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(cards=cards, asks=needs_st)
-# a transposition-table collision once skipped the best branch here (Python's tuple hashes summed)
-@example(cards=[(200, 0, 2), (0, 0, 3), (0, 8, 1)], asks=[(2, 100, 1), (2, 300, 1)])
-def test_dfs_finds_the_best_combination(cards: list[tuple[int, int, int]], asks: list[tuple[int, int, int]]) -> None:
-    used_c = [c for c, _, _ in cards]
-    used_m = [m for _, m, _ in cards]
-    slots = [s for _, _, s in cards]
-    n = len(cards)
-    needs = [Need(i, k, core, np.full(n, mem, np.int64), False) for i, (k, core, mem) in enumerate(asks)]
-    free_c = [1000 - u for u in used_c]
-    free_m = [TOTAL_MEM - u for u in used_m]
-    res = search(free_c, free_m, slots, [1000] * n, [TOTAL_MEM] * n, [True] * n, [u == 0 for u in used_c], needs,
-                 core_weight=W, binpack=True, budget=10**6)
-    expected = brute_force(free_c, free_m, slots, needs)
-    if expected is None:
-        assert res is None
-    else:
-        assert res is not None and res.exhaustive
-        assert abs(res.score - expected) < 1e-9
+@given(arrays, st.booleans())
+def test_match_numpy(a: np.ndarray, strided: bool) -> None:
+    if strided and a.shape[1] > 1:
+        a = a[:, ::2]  # not contiguous
+    assert sum_per_row(a).tolist() == a.sum(axis=1, dtype=np.int64).tolist()
+    assert sum_per_row(a).dtype == np.int64
+    if a.dtype == np.bool_:
+        assert any_per_row(a).tolist() == a.any(axis=1).tolist()
 
 
-@settings(max_examples=100, deadline=None)
-@given(used=st.lists(st.tuples(st.sampled_from([0, 100, 400, 700, 1000]), st.integers(0, 16)), min_size=1, max_size=6),
-       core=st.sampled_from([100, 300, 500]), mem=st.integers(0, 8), k=st.integers(1, 3))
-def test_vectorized_single_container_agrees_with_dfs(used: list[tuple[int, int]], core: int, mem: int, k: int) -> None:
-    state = ClusterState()
-    add_node(state, "n", len(used), memory=16 * GiB)
-    for j, (c, m) in enumerate(used):
-        if c or m:
-            bound(state, f"u{j}", "n", j, core=c, memory=m * GiB)
-    t = state.tables["gpu"]
-    rows = state.node_rows(["n"])
-    req = DeviceRequest(type="gpu", count=k, core_milli=core, memory=mem * GiB)
-    g = Gather(t, rows)
-    fits = card_fits(g, req, state.max_containers)
-    n = len(used)
-    res = search(t.free_core[0, :n], t.free_mem[0, :n], state.max_containers - t.used_slots[0, :n],
-                 t.total_core[0, :n], t.total_mem[0, :n], t.usable()[0, :n], t.used_slots[0, :n] == 0,
-                 [Need(0, k, core, np.full(n, mem * GiB, np.int64), False)], core_weight=W, binpack=True)
-    if fits.sum() < k:
-        assert res is None
-        return
-    assert res is not None
-    cs = card_scores(g, req, W, True)
-    cols = pick_columns(fits, cs, k)
-    vec = float(np.take_along_axis(cs, cols, axis=1).mean())
-    assert abs(vec - res.score) < 1e-9
+@given(hnp.arrays(np.bool_, st.tuples(st.integers(0, 40), st.just(8))))
+def test_eight_wide_masks_use_the_word_path_and_match(m: np.ndarray) -> None:
+    m = np.ascontiguousarray(m)
+    assert any_per_row(m).tolist() == m.any(axis=1).tolist()
+    assert sum_per_row(m).tolist() == m.sum(axis=1).tolist()
+
+
+def _first_of_kind_cube(free: np.ndarray, fits: np.ndarray) -> np.ndarray:
+    """The definition, as a [rows, W, W] cube: a fitting card is dropped when a lower fitting card
+    of its node has the same free share."""
+    w = fits.shape[1]
+    f = free[:, :w]
+    same = (f[:, :, None] == f[:, None, :]) & fits[:, None, :]
+    earlier = np.tril(np.ones((w, w), np.bool_), k=-1)
+    return np.asarray(fits & ~(same & earlier[None, :, :]).any(axis=2))
+
+
+@given(st.integers(0, 30).flatmap(lambda n: st.integers(1, 9).flatmap(lambda w: st.tuples(
+    hnp.arrays(np.int64, (n, w + 1), elements=st.sampled_from([0, 100, 250, 500, 1000])),
+    hnp.arrays(np.bool_, (n, w))))))
+def test_first_of_kind_matches_its_definition(arrays: tuple[np.ndarray, np.ndarray]) -> None:
+    from devshare.engine.policies.fgd import first_of_kind, first_of_kind_by_columns
+
+    free, fits = arrays
+    want = _first_of_kind_cube(free, fits).tolist()
+    assert first_of_kind(free, fits).tolist() == want
+    assert first_of_kind_by_columns(free, fits).tolist() == want

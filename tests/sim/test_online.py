@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from devshare.engine.policies import make_policy
+from devshare.engine.policies.base import StatelessPolicy
 from devshare.engine.policies.binpack import BinpackPolicy
-from devshare.engine.policies.protocol import StatelessPolicy
 from devshare.sim.online import replay_online
 from devshare.sim.replay import arrival_order, replay
 from devshare.sim.trace import load_trace

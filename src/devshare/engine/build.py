@@ -17,7 +17,7 @@ from devshare.config import Configuration
 from devshare.engine.handlers.base import Settings
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.policies import make_policy
-from devshare.engine.policies.protocol import Policy
+from devshare.engine.policies.base import Policy
 from devshare.engine.quotas import Quota, Quotas
 from devshare.engine.refusals import Refusals
 from devshare.engine.scheduler import Scheduler

@@ -28,6 +28,7 @@ from devshare.model.request import DeviceRequest, PodRequest
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 T = TypeVar("T")
+A = TypeVar("A", bound=tuple[Any, ...])  # per-node arrays (numpy), the first one over node indexes
 
 NODE_ANSWER_KEYS = 64  # pod shapes (and policies) whose per-node answers are kept, per kind
 
@@ -92,13 +93,9 @@ class LRU(Generic[K, V]):
         return key in self._d
 
 
-def pod_shape(pod: PodRequest) -> PodRequest:
-    """The pod without who it is (name, uid, priority): what an answer may depend on."""
-    return msgspec.structs.replace(pod, namespace="", name="", uid="", priority=0)
-
-
 def policy_key(policy: Any, pod: PodRequest, request: DeviceRequest) -> Hashable | None:
-    """The key of a policy's answer on one node, or None when its answers are not kept.
+    """The key of a policy's answer on one node: the policy (by identity) and what it declares, or None
+    when its answers are not kept.
 
     A policy declares it with ``cache_key(pod, request)``: what of the pod and of its own learned
     model its choice on one node reads (the node's own arrays are covered by its row version). A
@@ -107,10 +104,10 @@ def policy_key(policy: Any, pod: PodRequest, request: DeviceRequest) -> Hashable
     declared = getattr(policy, "cache_key", None)
     if declared is not None:
         key: Hashable | None = declared(pod, request)
-        return key
+        return None if key is None else (Identity(policy), key)
     if getattr(policy, "row_local", False):
         anonymous = msgspec.structs.replace(pod, namespace="", name="", uid="")  # priority kept: it may read it
-        return (anonymous, request, getattr(policy, "model_version", 0))
+        return (Identity(policy), (anonymous, request, getattr(policy, "model_version", 0)))
     return None
 
 
@@ -159,18 +156,20 @@ class EngineCaches:
             value = self._layout_values[key] = make()
             return value
 
-    def per_node(self, kind: str, key: Hashable, make: Callable[[int], T], *, fits: Callable[[T], bool]) -> T:
-        """The per-node arrays of answers of ``kind`` under ``key`` (made by ``make(n)`` for ``n``
-        node indexes; made afresh when ``fits`` says the kept one is too small). The caller stores
-        each node's answer with the node's ``row_version`` and trusts it only while that holds. The
-        key is joined with ``state.layout``: indexes may name other nodes after a layout change."""
+    def per_node(self, kind: str, key: Hashable, make: Callable[[int], A]) -> A:
+        """The per-node arrays of answers of ``kind`` under ``key``: a tuple of arrays over node indexes,
+        made by ``make(n)`` for ``n`` of them, and made afresh when the state has more nodes than the
+        first array is long. The caller stores each node's answer with the node's ``row_version`` and
+        trusts it only while that holds. The key is joined with ``state.layout``: indexes may name
+        other nodes after a layout change."""
         lru = self._per_node.get(kind)
         if lru is None:
             lru = self._per_node[kind] = LRU(NODE_ANSWER_KEYS)
         full = (key, self.state.layout)
-        entry: T | None = lru.get(full)
-        if entry is None or not fits(entry):
-            entry = lru.put(full, make(max(self.state.n_rows, 1)))
+        n = max(self.state.n_rows, 1)
+        entry: A | None = lru.get(full)
+        if entry is None or entry[0].shape[0] < n:
+            entry = lru.put(full, make(n))
         return entry
 
     def clear(self, kind: str | None = None) -> None:

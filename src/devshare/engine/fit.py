@@ -1,32 +1,34 @@
-"""Per-node fit: which devices, and how much of each, for every container of a pod.
+"""Per-node fit, vectorized over many nodes at once: which devices can take one share of a container's
+ask (:func:`card_fits`, a boolean ``[nodes, devices]`` mask; the node fits when at least ``k`` are
+true), their seed-000 scores, and a greedy placement of several containers (:func:`greedy`; the exact
+search where it cannot decide is :mod:`devshare.engine.search`).
 
-Two paths, same answer:
-
-- :func:`card_fits` — vectorized over many nodes at once, for the common shape where one container
-  asks for ``k`` devices of a type: a boolean ``[nodes, devices]`` mask of the devices that can take
-  one share; the node fits when at least ``k`` are true.
-- :func:`search` — seed 000's depth-first search over containers with pruning, for pods where
-  several containers ask for the same device type (``"2,1,3"``). Each level of the tree is a
-  container, each branch a set of devices for it; a branch whose admission fails is cut; identical
-  device states are tried once per level; a bound on the best reachable score cuts branches that
-  cannot win. It returns the best-scoring combination, not the first feasible one.
+Reductions along the device axis of ``[rows, devices]`` arrays (:func:`any_per_row`,
+:func:`sum_per_row`): numpy reduces a short last axis slowly: ``any(axis=1)`` or ``sum(axis=1)`` of a 5,000 x 8 array
+takes 70-90 us, about as long as the rest of a pod's fit. Combining the few columns one by one
+takes a quarter of that (a contiguous 8-wide boolean row is one 64-bit word: a fiftieth). The
+results are exactly numpy's (integers and booleans only: float sums would change in their last
+bits with the order of addition).
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
-from itertools import combinations
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
-from devshare.model.request import WHOLE, DeviceRequest
+from devshare.model import names
+from devshare.model.request import WHOLE, DeviceRequest, PodRequest
 
 Mask = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
+FEW = 256  # rows below which numpy's own reduction is cheaper than a Python loop over the columns
 
 
 def memory_need(req: DeviceRequest, total_mem: Ints) -> Ints:
@@ -137,6 +139,17 @@ def card_fits(g: Gather, req: DeviceRequest, max_containers: int) -> Mask:
     return ok
 
 
+def fitting(table: DeviceTable, rows: Ints, allowed: Mask | None, req: DeviceRequest,
+            max_containers: int) -> tuple[Gather, Mask, Mask]:
+    """The fit of one container's ask over ``rows`` at once: their device arrays (:class:`Gather`,
+    ``allowed``: the cards the pod may take), which cards take one share of ``req``
+    (:func:`card_fits`), and which rows have enough of them (``req.count``)."""
+    g = Gather(table, rows, allowed)
+    fits = card_fits(g, req, max_containers)
+    enough = sum_per_row(fits) >= req.count if req.count > 1 else any_per_row(fits)
+    return g, fits, enough
+
+
 def card_scores(g: Gather, req: DeviceRequest, core_weight: float, binpack: bool) -> npt.NDArray[np.float64]:
     """Seed 000's card score after placing one share of ``req`` on each device:
     ``w * core-score + (1 - w) * memory-score`` (utilisation after placement); binpack scores fuller
@@ -211,236 +224,109 @@ def greedy(
     return ok, np.asarray(total / max(grants, 1), np.float64)
 
 
-# ---------------------------------------------------------------------------- DFS (seed 000)
+# ---------------------------------------------------------------------------- the fitted window
 
 
-class Need(NamedTuple):
-    """One container's ask of one device type on one node, resolved to bytes per device."""
+@dataclass(frozen=True)
+class FitView:
+    """What the fit found, and what a policy scores (:class:`~devshare.engine.policies.base.Policy`):
+    candidate nodes that fit, and per device whether one share fits. What the policies read of the
+    candidates (the free GPU per card, the CPU and memory left) is read once per view and shared."""
 
-    container: int
-    n: int  # devices asked
-    core: int
-    memory: Ints  # bytes needed on each device (ratio requests differ per device)
-    whole: bool
+    state: ClusterState
+    pod: PodRequest
+    rows: Ints  # candidate node rows; every one can hold the pod
+    table: DeviceTable | None  # the device type's table (None for a pod asking no device)
+    request: DeviceRequest | None  # per-device ask (None for a pod asking no device)
+    fits: Mask  # [len(rows), width]: one share fits on that device (all False width when no device)
+    # the device arrays of `rows` (free_core, free_mem, total_core, total_mem, used_slots, usable),
+    # gathered once and shared; built from `table` when not given
+    gather: Gather | None = field(default=None)
 
+    def arrays(self) -> Gather:
+        if self.gather is not None:
+            return self.gather
+        if self.table is None:
+            raise ValueError("this pod asks for no device: there are no device arrays")
+        g = Gather(self.table, self.rows)
+        object.__setattr__(self, "gather", g)
+        return g
 
-class SearchResult(NamedTuple):
-    columns: dict[int, tuple[int, ...]]  # container index -> device columns
-    score: float
-    exhaustive: bool  # False when the node budget stopped the search early
-    nodes: int
+    @property
+    def count(self) -> int:
+        return self.request.count if self.request is not None else 0
 
+    @cached_property
+    def gpu_free(self) -> Ints:
+        """:func:`gpu_free` of the candidates (whatever the ask's device type: GPU policies read it)."""
+        return gpu_free(self.state, self.rows)
 
-def search(
-    free_core: Sequence[int] | Ints,
-    free_mem: Sequence[int] | Ints,
-    free_slots: Sequence[int] | Ints,
-    total_core: Sequence[int] | Ints,
-    total_mem: Sequence[int] | Ints,
-    usable: Sequence[bool] | Mask,
-    untouched: Sequence[bool] | Mask,
-    needs: Sequence[Need],
-    *,
-    core_weight: float,
-    binpack: bool,
-    budget: int = 2000,
-    first: bool = False,
-) -> SearchResult | None:
-    """Best combination of devices for all ``needs`` on one node, or None if none fits.
+    @cached_property
+    def cpu_left(self) -> Ints:
+        """:func:`cpu_left` of the candidates."""
+        return cpu_left(self.state, self.rows)
 
-    The score of a combination is the mean, over every (container, device) grant, of the device's
-    seed-000 card score once the whole combination is placed (binpack: fuller is better)."""
-    if sum(nd.n for nd in needs) == 0:
-        return SearchResult({}, 0.0, True, 0)
-    dfs = _Dfs(free_core, free_mem, free_slots, total_core, total_mem, usable, untouched, needs,
-               core_weight=core_weight, binpack=binpack, budget=budget, first=first)
-    dfs.run(0)
-    if dfs.best is None:
-        return None
-    return SearchResult(dfs.best, dfs.best_score, first or not dfs.cut, dfs.nodes)
-
-
-class _Dfs:
-    """The depth-first search of :func:`search` over one node's cards: containers in ``order``
-    (largest first), the devices of each tried most promising first, pruned by an upper bound
-    (:meth:`bound`) and by a transposition table of equivalent situations (:meth:`card_hash`)."""
-
-    def __init__(self, free_core: Sequence[int] | Ints, free_mem: Sequence[int] | Ints,
-                 free_slots: Sequence[int] | Ints, total_core: Sequence[int] | Ints,
-                 total_mem: Sequence[int] | Ints, usable: Sequence[bool] | Mask, untouched: Sequence[bool] | Mask,
-                 needs: Sequence[Need], *, core_weight: float, binpack: bool, budget: int, first: bool) -> None:
-        self.fc = [int(x) for x in free_core]
-        self.fm = [int(x) for x in free_mem]
-        self.fs = [int(x) for x in free_slots]
-        self.tc = tc = [max(int(x), 1) for x in total_core]
-        self.tm = tm = [max(int(x), 1) for x in total_mem]
-        self.ok = ok = [bool(x) for x in usable]
-        self.fresh = fresh = [bool(x) for x in untouched]  # nothing on the device: a whole-device ask may take it
-        self.n = n = len(self.fc)
-        self.used_c = [tc[j] - self.fc[j] for j in range(n)]
-        self.used_m = [tm[j] - self.fm[j] for j in range(n)]
-        self.needs = needs
-        self.order = sorted(range(len(needs)),
-                            key=lambda i: (-needs[i].n, -needs[i].core, -int(needs[i].memory.max(initial=0))))
-        self.levels = len(self.order)
-        self.grants_total = sum(nd.n for nd in needs)
-        self.core_weight, self.binpack, self.budget, self.first = core_weight, binpack, budget, first
-        self.taken = [0] * n  # grants placed on each device along the current path
-        self.whole_taken = [0] * n  # whole-device grants on each device along the current path
-        self.best: dict[int, tuple[int, ...]] | None = None
-        self.best_score = -1.0
-        self.nodes = 0
-        self.cut = False
-        self.chosen: dict[int, tuple[int, ...]] = {}
-        # Cards with equal static traits are interchangeable: the rest of the search, and the score
-        # of every completion, depend only on the level and the multiset of (traits, current state)
-        # of the cards. A transposition table of those keys explores each such situation once, which
-        # also collapses identical containers placed in either order and identical cards.
-        traits: dict[tuple[int, int, bool, bool], int] = {}
-        self.static = [traits.setdefault((tc[j], tm[j], fresh[j], ok[j]), len(traits)) for j in range(n)]
-        # The key is kept incrementally: the sum of the cards' hashes (a multiset hash), updated for
-        # the cards a branch touches (a 64-bit collision could skip one branch; it never breaks a fit).
-        self.visited: set[tuple[int, int]] = set()
-        # Zobrist-style: each distinct card situation gets a random 64-bit code (Python's own tuple
-        # hash is too regular: sums of hashes of tuples differing by the same offsets collide)
-        self.codes: dict[tuple[int, int, int, int, int, int], int] = {}
-        self.rand = random.Random(0x5EED)
-        self.hashes = [self.card_hash(j) for j in range(n)]
-        self.state_hash = sum(self.hashes) & _MASK64
-        self.remaining_core = sum(nd.n * nd.core for nd in needs)
-        self.remaining_mem = sum(nd.n * int(nd.memory.max(initial=0)) for nd in needs)
-        self.placed = 0
-
-    def card_hash(self, j: int) -> int:
-        t = (self.static[j], self.fc[j], self.fm[j], self.fs[j], self.taken[j], self.whole_taken[j])
-        h = self.codes.get(t)
-        if h is None:
-            h = self.codes[t] = self.rand.getrandbits(64)
-        return h
-
-    def final_score(self) -> float:
-        cw, used_c, used_m, tc, tm = self.core_weight, self.used_c, self.used_m, self.tc, self.tm
-        total = 0.0
-        for cols in self.chosen.values():
-            for j in cols:
-                util = cw * (used_c[j] / tc[j]) + (1.0 - cw) * (used_m[j] / tm[j])
-                total += util if self.binpack else 1.0 - util
-        return total / self.grants_total
-
-    def bound(self) -> float:
-        """An upper bound on the score of any completion of the current path."""
-        cw, used_c, used_m, tc, tm, taken, ok = (self.core_weight, self.used_c, self.used_m, self.tc, self.tm,
-                                                 self.taken, self.ok)
-        rc, rm, binpack = self.remaining_core, self.remaining_mem, self.binpack
-        best_card = 0.0
-        total = 0.0
-        for j in range(self.n):
-            if binpack:
-                u = cw * min(1.0, (used_c[j] + rc) / tc[j])
-                u += (1.0 - cw) * min(1.0, (used_m[j] + rm) / tm[j])
-            else:
-                u = 1.0 - (cw * used_c[j] / tc[j] + (1.0 - cw) * used_m[j] / tm[j])
-            total += taken[j] * u
-            if ok[j] and u > best_card:
-                best_card = u
-        return (total + (self.grants_total - self.placed) * best_card) / self.grants_total
-
-    def candidates(self, nd: Need, mem: list[int]) -> list[int]:
-        """The devices that can take one of ``nd``'s grants now, most promising first."""
-        fc, fm, fs, ok, fresh, taken, whole_taken = (self.fc, self.fm, self.fs, self.ok, self.fresh, self.taken,
-                                                     self.whole_taken)
-        cands = [
-            j for j in range(self.n)
-            if ok[j] and whole_taken[j] == 0 and fc[j] >= nd.core and fm[j] >= mem[j] and fs[j] >= 1
-            and (not nd.whole or (fresh[j] and taken[j] == 0))
-        ]
-        cw, used_c, used_m, tc, tm = self.core_weight, self.used_c, self.used_m, self.tc, self.tm
-
-        def card_util(j: int) -> float:
-            return cw * (used_c[j] + nd.core) / tc[j] + (1.0 - cw) * (used_m[j] + mem[j]) / tm[j]
-
-        # try the most promising devices first, so a good combination is found early
-        cands.sort(key=lambda j: (-card_util(j) if self.binpack else card_util(j), j))
-        return cands
-
-    def run(self, level: int) -> None:
-        if self.nodes >= self.budget:
-            self.cut = True
-            return
-        key = (level, self.state_hash)
-        visited = self.visited
-        if key in visited:
-            return  # an equivalent situation was explored already
-        visited.add(key)
-        self.nodes += 1
-        last = level == self.levels
-        if not last and self.best is not None and self.bound() <= self.best_score + 1e-12:
-            return  # no completion can beat the best found
-        if last:
-            s = self.final_score()
-            if s > self.best_score + 1e-12:
-                self.best = dict(self.chosen)
-                self.best_score = s
-            if self.first:
-                self.cut = True  # a feasible combination is all that was asked
-            return
-        nd = self.needs[self.order[level]]
-        mem = [int(x) for x in nd.memory]
-        cands = self.candidates(nd, mem)
-        if len(cands) < nd.n:
-            return
-        nd_mem = int(nd.memory.max(initial=0))
-        fc, fm, fs, used_c, used_m, taken, whole_taken, hashes = (self.fc, self.fm, self.fs, self.used_c,
-                                                                  self.used_m, self.taken, self.whole_taken,
-                                                                  self.hashes)
-        static, codes, chosen, container = self.static, self.codes, self.chosen, nd.container
-        core, whole, n_core, n_mem = nd.core, int(nd.whole), nd.n * nd.core, nd.n * nd_mem
-        for combo in combinations(cands, nd.n):
-            h_sum = self.state_hash
-            for j in combo:  # place one grant on each device of the combination
-                fc[j] -= core
-                fm[j] -= mem[j]
-                fs[j] -= 1
-                used_c[j] += core
-                used_m[j] += mem[j]
-                taken[j] += 1
-                whole_taken[j] += whole
-                t = (static[j], fc[j], fm[j], fs[j], taken[j], whole_taken[j])  # card_hash, inlined
-                h = codes.get(t)
-                if h is None:
-                    h = codes[t] = self.rand.getrandbits(64)
-                h_sum = (h_sum + h - hashes[j]) & _MASK64
-                hashes[j] = h
-            self.state_hash = h_sum
-            self.remaining_core -= n_core
-            self.remaining_mem -= n_mem
-            self.placed += nd.n
-            chosen[container] = combo
-            self.run(level + 1)
-            del chosen[container]
-            self.remaining_core += n_core
-            self.remaining_mem += n_mem
-            self.placed -= nd.n
-            h_sum = self.state_hash
-            for j in combo:  # and take it back
-                fc[j] += core
-                fm[j] += mem[j]
-                fs[j] += 1
-                used_c[j] -= core
-                used_m[j] -= mem[j]
-                taken[j] -= 1
-                whole_taken[j] -= whole
-                t = (static[j], fc[j], fm[j], fs[j], taken[j], whole_taken[j])
-                h = codes.get(t)
-                if h is None:
-                    h = codes[t] = self.rand.getrandbits(64)
-                h_sum = (h_sum + h - hashes[j]) & _MASK64
-                hashes[j] = h
-            self.state_hash = h_sum
-            if self.cut:
-                return
-            if self.binpack and self.best_score >= 1.0 - 1e-12:
-                return  # nothing can beat a perfect pack
+    @cached_property
+    def mem_left(self) -> Ints:
+        """:func:`mem_left` of the candidates."""
+        return mem_left(self.state, self.rows)
 
 
-_MASK64 = (1 << 64) - 1
+def gpu_free(state: ClusterState, rows: Ints) -> Ints:
+    """``[M, W]`` free milli-GPU per usable card (0 on absent, unhealthy or held cards)."""
+    t = state.tables.get(names.GPU)
+    if t is None:
+        return np.zeros((rows.shape[0], 1), np.int64)
+    n = len(rows)
+    if n and is_range(rows):  # every node in order: a view, no gather
+        view = t.open_core[:n]
+        view.flags.writeable = False  # the table's own array: read, never written through
+        return view
+    return t.open_core[rows]
+
+
+MAX_SPEC_CPU = 128_000  # CPU (milli) of the largest node (the FGD paper's normaliser)
+
+
+def cpu_left(state: ClusterState, rows: Ints) -> Ints:
+    """CPU left per row; nodes that do not track CPU count as having plenty."""
+    total = state.cpu_total[rows]
+    return np.where(total > 0, total - state.cpu_used[rows], MAX_SPEC_CPU * 1000)
+
+
+def mem_left(state: ClusterState, rows: Ints) -> Ints:
+    """Memory (bytes) left per row; nodes that do not track memory count as having plenty."""
+    total = state.mem_total[rows]
+    return np.where(total > 0, total - state.mem_used[rows], UNTRACKED_MEMORY)
+
+
+UNTRACKED_MEMORY = 1 << 60  # bytes: more than any node has
+
+
+# ---------------------------------------------------------------------------- reductions per row
+
+
+def any_per_row(m: Mask) -> Mask:
+    """``m.any(axis=1)``."""
+    n, w = m.shape
+    if w == 8 and m.flags.c_contiguous and m.dtype == np.bool_:
+        return np.asarray(m.view(np.uint64)[:, 0] != 0)
+    if w == 0 or n < FEW:
+        return np.asarray(m.any(axis=1), np.bool_)
+    out = m[:, 0].copy()
+    for j in range(1, w):
+        out |= m[:, j]
+    return out
+
+
+def sum_per_row(a: npt.NDArray[Any]) -> Ints:
+    """``a.sum(axis=1)`` of an integer or boolean array, as int64."""
+    n, w = a.shape
+    if w == 8 and a.flags.c_contiguous and a.dtype == np.bool_:
+        return np.bitwise_count(a.view(np.uint64)[:, 0]).astype(np.int64)  # one bit set per True byte
+    if w == 0 or n < FEW:
+        return np.asarray(a.sum(axis=1, dtype=np.int64), np.int64)
+    out = a[:, 0].astype(np.int64)
+    for j in range(1, w):
+        out += a[:, j]
+    return out

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from devshare.engine.policies.protocol import Policy
+from devshare.engine.policies.base import Policy
 from devshare.engine.records import Hold, PodRecord
 from devshare.engine.scheduler import Placement, Scheduler
 from devshare.engine.state import DEFAULT_ASSUME_TTL, ClusterState
@@ -86,6 +86,16 @@ class Lifecycle:
             del self._seen[next(iter(self._seen))]
         self._seen[seen] = None
         self.policy.observe(pod)
+
+    def filter_begins(self, pod: PodRequest, now: float) -> dict[str, str]:
+        """What a filter of ``pod`` (not a group member) changes in the cache, before its nodes are
+        judged: the policy learns of it (:meth:`arrived`); what an earlier filter of it held is let
+        go (that answer no longer stands); and the nodes nominated for pending pods of higher priority
+        are returned, with why (:meth:`nominated_nodes`): they are not for ``pod``."""
+        self.arrived(pod)
+        if self.held(pod.key, "filter") is not None:
+            self.forget(pod.key)
+        return self.nominated_nodes(pod, now)
 
     # ------------------------------------------------------------------ assume
     def assume(self, pod: PodRequest, alloc: PodAllocation, *, now: float, hold: Hold = "bind",

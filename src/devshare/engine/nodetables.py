@@ -30,7 +30,9 @@ class NodeTables:
         self.row_of: dict[str, int] = {}
         self.name_of: dict[int, str] = {}
         self._free_rows: list[int] = []
-        self._rows = 0
+        # rows in use or free for reuse (node indexes run below it); a plain attribute, as ``layout``:
+        # the engine reads both on every filter
+        self.n_rows = 0
         cap = 64
         self.active = np.zeros(cap, np.bool_)
         self.cpu_total = np.zeros(cap, np.int64)  # 0 = untracked
@@ -42,7 +44,9 @@ class NodeTables:
         self.tables: dict[str, DeviceTable] = {}
         self.bandwidth: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
         self.version = 0  # bumped on every change; caches key on it
-        self.layout_version = 0  # bumped when nodes or devices change (not on usage changes)
+        # bumped when nodes or devices change (not on usage changes): index-keyed caches key on it (a
+        # node's index keeps its meaning while it holds)
+        self.layout = 0
         self.names_version = 0  # bumped when a node comes or goes (row_of changes)
         self._all_rows: np.ndarray[Any, np.dtype[np.int64]] | None = None
         self._all_rows_key = -1
@@ -81,8 +85,8 @@ class NodeTables:
     def _new_row(self) -> int:
         if self._free_rows:
             return self._free_rows.pop()
-        row = self._rows
-        self._rows += 1
+        row = self.n_rows
+        self.n_rows += 1
         if row >= self.active.shape[0]:
             cap = 2 * self.active.shape[0]
             for name in ("active", "cpu_total", "cpu_used", "mem_total", "mem_used"):
@@ -100,10 +104,6 @@ class NodeTables:
             t.ensure_rows(row + 1)
         return row
 
-    @property
-    def n_rows(self) -> int:
-        return self._rows
-
     def upsert_node(self, info: NodeInfo) -> None:
         """Add or change a node. A node that says what it said before (most Node updates: heartbeats,
         conditions, taints, annotations devshare does not read) changes nothing, and keeps every answer
@@ -112,7 +112,7 @@ class NodeTables:
         if self.nodes.get(info.name) == info and info.name in self.row_of:
             return
         self.version += 1
-        self.layout_version += 1
+        self.layout += 1
         row = self.row_of.get(info.name)
         if row is None:
             row = self._new_row()
@@ -134,7 +134,7 @@ class NodeTables:
         if row is None:
             return
         self.version += 1
-        self.layout_version += 1
+        self.layout += 1
         self.names_version += 1
         del self.name_of[row]
         self._all_rows = None
@@ -150,7 +150,7 @@ class NodeTables:
     def set_devices(self, nd: NodeDevices) -> None:
         """Publish a node's devices (a Device object appeared or changed). Takes effect at once."""
         self.version += 1
-        self.layout_version += 1
+        self.layout += 1
         self.devices[nd.node] = nd
         row = self.row_of.get(nd.node)
         if row is not None:
@@ -158,7 +158,7 @@ class NodeTables:
 
     def remove_devices(self, node: str) -> None:
         self.version += 1
-        self.layout_version += 1
+        self.layout += 1
         self.devices.pop(node, None)
         row = self.row_of.get(node)
         if row is not None:
@@ -200,11 +200,6 @@ class NodeTables:
     # The engine answers per node *index* (evaluations, scores, verdicts); code outside the engine
     # maps names to indexes and back through these, never through the dicts behind them. An index
     # keeps its meaning while ``layout`` is unchanged (a removed node's index may be reused).
-    @property
-    def layout(self) -> int:
-        """Changes whenever nodes or devices change (not on usage): index-keyed caches key on it."""
-        return self.layout_version
-
     def indexes_of(self, names: list[str]) -> tuple[np.ndarray[Any, np.dtype[np.int64]], list[str], list[str]]:
         """The indexes of the known ``names`` (in order), those names, and the unknown ones."""
         row_of = self.row_of

@@ -13,8 +13,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from devshare.engine.caches import Identity, pod_shape
-from devshare.engine.handlers import handler_for
+from devshare.engine.caches import Identity
+from devshare.engine.handlers import HANDLERS
 from devshare.engine.handlers.base import (
     ERROR,
     SUCCESS,
@@ -24,11 +24,10 @@ from devshare.engine.handlers.base import (
     DeviceHandler,
     Evaluation,
     Settings,
-    needs_of,
 )
 from devshare.engine.handlers.share import stale_elsewhere
+from devshare.engine.policies.base import Policy
 from devshare.engine.policies.binpack import BinpackPolicy
-from devshare.engine.policies.protocol import Policy
 from devshare.engine.quotas import Quotas
 from devshare.engine.state import ClusterState
 from devshare.model import initplan, names
@@ -40,6 +39,12 @@ log = logging.getLogger(__name__)
 Ints = npt.NDArray[np.int64]
 ERROR, SUCCESS, UNRESOLVABLE = int(ERROR), int(SUCCESS), int(UNRESOLVABLE)
 UNKNOWN_NODE = "node is not known to devshare (no such Node, or no Device object yet)"
+
+
+def pod_shape(pod: PodRequest) -> PodRequest:
+    """The pod without who it is (name, uid, priority): what its answers on a node may depend on (the
+    key of the answers kept per node, with the node's version: :mod:`devshare.engine.caches`)."""
+    return msgspec.structs.replace(pod, namespace="", name="", uid="", priority=0)
 
 
 @dataclass
@@ -106,11 +111,9 @@ class PodEvaluation:
             return []
         if self.fresh:
             return [self.reason(int(i)) for i in idx.tolist()]
-        n = max(state.n_rows, 1)
         texts, versions = state.caches.per_node(
             "reasons", (pod_shape(self.pod), settings),
-            lambda size: (np.empty(size, dtype=object), np.full(size, -1, np.int64)),
-            fits=lambda e: e[0].shape[0] >= n)
+            lambda size: (np.empty(size, dtype=object), np.full(size, -1, np.int64)))
         rows = self.rows[idx]
         now = state.row_version[rows]
         for k in np.flatnonzero(versions[rows] != now).tolist():
@@ -214,18 +217,19 @@ class Scheduler:
         types = pod.device_types()
         if len(types) != 1:
             return None
-        handler = handler_for(types[0])
+        handler = HANDLERS[types[0]]
         ctx = Context(state=self.state, pod=pod, settings=self.settings, policy=self.policy)
         declared = handler.answer_key(ctx)
         if declared is None:
             return None
-        count = needs_of(pod, types[0])[0][1].count
-        n = max(self.state.n_rows, 1)
+
+        def make(size: int) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float64], Ints, Ints]:
+            count = pod.needs(types[0])[0][1].count  # devices the one asking container takes
+            return (np.zeros(size, np.int8), np.zeros(size, np.float64), np.zeros((size, count), np.int64),
+                    np.full(size, -1, np.int64))
+
         arrays = self.state.caches.per_node(
-            "evaluations", (pod_shape(pod), declared, self.settings, Identity(self.policy)),
-            lambda size: (np.zeros(size, np.int8), np.zeros(size, np.float64), np.zeros((size, count), np.int64),
-                          np.full(size, -1, np.int64)),
-            fits=lambda e: e[0].shape[0] >= n)
+            "evaluations", (pod_shape(pod), declared, self.settings, Identity(self.policy)), make)
         return arrays, ctx, handler
 
     def _evaluate(self, pod: PodRequest, rows: Ints) -> PodEvaluation:
@@ -260,7 +264,7 @@ class Scheduler:
         live = np.flatnonzero(codes == SUCCESS)
         for k, dtype in enumerate(types):
             try:
-                ev_live = handler_for(dtype).evaluate(ctx, rows[live])
+                ev_live = HANDLERS[dtype].evaluate(ctx, rows[live])
             except Exception as e:  # a handler bug must not take the scheduler down: seed 004's Error
                 log.exception("the %s handler failed on pod %s", dtype, pod.key)
                 ev_live = _error(rows[live], f"internal error in the {dtype} handler: {type(e).__name__}: {e}")
@@ -271,7 +275,7 @@ class Scheduler:
             scores += ev.scores * (1.0 if k == 0 else 0.1)
             live = np.flatnonzero(codes == SUCCESS)
         if not types and live.size:
-            from devshare.engine.policies.protocol import FitView
+            from devshare.engine.fit import FitView
 
             view = FitView(state, pod, rows[live], None, None, np.zeros((live.size, 0), np.bool_))
             scores[live] = self.policy.choose(view).scores

@@ -34,7 +34,7 @@ def _allowed(state: ClusterState, table: DeviceTable, sel: GpuSelection) -> Mask
 
 def allowed(state: ClusterState, table: DeviceTable, sel: GpuSelection) -> Mask:
     """``[table rows, width]``: the cards ``sel`` lets the pod take (made once per layout and selection)."""
-    mask: Mask = state.per_layout(("gpu selection", table.type, sel), lambda: _allowed(state, table, sel))
+    mask: Mask = state.caches.per_layout(("gpu selection", table.type, sel), lambda: _allowed(state, table, sel))
     return mask
 
 

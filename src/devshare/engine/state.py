@@ -15,8 +15,8 @@ against the arrays first and refuses it whole (nothing half-applied).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 from devshare.engine import judge
 from devshare.engine.caches import EngineCaches
@@ -28,10 +28,6 @@ from devshare.model.allocation import PodAllocation
 from devshare.model.request import PodRequest
 
 DEFAULT_ASSUME_TTL = 60.0  # seconds an assumed allocation waits for its bind
-
-T = TypeVar("T")
-
-
 FINISHED_KEPT = 4096  # pods remembered as gone or finished (a late bind confirmation is checked against them)
 
 
@@ -53,13 +49,10 @@ class ClusterState(NodeTables):
         # (node, source) -> why that source's inventory of the node could not be read (kept by
         # engine/takeover.py's Inventories; /inspect lists them)
         self.unreadable: dict[tuple[str, str], str] = {}
-        self.caches = EngineCaches(self)  # every cache of the engine, one invalidation rule
+        # every cache of the engine, one invalidation rule: ``caches.per_layout`` keeps what is derived from
+        # the nodes and devices only (totals, health, labels, bandwidth) until a node or a device changes
+        self.caches = EngineCaches(self)
         self.is_scratch = False  # a what-if copy (:meth:`scratch`): changed freely, never the live state
-
-    def per_layout(self, key: Any, make: Callable[[], T]) -> T:
-        """A value derived from the nodes and devices only (not from usage: totals, health, labels,
-        bandwidth), made once and kept until a node or a device changes (:mod:`devshare.engine.caches`)."""
-        return self.caches.per_layout(key, make)
 
     def _recount(self, row: int, name: str) -> None:
         """Count the usage of node ``name`` again, its devices (re)loaded: its plain pods and records."""

@@ -137,6 +137,10 @@ class PodRequest(msgspec.Struct, frozen=True, kw_only=True):
                     seen.append(d.type)
         return tuple(seen)
 
+    def needs(self, device_type: str) -> list[tuple[int, DeviceRequest]]:
+        """(container index, request) for every container asking for ``device_type``."""
+        return [(i, d) for i, c in enumerate(self.containers) for d in c.devices if d.type == device_type]
+
     def has_devices(self) -> bool:
         return any(c.devices for c in self.containers) or any(c.devices for c in self.init_containers)
 

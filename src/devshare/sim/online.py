@@ -13,8 +13,8 @@ import time
 
 from devshare.engine.handlers.base import Settings
 from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.policies.base import Policy
 from devshare.engine.policies.firstfit import DraBaselinePolicy
-from devshare.engine.policies.protocol import Policy
 from devshare.engine.scheduler import Scheduler
 from devshare.sim.dra import DraWindow
 from devshare.sim.replay import MAX_ARRIVED, RunResult, arrival_order, build_state, pod_request

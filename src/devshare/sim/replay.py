@@ -21,8 +21,8 @@ import numpy as np
 
 from devshare.engine.handlers.base import Settings
 from devshare.engine.lifecycle import Lifecycle
+from devshare.engine.policies.base import Policy
 from devshare.engine.policies.firstfit import DraBaselinePolicy
-from devshare.engine.policies.protocol import Policy
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model import names

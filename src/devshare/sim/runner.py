@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from devshare.engine.policies import make_policy, top_classes
-from devshare.engine.policies.base import class_key
-from devshare.engine.policies.protocol import Policy
+from devshare.engine.policies.base import Policy
+from devshare.engine.policies.fgd import class_key
 from devshare.sim import solver
 from devshare.sim.replay import RunResult, pod_request, replay
 from devshare.sim.trace import Trace, TracePod, load_trace
@@ -28,7 +28,7 @@ def bundled(name: str) -> Path:
 
 def class_counts(pods: tuple[TracePod, ...]) -> dict[tuple[int, int, int, tuple[str, ...]], float]:
     """How many pods of the trace fall in each FGD task class (the one key of a task class,
-    :func:`~devshare.engine.policies.base.class_key`, which devshare's policy learns by too)."""
+    :func:`~devshare.engine.policies.fgd.class_key`, which devshare's policy learns by too)."""
     out: dict[tuple[int, int, int, tuple[str, ...]], float] = {}
     for p in pods:
         key = class_key(pod_request(p))

@@ -7,11 +7,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devshare.engine.fit import FitView
 from devshare.engine.handlers.base import Settings
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.policies import make_policy
 from devshare.engine.policies.devshare import DevsharePolicy
-from devshare.engine.policies.protocol import FitView
 from devshare.engine.policies.remainder import waste_table, waste_tables_by_cpu
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState

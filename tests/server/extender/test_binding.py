@@ -155,7 +155,7 @@ async def test_a_forged_filter_body_of_a_watched_pod_is_judged_as_the_watched_po
 
 
 async def test_a_filter_reads_its_pod_once(monkeypatch: Any) -> None:
-    """look_up_member and the filter ask for the same body's request: the second asks nothing of the
+    """A filter and the prioritize after it ask for the same body's request: the second asks nothing of the
     watch's object or the body again, and an invalid pod is refused both times with its reason."""
     backend = backend_with(ours(pod("p", core=60, mem="10Gi")))
     async with running(backend) as (_, runtime):

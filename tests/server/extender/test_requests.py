@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import tracemalloc
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -29,14 +30,14 @@ async def synced_extender(nodes: int = 4) -> Extender:
         return Extender(f.lifecycle, backend, f.cluster)
 
 
-def retained_after(fn: object, count: int) -> int:
+async def retained_after(fn: Callable[[int], Awaitable[None]], count: int) -> int:
     """Bytes still allocated after ``count`` calls of ``fn(i)`` (whatever the calls kept alive)."""
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         for i in range(count):
-            fn(i)  # type: ignore[operator]
+            await fn(i)
         gc.collect()
         return tracemalloc.get_traced_memory()[0] - before
     finally:
@@ -48,13 +49,13 @@ async def test_many_distinct_large_pods_keep_memory_bounded() -> None:
     names = msgspec.json.encode(["node-0", "node-1"])
     filler = "x" * MiB
 
-    def filter_one(i: int) -> None:
+    async def filter_one(i: int) -> None:
         p = pod(f"big-{i}", core=50, resource_version="1")
         p["metadata"]["annotations"] = {"filler": filler + str(i)}  # distinct 1 MiB bodies
         args = ExtenderArgs(pod=msgspec.Raw(msgspec.json.encode(p)), node_names=msgspec.Raw(names))
-        assert ext.filter(args).error == ""
+        assert (await ext.filtering.filter(args)).error == ""
 
-    kept = retained_after(filter_one, 60)  # 60 MiB of bodies, beyond the 32 MiB budget
+    kept = await retained_after(filter_one, 60)  # 60 MiB of bodies, beyond the 32 MiB budget
     assert kept < 40 * MiB, f"{kept / MiB:.0f} MiB retained"
 
 
@@ -63,14 +64,14 @@ async def test_many_distinct_invalid_pods_with_huge_values_keep_memory_bounded()
     ext = await synced_extender()
     names = msgspec.json.encode(["node-0"])
 
-    def filter_one(i: int) -> None:
+    async def filter_one(i: int) -> None:
         p = pod(f"bad-{i}", resource_version="1")
         p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "9" * MiB + f"x{i}"}}
         args = ExtenderArgs(pod=msgspec.Raw(msgspec.json.encode(p)), node_names=msgspec.Raw(names))
-        reason = ext.filter(args).failed_and_unresolvable_nodes["node-0"]
+        reason = (await ext.filtering.filter(args)).failed_and_unresolvable_nodes["node-0"]
         assert "invalid request" in reason and len(reason) < 4096, len(reason)
 
-    kept = retained_after(filter_one, 60)
+    kept = await retained_after(filter_one, 60)
     assert kept < 40 * MiB, f"{kept / MiB:.0f} MiB retained"
 
 
@@ -82,12 +83,12 @@ async def test_many_distinct_long_node_name_lists_keep_memory_bounded() -> None:
     lists = [msgspec.json.encode(["node-0", "node-1", *(f"gone-{i}-{j:06d}" for j in range(20_000))])
              for i in range(16)]
 
-    def filter_one(i: int) -> None:
+    async def filter_one(i: int) -> None:
         args = ExtenderArgs(pod=msgspec.Raw(body), node_names=msgspec.Raw(lists[i]))
-        out = ext.filter(args)
+        out = await ext.filtering.filter(args)
         assert out.error == "" and len(out.failed_and_unresolvable_nodes) == 20_000
 
-    kept = retained_after(filter_one, 16)
+    kept = await retained_after(filter_one, 16)
     assert kept < 12 * MiB, f"{kept / MiB:.0f} MiB retained"
     assert ext.requests.nodesets.bytes <= 8 * MiB
 
@@ -98,12 +99,12 @@ async def test_many_distinct_pods_with_huge_names_keep_memory_bounded() -> None:
     names = msgspec.json.encode(["node-0", "node-1"])
     long = "n" * MiB
 
-    def filter_one(i: int) -> None:
+    async def filter_one(i: int) -> None:
         p = pod(f"{long}-{i}", core=50, resource_version="1")
         args = ExtenderArgs(pod=msgspec.Raw(msgspec.json.encode(p)), node_names=msgspec.Raw(names))
-        ext.filter(args)
+        await ext.filtering.filter(args)
 
-    kept = retained_after(filter_one, 60)
+    kept = await retained_after(filter_one, 60)
     assert kept < 40 * MiB, f"{kept / MiB:.0f} MiB retained"
 
 

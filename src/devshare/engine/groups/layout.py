@@ -30,10 +30,10 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from devshare.engine.fit import sum_per_row
 from devshare.engine.handlers.base import SUCCESS, grant_for
 from devshare.engine.lifecycle import WhatIf
 from devshare.engine.records import Conflict
-from devshare.engine.rowwise import sum_per_row
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.engine.topology import mask_of, solver_for

@@ -9,7 +9,17 @@ from devshare.engine.handlers.base import Code, DeviceHandler, Evaluation
 from devshare.engine.handlers.generic import GenericHandler
 from devshare.engine.handlers.gpu import GpuHandler
 
-HANDLERS: dict[str, DeviceHandler] = {}
+
+class Handlers(dict[str, DeviceHandler]):
+    """Device type -> its handler; a type nobody registered gets a generic share handler, made (and
+    kept) on first use. The scheduler reads it by type: ``HANDLERS[device_type]``."""
+
+    def __missing__(self, device_type: str) -> DeviceHandler:
+        h = self[device_type] = GenericHandler(device_type)
+        return h
+
+
+HANDLERS = Handlers()
 
 
 def register(handler: DeviceHandler) -> None:
@@ -21,13 +31,4 @@ register(GenericHandler("rdma"))
 register(GenericHandler("fpga"))
 
 
-def handler_for(device_type: str) -> DeviceHandler:
-    """The handler of a device type; unknown types get a generic share handler."""
-    h = HANDLERS.get(device_type)
-    if h is None:
-        h = GenericHandler(device_type)
-        HANDLERS[device_type] = h
-    return h
-
-
-__all__ = ["HANDLERS", "Code", "DeviceHandler", "Evaluation", "handler_for", "register"]
+__all__ = ["HANDLERS", "Code", "DeviceHandler", "Evaluation", "register"]

@@ -62,7 +62,7 @@ class Context:
     state: ClusterState
     pod: PodRequest
     settings: Settings
-    policy: Any  # devshare.engine.policies.protocol.Policy (typed loosely to avoid an import cycle)
+    policy: Any  # devshare.engine.policies.base.Policy (typed loosely to avoid an import cycle)
     cache: dict[str, Any] = field(default_factory=dict)
 
 
@@ -82,11 +82,6 @@ class Evaluation:
 
     def reason(self, i: int) -> str:
         return self.explain(i)
-
-
-def needs_of(pod: PodRequest, device_type: str) -> list[tuple[int, DeviceRequest]]:
-    """(container index, request) for every container of ``pod`` asking for ``device_type``."""
-    return [(i, d) for i, c in enumerate(pod.containers) for d in c.devices if d.type == device_type]
 
 
 class DeviceHandler(ABC):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from devshare.engine.handlers.base import Context
 from devshare.engine.handlers.share import ShareHandler
+from devshare.engine.policies.base import Policy
 from devshare.engine.policies.binpack import binpack_for
-from devshare.engine.policies.protocol import Policy
 from devshare.model.request import DeviceRequest
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine import selection
+from devshare.engine.fit import FitView, sum_per_row
 from devshare.engine.handlers.base import UNRESOLVABLE, Context, Ints
 from devshare.engine.handlers.share import Reasons, ShareHandler
+from devshare.engine.policies.base import Choice, Policy
 from devshare.engine.policies.binpack import binpack_for
-from devshare.engine.policies.protocol import Choice, FitView, Policy
-from devshare.engine.rowwise import sum_per_row
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
 from devshare.engine.topology import TopologySolver, solver_for
@@ -23,16 +23,28 @@ class GpuHandler(ShareHandler):
     def __init__(self) -> None:
         super().__init__(names.GPU)
 
-    def constraints(self, ctx: Context, rows: Ints) -> tuple[npt.NDArray[np.int8], Reasons]:
+    def rules(self, ctx: Context, table: DeviceTable, rows: Ints) -> tuple[npt.NDArray[np.int8], Reasons,
+                                                                        npt.NDArray[np.bool_] | None]:
+        """The pod's GPU selection (the cards it may take), GPU models, compute policy and seed 000's
+        rule for a share spread over several GPUs, on ``rows``."""
+        sel = ctx.pod.gpu_selection
+        allowed = None if sel is None else selection.allowed(ctx.state, table, sel)
+        codes, reason = self._constraints(ctx, table, rows, allowed)
+        return codes, reason, allowed
+
+    def _constraints(self, ctx: Context, table: DeviceTable, rows: Ints,
+                     allowed: npt.NDArray[np.bool_] | None) -> tuple[npt.NDArray[np.int8], Reasons]:
         pod, state = ctx.pod, ctx.state
         codes = np.zeros(len(rows), np.int8)
         why: dict[int, str] = {}
         # seed 000's rule for one container over several shared cards (a node label and
         # native-burst-share); the dialect says whether it applies (Aliyun's gpu-mem over gpu-count does not)
-        dialect = dialect_of(pod.dialect)
-        multi = pod.multi_card_share() and (dialect is None or dialect.multi_card_share_needs_label)
-        if pod.gpu_selection is not None:
-            self._selected(ctx, rows, why)
+        multi = pod.multi_card_share()
+        if multi:
+            dialect = dialect_of(pod.dialect)
+            multi = dialect is None or dialect.multi_card_share_needs_label
+        if pod.gpu_selection is not None and allowed is not None:
+            self._selected(ctx, table, rows, allowed, why)
         if not (pod.gpu_models or pod.compute_policy or multi):
             for i in why:
                 codes[i] = UNRESOLVABLE
@@ -65,21 +77,17 @@ class GpuHandler(ShareHandler):
             codes[i] = UNRESOLVABLE
         return codes, lambda i: why.get(i, "")
 
-    def allowed(self, ctx: Context, table: DeviceTable) -> npt.NDArray[np.bool_] | None:
-        sel = ctx.pod.gpu_selection
-        return None if sel is None else selection.allowed(ctx.state, table, sel)
-
-    def _selected(self, ctx: Context, rows: Ints, why: dict[int, str]) -> None:
-        """Nodes where the pod's GPU selection leaves fewer GPUs than a container asks for: no freed
-        capacity changes that (UNRESOLVABLE), and the reason names the GPUs left out."""
+    def _selected(self, ctx: Context, table: DeviceTable, rows: Ints, allowed: npt.NDArray[np.bool_],
+                  why: dict[int, str]) -> None:
+        """Nodes where the pod's GPU selection (``allowed``) leaves fewer GPUs than a container asks for:
+        no freed capacity changes that (UNRESOLVABLE), and the reason names the GPUs left out."""
         state, pod = ctx.state, ctx.pod
-        table = state.tables.get(self.type)
         sel = pod.gpu_selection
-        if table is None or sel is None:
+        if sel is None:
             return
         biggest = max((d.count for c in pod.containers for d in c.devices if d.type == self.type), default=0)
-        present = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))
-        n_allowed = sum_per_row(selection.allowed(state, table, sel) & table.present)[rows]
+        present = state.caches.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))
+        n_allowed = sum_per_row(allowed & table.present)[rows]
         for i in np.flatnonzero(n_allowed < biggest).tolist():
             row = int(rows[i])
             out = selection.why_excluded(state, table, row, sel)
@@ -98,7 +106,7 @@ class GpuHandler(ShareHandler):
     def row_solvers(self, state: ClusterState) -> tuple[npt.NDArray[np.int64], list[tuple[TopologySolver, float]]]:
         """Per node row, the index of its bandwidth matrix's solver (-1: none), and the solvers with
         their best link (to normalise bottlenecks). Rebuilt only when nodes or devices change."""
-        return state.per_layout("gpu topology solvers", lambda: _row_solvers(state))
+        return state.caches.per_layout("gpu topology solvers", lambda: _row_solvers(state))
 
     def refine(self, ctx: Context, view: FitView, choice: Choice) -> Choice:
         """Whole multi-GPU asks on nodes with a bandwidth matrix take the set with the largest

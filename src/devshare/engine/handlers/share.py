@@ -10,8 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from devshare.engine.admit import Ask, Card, Reason, card_reasons, describe
-from devshare.engine.caches import LRU, Identity, policy_key
-from devshare.engine.fit import Gather, Need, SearchResult, card_fits, greedy, memory_need, search
+from devshare.engine.caches import LRU, policy_key
+from devshare.engine.fit import FitView, Gather, card_fits, fitting, greedy, memory_need, sum_per_row
 from devshare.engine.handlers.base import (
     SUCCESS,
     UNRESOLVABLE,
@@ -22,10 +22,9 @@ from devshare.engine.handlers.base import (
     Grants,
     Ints,
     grant_for,
-    needs_of,
 )
-from devshare.engine.policies.protocol import Choice, FitView, Policy, node_utilization
-from devshare.engine.rowwise import any_per_row, sum_per_row
+from devshare.engine.policies.base import Choice, Policy, node_utilization
+from devshare.engine.search import Need, SearchResult, search
 from devshare.engine.state import ClusterState
 from devshare.engine.table import DeviceTable
 from devshare.model.quantity import human_bytes
@@ -122,21 +121,15 @@ class ShareHandler(DeviceHandler):
         self.type = device_type
 
     # hooks ---------------------------------------------------------------------------------
-    def constraints(self, ctx: Context, rows: Ints) -> tuple[npt.NDArray[np.int8], Reasons]:
-        """Node-level rules that no amount of freed capacity can change (UNRESOLVABLE)."""
-        return np.zeros(len(rows), np.int8), lambda i: ""
+    def rules(self, ctx: Context, table: DeviceTable, rows: Ints) -> tuple[npt.NDArray[np.int8], Reasons, Mask | None]:
+        """The pod's own rules on ``rows``: the node-level ones no amount of freed capacity can change
+        (UNRESOLVABLE codes, and their reasons), and ``[table rows, width]`` the devices it may take
+        (its selection; None: all)."""
+        return np.zeros(len(rows), np.int8), lambda i: "", None
 
     def policy_for(self, ctx: Context, req: DeviceRequest) -> Policy:
         """The policy that scores nodes and picks devices for ``req``."""
         raise NotImplementedError
-
-    def allowed(self, ctx: Context, table: DeviceTable) -> Mask | None:
-        """``[table rows, width]``: the devices this pod may take (its selection), None for all."""
-        return None
-
-    def choose(self, ctx: Context, view: FitView) -> Choice:
-        assert view.request is not None
-        return self.policy_for(ctx, view.request).choose(view)
 
     def refine(self, ctx: Context, view: FitView, choice: Choice) -> Choice:
         """Adjust the chosen devices (e.g. by topology) after the policy's choice."""
@@ -145,16 +138,16 @@ class ShareHandler(DeviceHandler):
     def answer_key(self, ctx: Context) -> Hashable | None:
         """One container asking for this type, and a policy whose answer on a node may be kept (its
         declared key, as :meth:`_choose` keeps it): the policy and that key."""
-        needs = needs_of(ctx.pod, self.type)
+        needs = ctx.pod.needs(self.type)
         if len(needs) != 1:
             return None
         req = needs[0][1]
         policy = self.policy_for(ctx, req)
         declared = policy_key(policy, ctx.pod, req)
-        return None if declared is None else (self.type, Identity(policy), declared)
+        return None if declared is None else (self.type, declared)
 
     def grants_of(self, ctx: Context, rows: Ints, columns: Ints) -> Callable[[int], Grants]:
-        ((ci, req),) = needs_of(ctx.pod, self.type)
+        ((ci, req),) = ctx.pod.needs(self.type)
         state = ctx.state
 
         def grant(i: int) -> Grants:  # a passing row: the type's table exists then
@@ -166,7 +159,7 @@ class ShareHandler(DeviceHandler):
     # the algorithm -------------------------------------------------------------------------
     def evaluate(self, ctx: Context, rows: Ints) -> Evaluation:
         state, pod = ctx.state, ctx.pod
-        needs = needs_of(pod, self.type)
+        needs = pod.needs(self.type)
         m = len(rows)
         codes = np.zeros(m, np.int8)
         scores = np.zeros(m, np.float64)
@@ -177,22 +170,21 @@ class ShareHandler(DeviceHandler):
             # no device columns chosen, but they are said when the answer may be kept (answer_key)
             cols = np.zeros((m, needs[0][1].count), np.int64) if len(needs) == 1 else None
             return Evaluation(rows, codes, scores, lambda i: none_reason, lambda i: {}, columns=cols)
-        c_codes, c_reason = self.constraints(ctx, rows)
+        c_codes, c_reason, allowed = self.rules(ctx, table, rows)
         codes = c_codes.copy()
-        allowed = self.allowed(ctx, table)
         ctx.cache[f"{self.type} allowed"] = allowed
         reasons = self._never_fits(ctx, table, rows, needs, codes)
-        g = Gather(table, rows, allowed)
         if len(needs) == 1:
-            return self._one_container(ctx, table, rows, needs[0], g, codes, reasons, c_reason)
-        return self._several_containers(ctx, table, rows, needs, g, codes, reasons, c_reason)
+            return self._one_container(ctx, table, rows, needs[0], allowed, codes, reasons, c_reason)
+        return self._several_containers(ctx, table, rows, needs, Gather(table, rows, allowed), codes, reasons,
+                                        c_reason)
 
     def _never_fits(self, ctx: Context, table: DeviceTable, rows: Ints, needs: list[tuple[int, DeviceRequest]],
                     codes: npt.NDArray[np.int8]) -> dict[int, str]:
         """Mark UNRESOLVABLE (in ``codes``) the rows no amount of freed capacity can satisfy: too few
         devices, or too few big enough (preemption would not help). Returns their reasons."""
         state = ctx.state
-        n_dev = state.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))[rows]
+        n_dev = state.caches.per_layout((self.type, "devices"), lambda: sum_per_row(table.present))[rows]
         reasons: dict[int, str] = {}
         biggest = max(r.count for _, r in needs)
         too_few = (codes == SUCCESS) & (n_dev < biggest)
@@ -203,7 +195,7 @@ class ShareHandler(DeviceHandler):
         allowed = ctx.cache.get(f"{self.type} allowed")
         sel = ctx.pod.gpu_selection if allowed is not None else None
         for _, req in needs:
-            n_big = state.per_layout((self.type, "large enough", req, sel),
+            n_big = state.caches.per_layout((self.type, "large enough", req, sel),
                                      partial(large_enough, table, req, allowed))[rows]
             never = (codes == SUCCESS) & (n_big < req.count)
             codes[never] = UNRESOLVABLE
@@ -218,16 +210,15 @@ class ShareHandler(DeviceHandler):
         return reasons
 
     def _one_container(self, ctx: Context, table: DeviceTable, rows: Ints, need: tuple[int, DeviceRequest],
-                       g: Gather, codes: npt.NDArray[np.int8], reasons: dict[int, str],
+                       allowed: Mask | None, codes: npt.NDArray[np.int8], reasons: dict[int, str],
                        c_reason: Reasons) -> Evaluation:
         """One container asks for this type: every node at once (the card mask, the policy)."""
         mc = ctx.state.max_containers
         m = len(rows)
         scores = np.zeros(m, np.float64)
         req = need[1]
-        fits = card_fits(g, req, mc)
-        nfit = sum_per_row(fits) if req.count > 1 else any_per_row(fits)
-        short = (codes == SUCCESS) & (nfit < req.count)
+        g, fits, enough = fitting(table, rows, allowed, req, mc)
+        short = (codes == SUCCESS) & ~enough
         codes[short] = UNSCHEDULABLE
         ok = np.flatnonzero(codes == SUCCESS)
         cols = np.zeros((m, req.count), np.int64)
@@ -325,9 +316,8 @@ class ShareHandler(DeviceHandler):
             that a share still fits (the others stay stale); returns the rows chosen on too."""
             if stale is not None and stale.size:
                 both = np.concatenate([rows[idx], stale])
-                g2 = Gather(table, both, ctx.cache.get(f"{self.type} allowed"))
-                f2 = card_fits(g2, req, state.max_containers)
-                keep = np.flatnonzero((np.arange(both.size) < idx.size) | (sum_per_row(f2) >= req.count))
+                g2, f2, enough = fitting(table, both, ctx.cache.get(f"{self.type} allowed"), req, state.max_containers)
+                keep = np.flatnonzero((np.arange(both.size) < idx.size) | enough)
                 view = FitView(state, pod, both[keep], table, req, f2[keep], g2.subset(keep))
             elif idx.size == m:
                 view = FitView(state, pod, rows, table, req, fits, g)
@@ -343,11 +333,9 @@ class ShareHandler(DeviceHandler):
             scores[ok] = choice.scores
             cols[ok] = choice.columns
             return
-        n_rows = state.n_rows
         e_scores, e_cols, e_version = state.caches.per_node(
-            "policy answers", (self.type, Identity(policy), declared, ctx.settings),
-            lambda n: (np.zeros(n), np.zeros((n, req.count), np.int64), np.full(n, -1, np.int64)),
-            fits=lambda e: e[0].shape[0] >= n_rows)
+            "policy answers", (self.type, declared, ctx.settings),
+            lambda n: (np.zeros(n), np.zeros((n, req.count), np.int64), np.full(n, -1, np.int64)))
         okrows = rows[ok]
         version = state.row_version[okrows]
         miss = e_version[okrows] != version

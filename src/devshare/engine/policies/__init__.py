@@ -1,5 +1,5 @@
 """Node policies the engine can score with (the FGD paper's six, seed 000's binpack/spread and
-devshare's own default), one module each, and the protocol they follow (:mod:`.protocol`).
+devshare's own default), one module each, and the protocol they follow (:mod:`.base`).
 
 ``make_policy(name, seed=..., classes=..., settings=..., card_binpack=..., options=...)`` builds one
 by name: the one factory of policies (the simulator's, the extender's, ``devshare schedule``'s and
@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from devshare.engine.fit import FitView
 from devshare.engine.handlers.base import Settings
+from devshare.engine.policies.base import Choice, Policy, StatelessPolicy
 from devshare.engine.policies.binpack import BinpackPolicy
 from devshare.engine.policies.classic import (
     BestFitPolicy,
@@ -23,9 +25,7 @@ from devshare.engine.policies.classic import (
     GpuPackingPolicy,
     RandomPolicy,
 )
-from devshare.engine.policies.fgd import FGDPolicy
-from devshare.engine.policies.frag import ClassKey, FragModel, top_classes
-from devshare.engine.policies.protocol import Choice, FitView, Policy, StatelessPolicy
+from devshare.engine.policies.fgd import ClassKey, FGDPolicy, FragModel, top_classes
 from devshare.model.errors import InvalidInput
 
 NAMES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "devshare")

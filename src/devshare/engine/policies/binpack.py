@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from devshare.engine.fit import card_scores, pick_columns
-from devshare.engine.policies.protocol import Choice, FitView, StatelessPolicy, node_utilization
+from devshare.engine.fit import FitView, card_scores, pick_columns
+from devshare.engine.policies.base import Choice, StatelessPolicy, node_utilization
 from devshare.model.request import DeviceRequest, PodRequest
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from devshare.engine.caches import policy_key
+from devshare.engine.fit import FitView
+from devshare.engine.policies.base import Choice, Policy
 from devshare.engine.policies.binpack import BinpackPolicy
-from devshare.engine.policies.protocol import Choice, FitView, Policy
 from devshare.model.request import DeviceRequest, PodRequest
 
 

@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from devshare.engine.fit import MAX_SPEC_CPU, FitView, cpu_left, gpu_free, sum_per_row
 from devshare.engine.policies.base import (
-    MAX_SPEC_CPU,
     MAX_SPEC_GPU,
     PAPER_MAX_SCORE,
+    Choice,
     Floats,
     Ints,
+    StatelessPolicy,
     best_fit_columns,
-    class_key,
-    cpu_left,
     empty_choice,
-    gpu_free,
     lowest_columns,
-    pod_gpu,
 )
-from devshare.engine.policies.protocol import Choice, FitView, StatelessPolicy
-from devshare.engine.rowwise import sum_per_row
+from devshare.engine.policies.fgd import class_key, pod_gpu
 from devshare.model import names
 from devshare.model.request import PodRequest
 

@@ -51,7 +51,7 @@ little CPU or memory.
   3), learned from the sizes' frequencies. With the pairing table the eventual waste's ``kappa`` is
   0.01 (was 0.05).
 - Stranding (issue 14): every pod also pays for the free cards it leaves next to too little CPU or
-  memory for the GPU pods seen so far (:mod:`~devshare.engine.policies.stranding`, weight ``strand`` =
+  memory for the GPU pods seen so far (:class:`Stranding`, weight ``strand`` =
   0.5): an 8-core pod on an 8-core two-GPU node, four 88-123 GiB pods on a 384 GiB eight-GPU node. FGD's
   fragmentation sees CPU per class but not memory, and not that one node's CPU is shared by its cards.
 
@@ -105,20 +105,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from devshare.engine.policies.base import (
-    MAX_SPEC_GPU,
+from devshare.engine.fit import FitView
+from devshare.engine.policies.base import MAX_SPEC_GPU, Choice, Floats, empty_choice
+from devshare.engine.policies.fgd import (
+    ClassKey,
+    FragModel,
+    NodeFrag,
     class_key,
-    cpu_left,
-    empty_choice,
-    gpu_free,
-    mem_left,
-    pod_gpu,
+    frag_deltas,
+    top_classes,
 )
-from devshare.engine.policies.fgd import NodeFrag, frag_deltas
-from devshare.engine.policies.frag import ClassKey, Floats, FragModel, top_classes
-from devshare.engine.policies.protocol import Choice, FitView
 from devshare.engine.policies.remainder import fgd_card_frag, paired_waste_tables_by_cpu
-from devshare.engine.policies.stranding import Stranding
 from devshare.engine.state import ClusterState
 from devshare.model.request import WHOLE, PodRequest
 
@@ -139,7 +136,8 @@ SCARCE_AFTER = 1024  # pods seen before the CPU pressure is trusted (early mixes
 KAPPA = 0.01  # the eventual waste's chance that no fitting share comes (remainder.py)
 PAIRING = 0.7  # the pairing table's share of the remainder table (remainder.paired_waste_tables_by_cpu)
 OPEN_COST = 0.1  # per milli-GPU left open on a used card, in the pairing table
-STRAND = 0.5  # the weight of the GPU stranded next to too little CPU or memory (stranding.py)
+STRAND = 0.5  # the weight of the GPU stranded next to too little CPU or memory (:class:`Stranding`)
+TOP = 40  # per-card needs kept (the heaviest by GPU asked); the default trace has about 60
 
 
 class DevsharePolicy:
@@ -216,8 +214,8 @@ class DevsharePolicy:
         return self.pressure >= self.scarce
 
     def observe(self, pod: PodRequest) -> None:
-        self.stranding.observe(pod, *pod_gpu(pod))
-        key = class_key(pod)
+        key = class_key(pod)  # (CPU, per-GPU milli, GPU count, models)
+        self.stranding.observe(pod, key[2], key[1])
         self.counts[key] = self.counts.get(key, 0.0) + 1.0
         self.cpu_seen += pod.cpu_milli
         self.gpu_seen += key[1] * key[2]
@@ -265,10 +263,10 @@ class DevsharePolicy:
         if delta.ndim == 1:
             left = 0.0
             if free is not None and not view.count and self.cpu_pack and not self.cpu_scarce:
-                rest = gpu_free(view.state, view.rows).sum(axis=1)
+                rest = view.gpu_free.sum(axis=1)
                 delta = delta - self.cpu_pack * rest / MAX_SPEC_GPU
             if free is not None and view.count:
-                rest = gpu_free(view.state, view.rows).sum(axis=1)
+                rest = view.gpu_free.sum(axis=1)
                 left = rest / MAX_SPEC_GPU
             s = delta - self.fit_weight * 1000.0 * left
             if self.quantize and view.count:
@@ -281,7 +279,7 @@ class DevsharePolicy:
             return Choice(np.asarray(s, np.float64), cols)
         # one share: per card, fragmentation removed; among equal cards the one with least free
         w = view.fits.shape[1]
-        card_free = gpu_free(view.state, view.rows)[:, :w]
+        card_free = view.gpu_free[:, :w]
         s = delta - self.card_weight * card_free / 1000.0
         best = np.argmax(s, axis=1)
         node = delta[np.arange(s.shape[0]), best]
@@ -289,7 +287,7 @@ class DevsharePolicy:
 
     def _learn_cluster(self, state: ClusterState) -> None:
         """The cluster's CPU per milli-GPU (made once per layout of the cluster)."""
-        cpu, gpu = state.per_layout("cluster cpu and gpu", lambda: _capacity(state))
+        cpu, gpu = state.caches.per_layout("cluster cpu and gpu", lambda: _capacity(state))
         self.cluster_cpu_per_gpu = cpu / gpu if gpu and cpu else 0.0
 
     def _waste_removed(self, view: FitView, share: int) -> Floats:
@@ -298,8 +296,8 @@ class DevsharePolicy:
         after it, ``[M]`` (the pod's CPU may leave no share that fits a card's gap the CPU to run);
         for a ``share`` of one card, ``[M, W]`` with, on the card it would take, FGD's CPU-blind
         per-card fragmentation swapped for the card's eventual waste."""
-        free = np.clip(gpu_free(view.state, view.rows), 0, WHOLE)
-        cpu = cpu_left(view.state, view.rows)
+        free = np.clip(view.gpu_free, 0, WHOLE)
+        cpu = view.cpu_left
         row_before = np.searchsorted(self.cpu_steps, cpu, side="right")[:, None]
         row_after = np.searchsorted(self.cpu_steps, cpu - view.pod.cpu_milli, side="right")[:, None]
         removed = (self.card_waste[row_before, free] - self.card_waste[row_after, free]).sum(axis=1)
@@ -313,14 +311,14 @@ class DevsharePolicy:
 
 
     def _stranding_removed(self, view: FitView, share: int) -> Floats:
-        """The free GPU stranded next to too little CPU or memory (:mod:`stranding`) on each node before
+        """The free GPU stranded next to too little CPU or memory (:class:`Stranding`) on each node before
         the pod minus after it, ``[M]``; for a ``share`` of one card ``[M, W]`` (a share on a free card
         leaves one free card fewer)."""
-        free = gpu_free(view.state, view.rows)
+        free = view.gpu_free
         whole = free >= WHOLE
         n = whole.sum(axis=1).astype(np.float64)
-        cpu = cpu_left(view.state, view.rows).astype(np.float64)
-        mem = mem_left(view.state, view.rows).astype(np.float64)
+        cpu = view.cpu_left.astype(np.float64)
+        mem = view.mem_left.astype(np.float64)
         before = self.stranding.stranded(n, cpu, mem)
         cpu_after, mem_after = cpu - view.pod.cpu_milli, mem - view.pod.memory_bytes
         req = view.request
@@ -341,3 +339,64 @@ def _capacity(state: ClusterState) -> tuple[int, int]:
     t = state.tables.get("gpu")
     gpu = int(t.total_core[rows].sum()) if t is not None and len(rows) else 0
     return int(state.cpu_total[rows].sum()), gpu
+
+
+class Stranding:
+    """Free cards a node can no longer fill: stranded next to too little CPU or memory.
+
+    A card is only used if a pod comes that fits beside it: a node with two free cards and 1.6 cores or
+    3 GiB of memory left keeps both cards empty to the end, while one-GPU pods are turned away elsewhere.
+    On the default openb trace that was 16 cards on seed 42 (0.26% of the cluster): an 8-core pod on an
+    8-core two-GPU node, four one-GPU pods of 88 to 123 GiB on a 384 GiB eight-GPU node.
+
+    :class:`Stranding` learns what one card needs beside it from the GPU pods seen so far: a pod of ``k``
+    cards with a share ``g`` (milli) each and ``c`` CPU, ``m`` memory needs ``c / (k g / 1000)`` CPU and
+    ``m / (k g / 1000)`` memory per card (two 470 shares fill a card and ask twice a 470's CPU). Its needs
+    are weighed by the GPU they ask (the cards they would fill), the ``TOP`` heaviest kept. A node with
+    ``n`` free cards, CPU ``c`` and memory ``m`` left is expected to strand
+
+        1000 x sum_t w_t max(0, n - min(c / cpu_t, m / mem_t))
+
+    milli-GPU: as many cards as pods of the need ``t`` would find no CPU or memory for, over the needs'
+    weights ``w_t``. The policy adds what a placement removes of this (before minus after) to its score,
+    times its ``strand`` weight.
+    """
+
+    def __init__(self) -> None:
+        self.needs: dict[tuple[float, float], float] = {}  # (CPU, memory) per card -> milli-GPU asked
+        self.cpu = np.ones(1, np.float64)
+        self.mem = np.ones(1, np.float64)
+        self.weight = np.zeros(1, np.float64)
+
+    def observe(self, pod: PodRequest, count: int, milli: int) -> None:
+        """A pod asking ``count`` cards of ``milli`` each arrived (nothing for a pod asking no GPU)."""
+        if count <= 0 or milli <= 0:
+            return
+        cards = count * min(milli, WHOLE) / WHOLE
+        key = (pod.cpu_milli / cards, pod.memory_bytes / cards)
+        self.needs[key] = self.needs.get(key, 0.0) + count * milli
+
+    def rebuild(self) -> None:
+        """The table :meth:`stranded` reads: the ``TOP`` heaviest needs, weights summing to 1."""
+        kept = sorted(self.needs.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]
+        if not kept:
+            self.cpu, self.mem, self.weight = np.ones(1), np.ones(1), np.zeros(1)
+            return
+        self.cpu = np.array([max(k[0], 1.0) for k, _ in kept], np.float64)
+        self.mem = np.array([max(k[1], 1.0) for k, _ in kept], np.float64)
+        w = np.array([v for _, v in kept], np.float64)
+        self.weight = w / w.sum()
+
+    def fill(self, cpu: Floats, mem: Floats) -> Floats:
+        """``[..., K]``: how many pods of each need the CPU and memory left would take (at least 0)."""
+        f = np.minimum(np.multiply.outer(cpu, 1.0 / self.cpu), np.multiply.outer(mem, 1.0 / self.mem))
+        return np.maximum(f, 0.0, out=f)
+
+    def stranded(self, free_cards: Floats, cpu: Floats, mem: Floats, fill: Floats | None = None) -> Floats:
+        """Milli-GPU expected to stay unused for lack of CPU or memory (module doc), per element of
+        ``free_cards``, ``cpu`` and ``mem`` (one shape; memory in bytes, a huge value for untracked);
+        ``fill``: :meth:`fill` of ``cpu`` and ``mem`` when already known."""
+        f = self.fill(cpu, mem) if fill is None else fill
+        left = free_cards[..., None] - f
+        np.maximum(left, 0.0, out=left)
+        return np.asarray(WHOLE * (left @ self.weight), np.float64)

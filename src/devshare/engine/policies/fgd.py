@@ -1,28 +1,182 @@
 """FGD, fragmentation gradient descent (Weng et al., USENIX ATC 2023), as the published simulator
 scores it: ``int(100 x sigmoid((F before - F after) / 1000))``; a share tries every fitting card and
-keeps the best (lowest index on ties); whole cards are taken lowest index first."""
+keeps the best (lowest index on ties); whole cards are taken lowest index first. Its fragmentation
+model (:class:`FragModel`) is what devshare's own policy builds on.
+
+The fragmentation of nodes against a distribution of task classes, vectorized:
+
+A task class is ``(cpu milli, per-GPU milli, GPU count, allowed models)`` with a probability ``p``.
+The fragmentation of a node for class ``m`` is the node's free milli-GPU that ``m`` cannot use:
+all of it when ``m`` asks no GPU, may not use the node's model, lacks CPU there, or finds fewer than
+its count of cards with its share free; otherwise the free milli-GPU on cards whose free share is below
+its per-GPU ask. ``F(node) = sum_m p_m frag_m(node)``.
+
+Rewritten for arrays: with ``big_t`` = free milli-GPU on cards with at least ``t`` free and ``cnt_t`` =
+the number of such cards, ``F = total_free - sum_g ok_g * P_g(cpu_left) * big_t(g)``, where a group ``g``
+gathers the classes with the same (per-GPU milli, count, models), ``ok_g`` says the node's model is
+allowed and ``cnt_t(g) >= count``, and ``P_g(x)`` sums ``p`` over the group's classes asking at most
+``x`` CPU. Only the distinct thresholds ``t`` need per-card work.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cache
 
 import numpy as np
 
+from devshare.engine.fit import FitView, any_per_row, sum_per_row
 from devshare.engine.policies.base import (
     PAPER_MAX_SCORE,
+    Choice,
     Floats,
     Ints,
     Mask,
-    NodeModels,
-    cpu_left,
+    StatelessPolicy,
     empty_choice,
-    gpu_free,
     lowest_columns,
 )
-from devshare.engine.policies.frag import ClassKey, FragModel
-from devshare.engine.policies.protocol import Choice, FitView, StatelessPolicy
-from devshare.engine.rowwise import any_per_row, sum_per_row
+from devshare.engine.state import ClusterState
+from devshare.model import names
+from devshare.model.request import PodRequest
+
+ClassKey = tuple[int, int, int, tuple[str, ...]]  # (cpu milli, per-GPU milli, GPU count, models)
+
+
+def pod_gpu(pod: PodRequest) -> tuple[int, int]:
+    """(GPU count, per-GPU milli) of the pod's first GPU ask; (0, 0) for none."""
+    for c in pod.containers:
+        for d in c.devices:
+            if d.type == names.GPU:
+                return d.count, d.core_milli
+    return 0, 0
+
+
+def class_key(pod: PodRequest) -> ClassKey:
+    """The pod's task class (the key of :class:`FragModel`'s classes)."""
+    count, milli = pod_gpu(pod)
+    return (pod.cpu_milli, milli if count else 0, count, tuple(sorted(pod.gpu_models)))
+
+
+class NodeModels:
+    """The GPU model of every row as a small integer code into ``names``, made once per layout of the
+    cluster (nodes and devices) and shared by every policy on the state."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def codes(self, state: ClusterState, rows: Ints) -> Ints:
+        self.names, codes = state.caches.per_layout("gpu model codes", lambda: model_codes(state))
+        return codes[rows]
+
+
+def model_codes(state: ClusterState) -> tuple[list[str], Ints]:
+    """The distinct GPU models (in row order of first use) and each row's index into them."""
+    names_: dict[str, int] = {}
+    codes = np.zeros(max(state.n_rows, 1), np.int64)
+    for row in state.row_of.values():
+        codes[row] = names_.setdefault(state.gpu_model(row), len(names_))
+    return list(names_), codes
+
+
+def top_classes(counts: Mapping[ClassKey, float], coverage: float = 0.95) -> dict[ClassKey, float]:
+    """The most frequent classes until they cover ``coverage`` of the weight, renormalised to sum 1
+    (ties in count: the key order, so the choice is deterministic)."""
+    total = float(sum(counts.values()))
+    if total <= 0:
+        return {}
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    kept: dict[ClassKey, float] = {}
+    acc = 0.0
+    for k, v in ranked:
+        if acc >= coverage * total - 1e-9:
+            break
+        kept[k] = float(v)
+        acc += v
+    s = sum(kept.values())
+    return {k: v / s for k, v in kept.items()}
+
+
+class FragModel:
+    """Expected fragmentation of nodes for a fixed class distribution.
+
+    Works on per-node aggregates: ``total[P]`` free milli-GPU, ``big[T, P]`` and ``cnt[T, P]`` per
+    threshold, the model access ``[G, P]`` and the CPU left ``[P]`` of P node states (a node now, or a
+    node with the pod tried on one of its cards)."""
+
+    def __init__(self, classes: Mapping[ClassKey, float]) -> None:
+        self.classes = dict(classes)
+        by_group: dict[tuple[int, int, tuple[str, ...]], list[tuple[int, float]]] = {}
+        for (cpu, milli, count, models), p in self.classes.items():
+            if milli <= 0 or count <= 0:
+                continue  # CPU-only classes: all free GPU is fragment, whatever the node
+            by_group.setdefault((milli, count, tuple(models)), []).append((cpu, p))
+        keys = sorted(by_group)
+        self.thresholds = np.array(sorted({k[0] for k in keys}), np.int64)
+        self.group_models = [k[2] for k in keys]
+        self.group_threshold = np.array([int(np.searchsorted(self.thresholds, k[0])) for k in keys], np.int64)
+        self.group_count = np.array([k[1] for k in keys], np.int64)
+        # P_g(x) as a table over the distinct CPU asks: weight[g, searchsorted(cpus, x, right)]
+        cpus = sorted({c for items in by_group.values() for c, _ in items})
+        self.cpus = np.array(cpus, np.int64)
+        table = np.zeros((len(keys), len(cpus) + 1), np.float64)
+        for gi, k in enumerate(keys):
+            for c, p in by_group[k]:
+                table[gi, cpus.index(c) + 1:] += p
+        self.weight_table = table
+        self.total_p = float(sum(self.classes.values()))
+        self._access: dict[str, Mask] = {}
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_models)
+
+    def access(self, models: Iterable[str]) -> Mask:
+        """``[G, len(models)]``: may each group's classes use a node of each model?"""
+        cols = []
+        for m in models:
+            a = self._access.get(m)
+            if a is None:
+                a = np.array([not gm or m in gm for gm in self.group_models], np.bool_)
+                self._access[m] = a
+            cols.append(a)
+        if not cols:
+            return np.zeros((self.n_groups, 0), np.bool_)
+        return np.stack(cols, axis=1)
+
+    def cpu_weight(self, cpu_left: Ints) -> Floats:
+        """``[G, P]``: P_g(cpu_left), the weight of each group's classes that fit the CPU left."""
+        idx = np.searchsorted(self.cpus, cpu_left, side="right")
+        return np.asarray(self.weight_table[:, idx], np.float64)
+
+    def levels(self, free: Ints) -> tuple[Ints, Ints]:
+        """``big[T, M]`` and ``cnt[T, M]`` for per-card free ``[M, W]`` (0 on absent cards)."""
+        t = self.thresholds[:, None, None]
+        ge = free[None, :, :] >= t
+        return np.where(ge, free[None, :, :], 0).sum(axis=2), ge.sum(axis=2)
+
+    def frag(self, total: Ints, big: Ints, cnt: Ints, access: Mask, cpu_left: Ints) -> Floats:
+        """F of P node states."""
+        out = total * self.total_p
+        if not self.n_groups:
+            return np.asarray(out, np.float64)
+        gi = self.group_threshold
+        ok = (cnt[gi] >= self.group_count[:, None]) & access
+        usable = np.where(ok, big[gi], 0) * self.cpu_weight(cpu_left)
+        return np.asarray(out - usable.sum(axis=0), np.float64)
+
+    def frag_after_share(self, free: Ints, rows: Ints, cols: Ints, total: Ints, big: Ints, cnt: Ints,
+                         access: Mask, cpu_after: Ints, share: int) -> Floats:
+        """F once ``share`` milli of card ``cols[k]`` of node ``rows[k]`` is taken, for each k.
+        ``total``/``big``/``cnt``/``access``/``cpu_after`` are per node (indexed by ``rows``);
+        ``cpu_after`` already lacks the pod's CPU."""
+        f = free[rows, cols]
+        t = self.thresholds[:, None]
+        before = f[None, :] >= t
+        after = (f[None, :] - share) >= t
+        big_k = big[:, rows] - np.where(before, f[None, :], 0) + np.where(after, f[None, :] - share, 0)
+        cnt_k = cnt[:, rows] - before + after
+        return self.frag(total[rows] - share, big_k, cnt_k, access[:, rows], cpu_after[rows])
 
 
 def sigmoid(x: Floats) -> Floats:
@@ -61,11 +215,12 @@ class NodeFrag:
         """free ``[M, W]``, cpu left, total free, big ``[T, M]``, cnt ``[T, M]``, access ``[G, M]``,
         F ``[M]`` of the view's candidate rows."""
         state, rows, model = view.state, view.rows, self.model
-        free = gpu_free(state, rows)
-        cpu = cpu_left(state, rows)
+        free = view.gpu_free
+        cpu = view.cpu_left
         codes = self.models.codes(state, rows)
         access = model.access(self.models.names)[:, codes]
         self._fit(max(state.n_rows, int(rows.max()) + 1), free.shape[1])
+        total = sum_per_row(free)
         stale = ~self.valid[rows] | (self.cpu[rows] != cpu) | any_per_row(self.free[rows] != free)
         if stale.any():
             k = np.flatnonzero(stale)
@@ -75,10 +230,9 @@ class NodeFrag:
             self.cpu[r] = cpu[k]
             self.big[:, r] = big
             self.cnt[:, r] = cnt
-            self.frag[r] = model.frag(sum_per_row(free[k]), big, cnt, access[:, k], cpu[k])
+            self.frag[r] = model.frag(total[k], big, cnt, access[:, k], cpu[k])
             self.valid[r] = True
-        return (free, cpu, sum_per_row(free), self.big[:, rows], self.cnt[:, rows], access,
-                self.frag[rows])
+        return free, cpu, total, self.big[:, rows], self.cnt[:, rows], access, self.frag[rows]
 
 
 def first_of_kind(free: Ints, fits: Mask) -> Mask:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from devshare.engine.policies.base import Floats, Ints, empty_choice, lowest_columns
-from devshare.engine.policies.protocol import Choice, FitView, StatelessPolicy
+from devshare.engine.fit import FitView
+from devshare.engine.policies.base import Choice, Floats, Ints, StatelessPolicy, empty_choice, lowest_columns
 from devshare.engine.steering import whole_gpu_free
 
 MAX_NODE_SCORE = 100

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from devshare.engine.policies.frag import Floats
+from devshare.engine.policies.base import Floats
 from devshare.model.request import WHOLE
 
 

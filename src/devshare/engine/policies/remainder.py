@@ -38,7 +38,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from devshare.engine.policies.frag import ClassKey, Floats, Ints
+from devshare.engine.policies.base import Floats, Ints
+from devshare.engine.policies.fgd import ClassKey
 from devshare.engine.policies.pairing import best_value, share_prices
 from devshare.model.request import WHOLE  # milli of one card
 

@@ -25,7 +25,8 @@ from typing import Any
 from aiohttp import web
 
 from devshare.config import Configuration
-from devshare.server.extender.extender import Extender, NotReady
+from devshare.server.extender.extender import Extender
+from devshare.server.extender.filtering import NotReady
 from devshare.server.extender.history import History
 from devshare.server.extender.metrics import ERROR, MALFORMED, NOT_READY, OK, ExtenderMetrics
 from devshare.server.extender.page import config_summary
@@ -122,16 +123,12 @@ def result_of(answer: ExtenderFilterResult | ExtenderBindingResult) -> str:
 
 
 async def _filter(ext: Extender, body: bytes) -> tuple[Any, str]:
-    args = decode(body, ExtenderArgs)
-    await ext.look_up_member(args)
-    answer = ext.filter(args)
+    answer = await ext.filtering.filter(decode(body, ExtenderArgs))
     return answer, (NOT_READY if answer.error.startswith("not ready") else result_of(answer))
 
 
 async def _prioritize(ext: Extender, body: bytes) -> tuple[Any, str]:
-    args = decode(body, ExtenderArgs)
-    await ext.look_up_member(args)
-    return ext.prioritize(args), OK
+    return await ext.filtering.prioritize(decode(body, ExtenderArgs)), OK
 
 
 async def _bind(ext: Extender, body: bytes) -> tuple[Any, str]:

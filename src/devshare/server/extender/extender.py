@@ -1,4 +1,5 @@
-"""The extender: kube-scheduler's four verbs over the engine, each handed to the part that owns it.
+"""The extender: kube-scheduler's four verbs over the engine, each handed to the part that owns it (the
+HTTP routes call :attr:`Extender.filtering` for filter and prioritize, the extender for bind and preempt).
 
 - :mod:`~devshare.server.extender.requests`: a verb's pod and candidate nodes, read once (caches);
 - :mod:`~devshare.server.extender.filtering`: filter and prioritize, with the holds a filter leaves;
@@ -22,48 +23,33 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
-
 from devshare.engine.groups import GroupPlanner
 from devshare.engine.lifecycle import Lifecycle
 from devshare.engine.refusals import Refusals
 from devshare.kube.backend import Backend
 from devshare.model import names
-from devshare.model.errors import InvalidInput
 from devshare.model.kubeobjects import meta, object_key
 from devshare.server.extender.binding import Binder
 from devshare.server.extender.claims import Claims
 from devshare.server.extender.claimsweep import ClaimSweep
 from devshare.server.extender.events import Events
-from devshare.server.extender.filtering import Filtering
+from devshare.server.extender.filtering import NOT_READY, Filtering, NotReady
 from devshare.server.extender.groups import Groups
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.preemption import Preemption
-from devshare.server.extender.refused import RefusalLog, summarize
+from devshare.server.extender.refused import RefusalLog
 from devshare.server.extender.requests import Requests
 from devshare.server.extender.requeue import Requeue
 from devshare.server.extender.verdicts import event_safe
 from devshare.server.extender.view import ClusterView, Leadership, Unelected
 from devshare.server.extender.wire import (
-    BadRequest,
-    ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
-    ExtenderFilterResult,
     ExtenderPreemptionArgs,
     ExtenderPreemptionResult,
-    decode_pod_id,
-    is_null,
 )
 
 log = logging.getLogger(__name__)
-
-NOT_READY = "not ready: state not synced"
-
-
-class NotReady(Exception):
-    """The state is not synced yet: the verb cannot be answered (prioritize gets a 503)."""
-
 
 class Extender:
     def __init__(self, lifecycle: Lifecycle, backend: Backend, cluster: ClusterView, *,
@@ -87,8 +73,8 @@ class Extender:
         self.preemption = Preemption(lifecycle, backend, self.leadership, events or Events(backend),
                                      parse=self.requests.parse, clock=clock)
         self.requeue = Requeue(backend, cluster, self.leadership)
-        self.filtering = Filtering(lifecycle, self.requests, self.groups, self.preemption, self.requeue, self.metrics,
-                                   shortlist=shortlist, clock=clock)
+        self.filtering = Filtering(lifecycle, cluster, self.requests, self.groups, self.preemption, self.requeue,
+                                   self.metrics, self.refused, shortlist=shortlist, clock=clock)
         self.binder = Binder(lifecycle, backend, cluster, self.leadership, self.requests, self.filtering, self.groups,
                              claims, clock=clock, after_bind=after_bind, before_claim=before_claim,
                              scheduler_name=scheduler_name)
@@ -98,45 +84,6 @@ class Extender:
         return self.cluster.synced
 
     # ------------------------------------------------------------------ the verbs
-    async def look_up_member(self, args: ExtenderArgs) -> None:
-        """Before filter and prioritize: a group member the watch does not know yet is read."""
-        if not self.is_synced or is_null(args.pod):
-            return
-        try:
-            pod, _, _ = self.requests.request_of(bytes(args.pod))
-        except (InvalidInput, BadRequest):
-            return
-        await self.groups.look_up(pod)
-
-    def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
-        if not self.is_synced:
-            self.requests.candidates(args)  # a malformed body is still a 400
-            return ExtenderFilterResult(error=NOT_READY)
-        answer = self.filtering.filter(args)
-        if answer.error or answer.failed_nodes or answer.failed_and_unresolvable_nodes:
-            self._note_filter(args, answer)
-        return answer
-
-    def _note_filter(self, args: ExtenderArgs, answer: ExtenderFilterResult) -> None:
-        """A filter that passed no node goes into the record of refusals, with its reasons counted."""
-        passed = answer.node_names if answer.nodes is None else answer.nodes.get("items")
-        if isinstance(passed, msgspec.Raw):
-            passed = None if bytes(passed).strip() in (b"[]", b"null") else [passed]
-        if passed:
-            return
-        named = decode_pod_id(bytes(args.pod)) if not is_null(args.pod) else None
-        if named is None:
-            return
-        reason, nodes = summarize([*answer.failed_nodes.values(), *answer.failed_and_unresolvable_nodes.values()])
-        self.refused.refused(named[0], "filter", answer.error or reason, nodes)
-
-    def prioritize(self, args: ExtenderArgs) -> bytes:
-        """The HostPriorityList, encoded (JSON bytes)."""
-        if not self.is_synced:
-            self.requests.candidates(args)  # a malformed body is still a 400
-            raise NotReady(NOT_READY)
-        return self.filtering.prioritize(args)
-
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         key = f"{args.pod_namespace}/{args.pod_name}"
         error = NOT_READY if not self.is_synced else event_safe(

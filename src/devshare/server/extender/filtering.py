@@ -39,7 +39,8 @@ from devshare.server.extender.groups import Groups
 from devshare.server.extender.metrics import ExtenderMetrics
 from devshare.server.extender.nodeset import PriorityEncoder, encode_priorities
 from devshare.server.extender.preemption import Preemption
-from devshare.server.extender.requests import Candidates, PodId, Requests, invalid_request
+from devshare.server.extender.refused import RefusalLog, summarize
+from devshare.server.extender.requests import Candidates, PodId, Requests, decode_pod_id, invalid_request
 from devshare.server.extender.requeue import Requeue
 from devshare.server.extender.scores import PLANNED_SCORE, scores_from
 from devshare.server.extender.verdicts import (
@@ -50,6 +51,7 @@ from devshare.server.extender.verdicts import (
     score_nodes,
     shortlisted,
 )
+from devshare.server.extender.view import ClusterView
 from devshare.server.extender.wire import ExtenderArgs, ExtenderFilterResult, is_null
 
 log = logging.getLogger(__name__)
@@ -75,10 +77,24 @@ class Remembered:
     position: Ints | None = None  # state row -> index in ``rows`` (-1: did not pass)
 
 
+NOT_READY = "not ready: state not synced"
+
+
+class NotReady(Exception):
+    """The state is not synced yet: the verb cannot be answered (prioritize gets a 503)."""
+
+
 class Filtering:
-    def __init__(self, lifecycle: Lifecycle, requests: Requests, groups: Groups, preemption: Preemption,
-                 requeue: Requeue, metrics: ExtenderMetrics, *, shortlist: int, clock: Callable[[], float]) -> None:
+    """kube-scheduler's ``/filter`` and ``/prioritize``: before the informer's first list is in, filter
+    answers ``not ready`` and prioritize raises :class:`NotReady`; a filter that passes no node goes
+    into the record of refusals (``refused``, what ``/ui``'s queue shows)."""
+
+    def __init__(self, lifecycle: Lifecycle, cluster: ClusterView, requests: Requests, groups: Groups,
+                 preemption: Preemption, requeue: Requeue, metrics: ExtenderMetrics, refused: RefusalLog, *,
+                 shortlist: int, clock: Callable[[], float]) -> None:
         self.lifecycle = lifecycle
+        self.cluster = cluster
+        self.refused = refused
         self.scheduler = lifecycle.scheduler
         self.state = lifecycle.state
         self.requests = requests
@@ -94,26 +110,36 @@ class Filtering:
         self.filtered: LRU[str, Remembered] = LRU(FILTERS_KEPT)
 
     # ------------------------------------------------------------------ filter
-    def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
-        cands = self.requests.candidates(args)
-        try:
-            pod, pod_id, soft_wishes = self.requests.request_of(bytes(args.pod))
-        except InvalidInput as e:
-            reason = invalid_request(e)
+    async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        if not self.cluster.synced:
+            self.requests.candidates(args)  # a malformed body is still a 400
+            return ExtenderFilterResult(error=NOT_READY)
+        answer = await self._filter(args)
+        if answer.error or answer.failed_nodes or answer.failed_and_unresolvable_nodes:
+            self._note_refused(args, answer)
+        return answer
+
+    async def _filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        """The pod and its candidates read, the lifecycle told, the window evaluated once, the answer."""
+        cands, asked = self.requests.read(args)
+        if isinstance(asked, InvalidInput):
+            reason = invalid_request(asked)
             self.metrics.fail("filter", [reason])
             return _answer(cands, [], {}, dict.fromkeys(cands.names, reason))
+        pod, pod_id, soft_wishes = asked
         # a pod asking for no device is placed like any other (the node's CPU and memory, the policy's
         # score): kube-scheduler asks about every pod of devshare's profile (deploy/scheduler's config)
-        self.lifecycle.arrived(pod)  # the policy learns of each pod once, at its first filter
         if pod.group is not None:
-            return self._filter_member(pod, pod_id, cands)
-        self._drop_hold(pod.key)  # a pod filtered again: its earlier filter's hold no longer stands
-        held = self.lifecycle.nominated_nodes(pod, self.clock())
+            await self.groups.look_up(pod)  # a member the watch does not know yet is read first
+            self.lifecycle.arrived(pod)  # the policy learns of each pod once, at its first filter
+            return self._filter_member(pod, pod_id, self.requests.candidates(args))  # as they are now
+        # the policy learns of the pod (once), its earlier filter's hold goes, the nominated nodes are not for it
+        held = self.lifecycle.filter_begins(pod, self.clock())
         short = self.shortlist and not soft_wishes  # kube-scheduler's scores weigh nothing it asked
+        ev = self.scheduler.evaluate(pod, cands.nodes.rows)  # the window, evaluated once
         # with a shortlist the answer is the few nodes that pass, not the thousand that fail: the failing
         # nodes' reasons are worked out only when no node passes (kube-scheduler reads them only then)
-        ev = self.scheduler.evaluate(pod, cands.nodes.rows) if short else None
-        out = shortlisted(ev, cands.nodes, self.shortlist, self.state.rank, held) if ev is not None else None
+        out = shortlisted(ev, cands.nodes, self.shortlist, self.state.rank, held) if short else None
         if out is not None:
             self.requeue.forget(pod.key)
             if cands.nodes.unknown:
@@ -186,22 +212,35 @@ class Filtering:
         except Conflict as e:  # the evaluation just said it fits: a bug, but the bind decides again
             log.warning("holding %s on %s after its filter failed: %s", pod.key, alloc.node, e)
 
-    def _drop_hold(self, key: str) -> None:
-        """Release what an earlier filter of ``key`` held."""
-        if self.lifecycle.held(key, "filter") is not None:
-            self.lifecycle.forget(key)
-
     def _remember(self, r: Remembered) -> None:
         self.filtered.put(r.pod_id[0], r)
 
+    def _note_refused(self, args: ExtenderArgs, answer: ExtenderFilterResult) -> None:
+        """A filter that passed no node goes into the record of refusals, with its reasons counted."""
+        passed = answer.node_names if answer.nodes is None else answer.nodes.get("items")
+        if isinstance(passed, msgspec.Raw):
+            passed = None if bytes(passed).strip() in (b"[]", b"null") else [passed]
+        if passed:
+            return
+        named = decode_pod_id(bytes(args.pod)) if not is_null(args.pod) else None
+        if named is None:
+            return
+        reason, nodes = summarize([*answer.failed_nodes.values(), *answer.failed_and_unresolvable_nodes.values()])
+        self.refused.refused(named[0], "filter", answer.error or reason, nodes)
+
     # ------------------------------------------------------------------ prioritize
-    def prioritize(self, args: ExtenderArgs) -> bytes:
+    async def prioritize(self, args: ExtenderArgs) -> bytes:
         """The HostPriorityList, encoded (JSON bytes)."""
+        if not self.cluster.synced:
+            self.requests.candidates(args)  # a malformed body is still a 400
+            raise NotReady(NOT_READY)
         try:
             pod, pod_id, _ = self.requests.request_of(bytes(args.pod))
         except InvalidInput:
             names = self.requests.candidates(args).names
             return encode_priorities(names, [0] * len(names))
+        if pod.group is not None:
+            await self.groups.look_up(pod)  # a member the watch does not know yet is read first
         recalled = self._recalled_scores(pod_id, args) if pod.group is None else None
         if recalled is not None:
             return self.priorities.encode(*recalled)

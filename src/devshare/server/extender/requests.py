@@ -29,7 +29,7 @@ from devshare.server.extender.nodeset import NodeSet, NodeSets, resolve
 from devshare.server.extender.shortlist import has_soft_wishes
 from devshare.server.extender.verdicts import event_safe
 from devshare.server.extender.view import ClusterView
-from devshare.server.extender.wire import BadRequest, ExtenderArgs, decode_nodes, decode_pod, decode_pod_id, is_null
+from devshare.server.extender.wire import BadRequest, ExtenderArgs, decode_nodes, decode_pod, is_null
 
 PARSED_BYTES = 32 * 2**20  # budget of the pod requests cached by their JSON (bodies included)
 MESSAGE_LIMIT = 2048  # characters of a refusal's reason (it may quote a value of any length)
@@ -53,6 +53,30 @@ def pod_id_of(obj: dict[str, Any]) -> PodId:
     m = obj.get("metadata")
     m = m if isinstance(m, dict) else {}
     return f"{m.get('namespace')}/{m.get('name')}", str(m.get("uid") or ""), str(m.get("resourceVersion") or "")
+
+
+class _PodMeta(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""  # the API's spelling
+
+
+class _PodHead(msgspec.Struct):
+    metadata: _PodMeta = msgspec.field(default_factory=_PodMeta)
+
+
+_pod_head = msgspec.json.Decoder(_PodHead)
+
+
+def decode_pod_id(raw: bytes) -> PodId | None:
+    """``(namespace/name, uid, resourceVersion)`` of a Pod's JSON, reading nothing else of it (None when
+    they cannot be read so: :func:`decode_pod` then says what is wrong)."""
+    try:
+        m = _pod_head.decode(raw).metadata
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    return f"{m.namespace}/{m.name}", m.uid, m.resourceVersion
 
 
 def request_size(req: PodRequest) -> int:
@@ -169,16 +193,21 @@ class Requests:
         """The request of the ``Pod`` of a filter or prioritize (JSON bytes), its id, and whether it has
         soft wishes kube-scheduler's scoring would weigh. From the watch's object when it holds that very
         version, otherwise from the body, cached by its bytes. The last body's answer is kept as well:
-        a filter asks twice (the group members' look-up, then the filter itself)."""
+        kube-scheduler's prioritize of a pod follows its filter with the same body."""
         last = self._last
         if last is not None and last[0] == raw:
             judged, pod_id, soft = last[1]
             return _request(judged), pod_id, soft
         named = decode_pod_id(raw)
         hit: tuple[PodRequest | InvalidInput, PodId, bool] | None = None
-        if named is not None and (watched := self.watched_version(named)) is not None:
-            judged_w, soft_w = self.judged_from_api(watched)
-            hit = (judged_w, named, soft_w)
+        if named is not None and named[1] and named[2]:
+            # that very version as the API server has it: read already (the watch delivered it, and
+            # :meth:`judged_from_api` read it then), else the watch's object when it holds that version
+            api = self._from_api.get(named)
+            if api is None and (watched := self.watched_version(named)) is not None:
+                api = self.judged_from_api(watched)
+            if api is not None:
+                hit = (api[0], named, api[1])
         if hit is None:
             hit = self._parsed_raw.get(raw)
         if hit is None:
@@ -198,6 +227,16 @@ class Requests:
             return None
         watched = self.cluster.pending_pod(pod_id[0])
         return watched if watched is not None and pod_id_of(watched)[1:] == pod_id[1:] else None
+
+    # ------------------------------------------------------------------ a verb's arguments
+    def read(self, args: ExtenderArgs) -> tuple[Candidates, tuple[PodRequest, PodId, bool] | InvalidInput]:
+        """A filter's or prioritize's candidates (:meth:`candidates`) and its pod (:meth:`request_of`),
+        or why the pod is not valid."""
+        cands = self.candidates(args)
+        try:
+            return cands, self.request_of(bytes(args.pod))
+        except InvalidInput as e:
+            return cands, e
 
     # ------------------------------------------------------------------ nodes
     def candidates(self, args: ExtenderArgs) -> Candidates:

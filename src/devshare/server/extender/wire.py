@@ -92,30 +92,6 @@ def decode_pod(raw: bytes) -> Obj:
         raise too_deep("Pod") from None
 
 
-class _PodMeta(msgspec.Struct):
-    name: str = ""
-    namespace: str = ""
-    uid: str = ""
-    resourceVersion: str = ""  # the API's spelling
-
-
-class _PodHead(msgspec.Struct):
-    metadata: _PodMeta = msgspec.field(default_factory=_PodMeta)
-
-
-_pod_head = msgspec.json.Decoder(_PodHead)
-
-
-def decode_pod_id(raw: bytes) -> tuple[str, str, str] | None:
-    """``(namespace/name, uid, resourceVersion)`` of a Pod's JSON, reading nothing else of it (None when
-    they cannot be read so: :func:`decode_pod` then says what is wrong)."""
-    try:
-        m = _pod_head.decode(raw).metadata
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
-    return f"{m.namespace}/{m.name}", m.uid, m.resourceVersion
-
-
 def decode_names(raw: bytes) -> list[str]:
     """The ``NodeNames`` of an ExtenderArgs (not null)."""
     try:

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devshare.engine.policies.stranding import TOP, Stranding
+from devshare.engine.policies.devshare import TOP, Stranding
 from devshare.sim.replay import pod_request
 from devshare.sim.trace import TracePod
 
