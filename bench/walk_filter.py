@@ -10,7 +10,11 @@ node a container gets) first returns:
   (``all_frames_depth``: every frame between them counted, the libraries' too);
 - re-entries: how many times the frame running moves into a file that it had been in and left
   before (by a call or by a return; ``returns_to_a_file_left``: by a return only); and the most any
-  one file is re-entered.
+  one file is re-entered. A return from a callee counts: an orchestrator that calls three helpers in
+  turn is re-entered three times;
+- left and called again (``left_and_called_again``, ``most_called_again``): calls into a file that
+  had been entered before and had no frame running any more (left for good: every frame of it had
+  returned), the ping-pong of a path that comes back to a module it had finished with.
 
 "The frame running" is the innermost ``src/devshare`` frame: calls into aiohttp, msgspec or numpy
 stay in the file that called them. The extender runs in-process on a memory backend of ``--nodes``
@@ -59,6 +63,8 @@ class Walk:
         self.seen: set[str] = set()
         self.files: list[str] = []
         self.reentries: Counter[str] = Counter()
+        self.active: Counter[str] = Counter()  # frames of each file running now (on the stack)
+        self.called_again: Counter[str] = Counter()  # calls into a file none of whose frames runs any more
         self.returns = 0  # re-entries by a return (back into a file left by a call)
         self.depth = 0
         self.all_depth = 0  # every frame, aiohttp's, msgspec's and the event loop's between ours included
@@ -82,12 +88,19 @@ class Walk:
         if not self.on:
             if event == "call" and file.startswith(SRC) and file[len(SRC):] in HANDLER_FILES:
                 self.on, self.handler = True, frame
+                self.active[file[len(SRC):]] += 1
                 self._move(file[len(SRC):])
             return
         if event == "call":
             if file.startswith(SRC):
-                self._move(file[len(SRC):])
+                rel = file[len(SRC):]
+                if rel in self.seen and not self.active[rel]:
+                    self.called_again[rel] += 1
+                self.active[rel] += 1
+                self._move(rel)
             return
+        if file.startswith(SRC) and self.active[file[len(SRC):]]:
+            self.active[file[len(SRC):]] -= 1
         # a return: the frame running is the innermost of ours below this one
         if file.startswith(SRC) and frame.f_code.co_name in CHOICE and file[len(SRC):] == CHOICE_FILE:
             depth, f = 0, _ours(frame)
@@ -175,7 +188,9 @@ def main() -> None:
         sys.exit("the card choice was never reached: is the handler or the choice named differently now?")
     out = {"files": len(walk.files), "depth": walk.depth, "all_frames_depth": walk.all_depth,
            "reentries": sum(walk.reentries.values()), "returns_to_a_file_left": walk.returns,
-           "most_reentered": walk.reentries.most_common(3)}
+           "most_reentered": walk.reentries.most_common(3),
+           "left_and_called_again": sum(walk.called_again.values()),
+           "most_called_again": walk.called_again.most_common(3)}
     if args.files:
         out["walk"] = walk.files
     print(json.dumps(out, indent=1 if args.files else None))
