@@ -119,7 +119,8 @@ RUNTIME = web.AppKey("runtime", Runtime)
 def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leadership: Leadership | None = None,
               clock: Callable[[], float] = time.monotonic) -> web.Application:
     """The extender's application over ``backend``. ``leadership``: who says whether this replica may
-    write, instead of the Lease the options ask for; ``clock``: the timed holds' (both for tests)."""
+    write, instead of the Lease the options ask for; ``clock``: the timed holds' and the leader
+    election's, a monotonic one (both for tests)."""
     opts = options or ExtenderOptions()
     engine = build_engine(opts.config)
     state, lifecycle = engine.state, engine.lifecycle
@@ -129,7 +130,7 @@ def build_app(backend: Backend, options: ExtenderOptions | None = None, *, leade
                                 retry_period=opts.follow_period)
     elif opts.leader_election:
         timing = dict(zip(("lease_duration", "renew_deadline", "retry_period"), opts.lease_timing or (), strict=False))
-        elector = LeaderElector(backend, identity=opts.identity, name=opts.lease_name, **timing)
+        elector = LeaderElector(backend, identity=opts.identity, name=opts.lease_name, clock=clock, **timing)
     events = Events(backend)
     cluster = WatchedCluster(lifecycle, clock=clock, report=events.overbooked,
                              scheduler_name=opts.scheduler_name)
