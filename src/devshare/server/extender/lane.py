@@ -9,8 +9,8 @@ faster (BENCHMARKS.md).
 
 On a plain-HTTP port each connection starts in a :class:`Lane`. Its bytes are parsed by llhttp (through
 httptools: the parser aiohttp's own is built on; nothing here reads HTTP by hand). The lane answers a
-request itself only when it is plainly what kube-scheduler's HTTP/1.1 client sends: ``POST`` to one of
-the verbs' paths, ``HTTP/1.1``, one ``Host``, one ``Content-Length`` within the body limit, no
+request itself only when it is plainly what kube-scheduler's client sends: ``POST`` to one of
+the verbs' paths, HTTP version 1.1, one ``Host``, one ``Content-Length`` within the body limit, no
 ``Transfer-Encoding``, ``Expect`` or ``Upgrade``, header values of printable ASCII, a head within
 aiohttp's line limit, and the request alone in the bytes that brought its end. The verb answers as
 through aiohttp (:class:`~devshare.server.extender.app.Verb`, the one owner of the answer and its
@@ -39,7 +39,10 @@ from http import HTTPStatus
 from typing import cast
 
 import httptools
-from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
+from aiohttp import hdrs
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.http import SERVER_SOFTWARE, HttpVersion11, StreamWriter
+from multidict import CIMultiDict
 
 from devshare.server.extender.app import MAX_BODY, Verb
 from devshare.server.extender.extender import Extender
@@ -57,16 +60,15 @@ PRINTABLE = frozenset(range(0x20, 0x7F)) | {0x09}  # what a header value the lan
 
 
 @functools.lru_cache(maxsize=64)
-def _head(status: int) -> bytes:
-    """The start of the answer aiohttp writes for a verb: its status line and headers, in its order (the
-    Content-Length, Date and Server values follow; the tests compare the whole with aiohttp's, byte for
-    byte but the date)."""
+def _status_line(status: int) -> str:
+    """The status line of an answer, as aiohttp's own responses compose it for a request of version 1.1
+    (``StreamResponse._write_headers``); aiohttp's writer serializes it with the headers."""
     try:
         reason = HTTPStatus(status).phrase
     except ValueError:
         reason = "Unknown"
     v = HttpVersion11
-    return f"HTTP/{v.major}.{v.minor} {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: ".encode()
+    return f"HTTP/{v.major}.{v.minor} {status} {reason}"
 
 
 class _Date:
@@ -74,16 +76,13 @@ class _Date:
 
     def __init__(self) -> None:
         self.second = -1
-        self.value = b""
+        self.value = ""
 
-    def __call__(self) -> bytes:
+    def __call__(self) -> str:
         now = int(time.time())
         if now != self.second:
-            self.second, self.value = now, email.utils.formatdate(now, usegmt=True).encode()
+            self.second, self.value = now, email.utils.formatdate(now, usegmt=True)
         return self.value
-
-
-_SERVER = f"\r\nServer: {SERVER_SOFTWARE}\r\n".encode()
 
 
 class Lanes:
@@ -104,8 +103,10 @@ class Lanes:
         self.open: set[Lane] = set()
         self.served = 0  # requests the lanes answered themselves
         self.handed = 0  # connections handed to aiohttp
+        self.connections = 0  # connections accepted (kube-scheduler's client keeps two idle: binds in flight open more)
 
     def __call__(self) -> Lane:
+        self.connections += 1
         return Lane(self)
 
     async def shutdown(self, timeout: float = 60.0) -> None:
@@ -181,6 +182,7 @@ class Lane(asyncio.Protocol):
         self.idle: asyncio.TimerHandle | None = None
         self.declined = False  # a request the lane does not serve: hand over once the answers are out
         self.eof = False  # the client will send nothing more: close once the answers under way are written
+        self._paused = False  # read by aiohttp's writer before it drains (answers are small: never paused)
 
     # ------------------------------------------------------------------ llhttp's callbacks
     def on_message_begin(self) -> None:
@@ -308,9 +310,14 @@ class Lane(asyncio.Protocol):
             transport = self.transport
             if transport is None or transport.is_closing():
                 return  # the client went away: the verb ran to its end, nobody to tell
-            transport.write(b"".join((_head(status), str(len(out)).encode(), b"\r\nDate: ",
-                                      self.lanes.date(), _SERVER,
-                                      b"Connection: close\r\n\r\n" if close else b"\r\n", out)))
+            # the headers aiohttp's responses carry, in its order; its writer frames them and the body
+            headers = CIMultiDict(((hdrs.CONTENT_TYPE, "application/json"), (hdrs.CONTENT_LENGTH, str(len(out))),
+                                   (hdrs.DATE, self.lanes.date()), (hdrs.SERVER, SERVER_SOFTWARE)))
+            if close:
+                headers[hdrs.CONNECTION] = "close"
+            writer = StreamWriter(cast(BaseProtocol, self), asyncio.get_running_loop())
+            await writer.write_headers(_status_line(status), headers)
+            await writer.write_eof(out)
             if close:
                 transport.close()
                 return
