@@ -93,7 +93,7 @@ async def test_help_texts_are_written_for_operators_and_documented() -> None:
     registered only on a plain-HTTP port, with DRA, or over TLS) says what it counts in an operator's
     words, and docs/metrics.md lists it."""
     backend = cluster(nodes=1, gpus=1, pods=[pod("p", core=30)])
-    lanes: Any = SimpleNamespace(served=1, handed=2)
+    lanes: Any = SimpleNamespace(served=1, handed=2, connections=3)
     dra: Any = SimpleNamespace(allocated=1, gates_lifted=1, refused=0, conflicts=0, released=0, overbooked=0,
                                invalid=0, synced=asyncio.Event(), _waiting={})
     tls: Any = SimpleNamespace(reloads=1, failures={"expired": 1}, not_after=("x", 2e9))

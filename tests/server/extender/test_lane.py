@@ -155,6 +155,7 @@ async def test_other_paths_and_methods_are_handed_to_aiohttp() -> None:
         assert b"devshare_extender_requests_total" in answers[1][2]
         assert b"devshare_extender_lane_requests_total 1.0" in answers[1][2]
         assert b"devshare_extender_lane_handovers_total 2.0" in answers[1][2]  # /healthz, and this very read
+        assert b"devshare_extender_lane_connections_total 2.0" in answers[1][2]  # one for each exchange
         assert s.lanes is not None and (s.lanes.served, s.lanes.handed) == (1, 2)
 
 

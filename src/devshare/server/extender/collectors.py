@@ -41,6 +41,9 @@ class LaneCollector(Collector):
         yield CounterMetricFamily("devshare_extender_lane_handovers",
                                   "Connections the fast path passed to the full HTTP server, at a request other "
                                   "than kube-scheduler's (another path, a browser, a probe).", value=self.lanes.handed)
+        yield CounterMetricFamily("devshare_extender_lane_connections",
+                                  "Connections accepted on the plain-HTTP port (kube-scheduler keeps two idle: each "
+                                  "request beyond them opens one).", value=self.lanes.connections)
 
 
 class RequeueCollector(Collector):
