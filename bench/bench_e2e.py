@@ -43,10 +43,12 @@ devshare's: the times its event loop ran nothing for a second or more while the 
 (the window of candidate nodes each pod is filtered over; default: kube-scheduler's adaptive one, as
 deploy/ ships it), so that the two are compared at the same window (docs/deploy.md, "Large clusters").
 
-``--extender floor`` (or ``floor-no-bind``, ``floor-annotate``) runs bench/floor_extender.py in
-devshare's place: an extender that passes kube-scheduler's first candidate and posts the Binding,
-nothing else (or only filters, kube-scheduler binding itself; or writes the annotation onto the pod
-in filter and lets kube-scheduler bind): the floor of what any extender costs on these cores.
+``--extender floor`` (or ``floor-no-bind``, ``floor-annotate``, ``floor-webhook``) runs
+bench/floor_extender.py in devshare's place: an extender that passes kube-scheduler's first candidate
+and posts the Binding, nothing else (or only filters, kube-scheduler binding itself; or writes the
+annotation onto the pod in filter and lets kube-scheduler bind; or lets kube-scheduler bind and adds
+the annotation to its Binding from a mutating admission webhook): the floor of what any extender costs
+on these cores.
 
 ``--phases alone,floor,devshare,devshare-no-ledger,...`` runs several phases on one control plane
 instead, in that order (``--pods`` new pods each, the extender restarted for each, the pods of one
@@ -78,6 +80,7 @@ phases as ``ratio_shared``).
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -236,7 +239,8 @@ def latencies(port: int) -> dict[str, float]:
 def lane_counts(port: int) -> dict[str, int]:
     """The extender's lane: verb requests it answered itself, connections it handed to aiohttp."""
     m = extender_metrics(port)
-    return {k: int(sum(m.get(f"devshare_extender_lane_{k}_total", {}).values())) for k in ("requests", "handovers")}
+    return {k: int(sum(m.get(f"devshare_extender_lane_{k}_total", {}).values()))
+            for k in ("requests", "handovers", "connections")}
 
 
 def scheduler_latencies(cp: ControlPlane, sched: Any) -> dict[str, float]:
@@ -398,7 +402,8 @@ def report(name: str, rate: float, phase: dict[str, Any]) -> None:
 
 
 EXTENDERS = ("devshare", "devshare-shared", "devshare-elect", "devshare-no-ledger", "devshare-asyncio",
-             "devshare-no-lane", "devshare-no-steer", "floor", "floor-no-bind", "floor-annotate", "floor-h2")
+             "devshare-no-lane", "devshare-no-steer", "floor", "floor-no-bind", "floor-annotate", "floor-h2",
+             "floor-webhook")
 # the scheduler pod's name, as deploy/scheduler runs it: kube-scheduler's hostname (its Lease identity
 # starts with it) and the extender's --pod-name, which then binds exactly while its kube-scheduler leads
 POD = "devshare-scheduler-bench"
@@ -448,7 +453,8 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
     phase.start()
     profiler = start_profile(ext.pid, profile) if profile is not None else None
     sched = cp.start_scheduler(config=devshare_config(cp, args.window, bind=kind not in ("floor-no-bind",
-                                                                                          "floor-annotate"),
+                                                                                          "floor-annotate",
+                                                                                          "floor-webhook"),
                                                       h2=kind == "floor-h2"),
                                hostname=POD if follows_lease(kind) else None)
     rate = clock.rate(prefix, args.pods, args.timeout)
@@ -472,7 +478,32 @@ def run_phase(cp: ControlPlane, clock: BoundClock, kind: str, prefix: str, args:
         with urllib.request.urlopen(f"http://127.0.0.1:{cp.extender_port}/metrics", timeout=10) as r:
             print(r.read().decode().strip(), file=sys.stderr)
     sched.stop()
+    if kind == "floor-webhook":
+        out["annotated"] = annotated(cp, prefix)
+        print(f"pods bound with the webhook's annotation: {out['annotated']} of {args.pods}", file=sys.stderr)
+        cp.kubectl("delete", "mutatingwebhookconfiguration", FLOOR_WEBHOOK)
     return out
+
+
+FLOOR_WEBHOOK = "floor-binding.bench.devshare.io"
+
+
+def register_floor_webhook(cp: ControlPlane, port: int) -> None:
+    """The floor's ``/mutate-binding`` as a mutating webhook on every Binding (``floor-webhook``)."""
+    ca = base64.b64encode((cp.pki / "ca.crt").read_bytes()).decode()
+    cp.apply([{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+               "metadata": {"name": FLOOR_WEBHOOK},
+               "webhooks": [{"name": FLOOR_WEBHOOK, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                             "failurePolicy": "Fail", "timeoutSeconds": 10,
+                             "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate-binding", "caBundle": ca},
+                             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                        "resources": ["pods/binding"]}]}]}])
+
+
+def annotated(cp: ControlPlane, prefix: str) -> int:
+    """The phase's pods that carry the floor's allocation annotation."""
+    pods = json.loads(cp.kubectl("get", "pods", "-n", NS, "-l", f"bench-phase={prefix}", "-o", "json").stdout)
+    return sum(1 for p in pods["items"] if "devshare.io/allocation" in (p["metadata"].get("annotations") or {}))
 
 
 def clear(cp: ControlPlane, prefix: str) -> None:
@@ -603,9 +634,12 @@ def start_extender(cp: ControlPlane, which: str, *extra: str) -> None:
 
     port = cp.extender_port = cp.extender_port or free_port()
     floor = Path(__file__).with_name("floor_extender.py")
+    hook = free_port() if which == "floor-webhook" else None
     cp.spawn("extender", [sys.executable, str(floor), "--kubeconfig", str(cp.token_kubeconfig("devshare-scheduler")),
                           "--port", str(port), *(["--annotate"] if which == "floor-annotate" else []),
-                          *(["--h2"] if which == "floor-h2" else [])])
+                          *(["--h2"] if which == "floor-h2" else []),
+                          *(["--webhook-port", str(hook), "--tls-cert", str(cp.pki / "webhook.crt"),
+                             "--tls-key", str(cp.pki / "webhook.key")] if hook else [])])
 
     def ready() -> bool:
         if which != "floor-h2":
@@ -617,6 +651,10 @@ def start_extender(cp: ControlPlane, which: str, *extra: str) -> None:
             return False
 
     wait_until(ready, timeout=60, what="floor extender /readyz")
+    if hook:
+        wait_until(lambda: _ok(f"https://127.0.0.1:{hook}/readyz", cp.pki / "ca.crt"), timeout=60,
+                   what="floor webhook /readyz")
+        register_floor_webhook(cp, hook)
 
 
 SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "deploy" / "scheduler" / "config" / "devshare-config.yaml"

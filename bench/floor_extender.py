@@ -10,7 +10,11 @@ what the protocol makes every one of them do, for ``bench_e2e.py --extender floo
 - ``/metrics``: empty (no bind is ever refused here).
 
 With ``--no-bind`` kube-scheduler binds the pods itself (bench_e2e drops ``bindVerb``): the floor of
-the filter alone. With ``--annotate`` as well, the filter first writes the same annotation onto the
+the filter alone. With ``--webhook-port`` (and ``--tls-cert``/``--tls-key``) it also serves, over TLS,
+``/mutate-binding``: a mutating admission webhook on ``pods/binding`` that adds the same allocation
+annotation to kube-scheduler's own Binding (the API server copies a Binding's annotations onto the
+pod): the floor of a design where kube-scheduler binds and the allocation rides in its Binding
+(bench_e2e's ``floor-webhook``). With ``--annotate`` as well, the filter first writes the same annotation onto the
 pod (one merge patch), the floor of a design that records the allocation at filter time and lets
 kube-scheduler send its own Binding. Whatever devshare spends above these runs is devshare's own; what these runs
 spend above kube-scheduler alone is the price of the extender protocol, on the same cores.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import ssl
 import subprocess
 import tempfile
@@ -113,6 +118,19 @@ def app(server: str, ca: str, token: str, annotate: bool = False) -> web.Applica
             error = "" if r.status < 300 else f"binding: {r.status} {await r.text()}"
         return msgspec.json.encode({"Error": error})
 
+    async def mutate_binding(request: web.Request) -> web.Response:
+        review = msgspec.json.decode(await request.read())
+        req = review["request"]
+        node = ((req.get("object") or {}).get("target") or {}).get("name", "")
+        has = bool(((req.get("object") or {}).get("metadata") or {}).get("annotations"))
+        value = ALLOCATION % node
+        patch = ([{"op": "add", "path": "/metadata/annotations/devshare.io~1allocation", "value": value}] if has
+                 else [{"op": "add", "path": "/metadata/annotations", "value": {"devshare.io/allocation": value}}])
+        answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "response": {"uid": req["uid"], "allowed": True, "patchType": "JSONPatch",
+                               "patch": base64.b64encode(msgspec.json.encode(patch)).decode()}}
+        return web.Response(body=msgspec.json.encode(answer), content_type="application/json")
+
     async def empty(_: web.Request) -> web.Response:
         return web.Response(text="")
 
@@ -125,6 +143,7 @@ def app(server: str, ca: str, token: str, annotate: bool = False) -> web.Applica
     out.on_cleanup.append(stop)
     out.router.add_post("/filter", filter_)
     out.router.add_post("/bind", bind)
+    out.router.add_post("/mutate-binding", mutate_binding)
     out.router.add_get("/readyz", empty)
     out.router.add_get("/metrics", metrics)
     return out
@@ -201,13 +220,33 @@ async def serve_h2(server: str, ca: str, token: str, port: int, workdir: Path) -
         await srv.serve_forever()
 
 
+async def serve_both(web_app: web.Application, port: int, webhook_port: int, cert: str, key: str) -> None:
+    """The verbs on ``port`` (plain HTTP) and the same application over TLS on ``webhook_port``."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await web.TCPSite(runner, "127.0.0.1", webhook_port, ssl_context=ctx).start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kubeconfig", required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--annotate", action="store_true", help="write the annotation onto the pod in filter")
     ap.add_argument("--h2", action="store_true", help="serve TLS and HTTP/2 (needs the h2 package)")
+    ap.add_argument("--webhook-port", type=int, help="also serve /mutate-binding over TLS on this port")
+    ap.add_argument("--tls-cert", help="the webhook port's certificate (PEM)")
+    ap.add_argument("--tls-key", help="its key (PEM)")
     args = ap.parse_args()
+    if args.webhook_port:
+        asyncio.run(serve_both(app(*load(args.kubeconfig)), args.port, args.webhook_port, args.tls_cert, args.tls_key))
+        return
     if args.h2:
         with tempfile.TemporaryDirectory() as tmp:
             asyncio.run(serve_h2(*load(args.kubeconfig), args.port, Path(tmp)))
