@@ -65,3 +65,17 @@ def test_a_bad_allocatable_names_the_node_and_the_field() -> None:
     with pytest.raises(InvalidInput, match=r"^Node n1: allocatable\.memory: 'lots' is not a Kubernetes quantity"):
         parse_node(node(status={"allocatable": {"memory": "lots"}}), track_resources=True)
     parse_node(node(status={"allocatable": {"memory": "lots"}}))  # not read when not tracked
+
+
+@pytest.mark.parametrize(("parts", "message"), [
+    # a cluster file's quoted "false" was read as true: the node silently unschedulable
+    ({"spec": {"unschedulable": "false"}}, "Node n1: spec.unschedulable must be true or false, got 'false'"),
+    ({"spec": ["x"]}, "Node n1: spec must be a mapping"),
+    ({"status": ["x"]}, "Node n1: status must be a mapping"),
+    ({"status": {"allocatable": "8"}}, "Node n1: status.allocatable must be a mapping such as {cpu: \"8\", memory: 16Gi}"),
+])
+def test_a_field_of_the_wrong_kind_is_refused_not_misread(parts: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_node(node(**parts), track_resources=True)
+    assert str(err.value) == message
+    assert not parse_node(node(spec={"unschedulable": None})).unschedulable
