@@ -12,7 +12,8 @@ from devshare.model.request import WHOLE
 GiB = 2**30
 
 
-def grant(minor: int, core: int = 0, memory: int = 0, ratio: int = 0, *, type: str = "gpu", id: str = "") -> DeviceGrant:
+def grant(minor: int, core: int = 0, memory: int = 0, ratio: int = 0, *, type: str = "gpu",
+          id: str = "") -> DeviceGrant:
     return DeviceGrant(type=type, minor=minor, id=id, core_milli=core, memory=memory, memory_ratio_milli=ratio)
 
 
