@@ -72,7 +72,8 @@ def test_a_bad_allocatable_names_the_node_and_the_field() -> None:
     ({"spec": {"unschedulable": "false"}}, "Node n1: spec.unschedulable must be true or false, got 'false'"),
     ({"spec": ["x"]}, "Node n1: spec must be a mapping"),
     ({"status": ["x"]}, "Node n1: status must be a mapping"),
-    ({"status": {"allocatable": "8"}}, "Node n1: status.allocatable must be a mapping such as {cpu: \"8\", memory: 16Gi}"),
+    ({"status": {"allocatable": "8"}},
+     "Node n1: status.allocatable must be a mapping such as {cpu: \"8\", memory: 16Gi}"),
 ])
 def test_a_field_of_the_wrong_kind_is_refused_not_misread(parts: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidInput) as err:
