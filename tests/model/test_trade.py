@@ -31,8 +31,8 @@ def test_a_trade_exchanges_the_allocation_not_the_marks() -> None:
 
 
 def test_traded_annotations_of_a_pod() -> None:
-    ann = {names.ALLOCATION: '{"node": "n"}', names.ASSIGNED: "true", aliyun.ALIYUN_IDX: "1",
-           aliyun.ALIYUN_ASSUME_TIME: "5", "team": "a", 7: "not a key"}
+    ann: dict[Any, str] = {names.ALLOCATION: '{"node": "n"}', names.ASSIGNED: "true", aliyun.ALIYUN_IDX: "1",
+                           aliyun.ALIYUN_ASSUME_TIME: "5", "team": "a", 7: "not a key"}
     assert trade.traded(ann) == {names.ALLOCATION: '{"node": "n"}', aliyun.ALIYUN_IDX: "1"}
 
 
