@@ -23,41 +23,34 @@ def pod(*resources: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": containers}}
 
 
-def gpu(count: int = 1, core: int = 0, memory: int = 0, ratio: int = 0) -> DeviceRequest:
-    return DeviceRequest(type="gpu", count=count, core_milli=core, memory=memory, memory_ratio_milli=ratio)
-
-
-def refused(p: dict[str, Any], *needles: str) -> str:
-    problems = validate_pod(p)
-    assert len(problems) == 1, problems
-    for n in needles:
-        assert n in problems[0], (n, problems[0])
-    with pytest.raises(InvalidRequest) as err:
-        parse_pod(p)
-    assert str(err.value) == problems[0]
-    return problems[0]
+def gpu(count: int, core: int, ratio: int) -> DeviceRequest:
+    return DeviceRequest(type="gpu", count=count, core_milli=core, memory_ratio_milli=ratio)
 
 
 def test_nvidia_gpu_is_whole_gpus() -> None:
     """``nvidia.com/gpu: 2`` -> gpu-core 200 + gpu-memory-ratio 200: two GPUs, 100% each."""
     p = pod({nvidia.NVIDIA_GPU: "2", "cpu": "4", "memory": "8Gi"})
     req = parse_pod(p)
-    assert req.containers[0].devices == (gpu(2, 1000, 0, 1000),)
+    assert req.containers[0].devices == (gpu(2, 1000, 1000),)
     assert req.dialect == "nvidia"
     assert (req.cpu_milli, req.memory_bytes) == (4000, 8 * GIB)
     assert req.containers[0].devices[0].whole
     assert req.containers[0].devices[0].memory_on(8 * GIB) == 8 * GIB  # 16Gi over the two GPUs
 
 
-def test_negative_and_fractional_values() -> None:
-    refused(pod({nvidia.NVIDIA_GPU: "-1"}), "nvidia.com/gpu is -1")
-    refused(pod({nvidia.NVIDIA_GPU: "1.5"}), "whole number of GPUs")
-    refused(pod({nvidia.NVIDIA_GPU: "lots"}), "not a Kubernetes quantity")
+@pytest.mark.parametrize(("value", "needle"), [("-1", "nvidia.com/gpu is -1"), ("1.5", "whole number of GPUs"),
+                                              ("lots", "not a Kubernetes quantity")])
+def test_negative_and_fractional_values(value: str, needle: str) -> None:
+    (problem,) = validate_pod(pod({nvidia.NVIDIA_GPU: value}))
+    assert problem.startswith("container 'c0': ") and needle in problem
+    with pytest.raises(InvalidRequest) as err:
+        parse_pod(pod({nvidia.NVIDIA_GPU: value}))
+    assert str(err.value) == problem
 
 
 def test_the_container_reader() -> None:
     problems = Problems()
-    assert nvidia.read_container({nvidia.NVIDIA_GPU: "4"}, "c", problems) == [gpu(4, WHOLE, 0, WHOLE)]
+    assert nvidia.read_container({nvidia.NVIDIA_GPU: "4"}, "c", problems) == [gpu(4, WHOLE, WHOLE)]
     assert nvidia.read_container({nvidia.NVIDIA_GPU: "0"}, "c", problems) == []  # zero: not asked
     assert nvidia.read_container({"cpu": "1"}, "c", problems) == []
     assert not problems
