@@ -189,3 +189,19 @@ def test_device_object_carries_labels_and_annotations() -> None:
                                "annotations": {names.DEVICE_CHECKPOINTS: held}}
     nd = parse_device(obj)
     assert (nd.gpu_model, nd.held_outside, nd.held_pods) == ("T4", ("GPU-x",), ("u",))
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"resources": {"koordinator.sh/gpu-core": "0", "koordinator.sh/gpu-memory": "16Gi"}},
+     "Device n: spec.devices[0]: gpu-core is 0: a device's capacity must be above 0 (100 = all of it)"),
+    ({"resources": {"kubernetes.io/gpu-core": "-100", "koordinator.sh/gpu-memory": "16Gi"}},
+     "Device n: spec.devices[0]: gpu-core is -100: a device's capacity must be above 0 (100 = all of it)"),
+    ({"resources": {"koordinator.sh/gpu-memory": "-16Gi"}},
+     "Device n: spec.devices[0]: gpu-memory is -16Gi: a GPU's memory must be 0 or more bytes, e.g. 16Gi"),
+    ({"type": "rdma", "resources": {"koordinator.sh/rdma": "0"}},
+     "Device n: spec.devices[0]: rdma is 0: a device's capacity must be above 0 (100 = all of it)"),
+])
+def test_a_capacity_out_of_range_is_named_with_its_value(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidDevice) as err:
+        parse_device(device(**fields))
+    assert str(err.value) == message

@@ -128,7 +128,7 @@ def parse_device(obj: Any) -> NodeDevices:
             raise InvalidDevice(f"health must be true or false, got {health!r}", field=where)
         try:
             if dtype == names.GPU:
-                core_q = _first(resources, names.DEV_GPU_CORE)
+                core_name, core_q = "gpu-core", _first(resources, names.DEV_GPU_CORE)
                 core = quantity_int(core_q, field="gpu-core") * 10 if core_q is not None else WHOLE
                 mem_q = _first(resources, names.DEV_GPU_MEMORY)
                 if mem_q is None:
@@ -136,13 +136,17 @@ def parse_device(obj: Any) -> NodeDevices:
                                         field="koordinator.sh/gpu-memory")
                 memory = quantity_int(mem_q, field="gpu-memory")
             else:
-                share_q = _first(resources, (f"koordinator.sh/{dtype}", f"kubernetes.io/{dtype}"))
-                core = quantity_int(share_q, field=dtype) * 10 if share_q is not None else WHOLE
+                core_name, core_q = dtype, _first(resources, (f"koordinator.sh/{dtype}", f"kubernetes.io/{dtype}"))
+                core = quantity_int(core_q, field=dtype) * 10 if core_q is not None else WHOLE
                 memory = 0
         except InvalidInput as e:
             raise InvalidDevice(e.message, field=f"{where}.resources.{e.field}") from e
-        if core <= 0 or memory < 0:
-            raise InvalidDevice("device capacity must be positive", field=where)
+        if core <= 0:
+            raise InvalidDevice(f"{core_name} is {core_q}: a device's capacity must be above 0 (100 = all of it)",
+                                field=where)
+        if memory < 0:
+            raise InvalidDevice(f"gpu-memory is {mem_q}: a GPU's memory must be 0 or more bytes, e.g. 16Gi",
+                                field=where)
         model = d.get("model", "")
         devices.append(
             DeviceInfo(
