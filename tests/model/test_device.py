@@ -205,3 +205,23 @@ def test_a_capacity_out_of_range_is_named_with_its_value(fields: dict[str, objec
     with pytest.raises(InvalidDevice) as err:
         parse_device(device(**fields))
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(("topologies", "message"), [
+    # a list where the mapping by device type belongs: the bandwidth matrix was silently dropped
+    ([{"name": "bandwidth", "topology": "[[600]]"}],
+     "Device n: spec.topologies: must map each device type to its list of topologies, e.g. "
+     "{gpu: [{name: bandwidth, topology: \"[[750,48],[48,750]]\"}]}"),
+    ({"gpu": {"name": "bandwidth", "topology": "[[600]]"}},
+     "Device n: spec.topologies.gpu: must be a list of topologies, e.g. "
+     "[{name: bandwidth, topology: \"[[750,48],[48,750]]\"}]"),
+    ({"gpu": ["bandwidth"]},
+     "Device n: spec.topologies.gpu: must be a list of topologies, e.g. "
+     "[{name: bandwidth, topology: \"[[750,48],[48,750]]\"}]"),
+])
+def test_a_misshapen_topology_is_refused_not_dropped(topologies: Any, message: str) -> None:
+    obj = device()
+    obj["spec"]["topologies"] = topologies  # type: ignore[index]
+    with pytest.raises(InvalidDevice) as err:
+        parse_device(obj)
+    assert str(err.value) == message

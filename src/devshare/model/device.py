@@ -162,13 +162,20 @@ def parse_device(obj: Any) -> NodeDevices:
     devices.sort(key=lambda x: (x.type, x.minor))
     bandwidth = None
     topologies = spec.get("topologies") or {}
-    if isinstance(topologies, dict):
-        for entry in topologies.get(names.GPU) or []:
-            if isinstance(entry, dict) and entry.get("name") == "bandwidth":
-                n_gpus = sum(1 for d in devices if d.type == names.GPU)
-                bandwidth = parse_topology_matrix(
-                    entry.get("topology", ""), field=f"Device {name}: spec.topologies.gpu", size=n_gpus
-                )
+    example = '{name: bandwidth, topology: "[[750,48],[48,750]]"}'
+    if not isinstance(topologies, dict):
+        raise InvalidDevice(f"must map each device type to its list of topologies, e.g. {{gpu: [{example}]}}",
+                            field=f"Device {name}: spec.topologies")
+    gpu_topologies = topologies.get(names.GPU) or []
+    if not isinstance(gpu_topologies, list) or not all(isinstance(e, dict) for e in gpu_topologies):
+        raise InvalidDevice(f"must be a list of topologies, e.g. [{example}]",
+                            field=f"Device {name}: spec.topologies.gpu")
+    for entry in gpu_topologies:
+        if entry.get("name") == "bandwidth":
+            n_gpus = sum(1 for d in devices if d.type == names.GPU)
+            bandwidth = parse_topology_matrix(
+                entry.get("topology", ""), field=f"Device {name}: spec.topologies.gpu", size=n_gpus
+            )
     held: list[str] = []
     held_pods: list[str] = []
     annotations = meta.get("annotations") or {}
