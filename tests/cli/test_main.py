@@ -11,8 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from devshare.cli.main import app
-from devshare.model.device import parse_device
-from devshare.model.errors import InvalidDevice
 from support import REPO
 
 ROOT = REPO
@@ -81,29 +79,6 @@ def test_an_empty_cluster_file_is_refused(tmp_path: Path) -> None:
                  ("schedule", "--cluster", str(empty), "examples/pods.yaml"),
                  ("extender", "--cluster", str(empty), "--port", "1")):
         assert "no Node, Device or Pod object" in one_error_line(devshare(*args))
-
-
-def device(**fields: object) -> dict[str, object]:
-    d: dict[str, object] = {"type": "gpu", "minor": 0, "id": "GPU-0",
-                            "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "16Gi"}}
-    d.update(fields)
-    return {"kind": "Device", "metadata": {"name": "n"}, "spec": {"devices": [{k: v for k, v in d.items()
-                                                                              if v is not None}]}}
-
-
-@pytest.mark.parametrize(("fields", "message"), [
-    ({"minor": None}, "minor is missing"),
-    ({"id": None}, "id is missing"),
-    ({"id": ""}, "id is missing"),
-    ({"resources": None}, "resources are missing"),
-    ({"resources": {}}, "resources are missing"),
-    ({"resources": {"koordinator.sh/gpu-core": "100"}}, "a gpu needs its memory"),
-    ({"type": "rdma", "resources": None}, "koordinator.sh/rdma"),
-])
-def test_incomplete_devices_are_refused(fields: dict[str, object], message: str) -> None:
-    with pytest.raises(InvalidDevice, match=message):
-        parse_device(device(**fields))
-    assert parse_device(device()).devices[0].memory == 16 * 2**30
 
 
 def test_trace_pods_larger_than_any_node_are_reported(tmp_path: Path) -> None:

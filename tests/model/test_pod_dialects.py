@@ -1,4 +1,4 @@
-"""Koordinator (seed 001), NVIDIA and Aliyun (seed 002) requests, and mixing dialects."""
+"""Koordinator (seed 001) and Aliyun (seed 002) requests, and mixing dialects (NVIDIA's: test_nvidia.py)."""
 
 from __future__ import annotations
 
@@ -49,17 +49,6 @@ def refused(p: dict[str, Any], *needles: str) -> str:
 
 
 # --- seed 001's scenarios
-
-
-def test_nvidia_gpu_is_whole_gpus() -> None:
-    """``nvidia.com/gpu: 2`` -> gpu-core 200 + gpu-memory-ratio 200: two GPUs, 100% each."""
-    p = pod({nvidia.NVIDIA_GPU: "2", "cpu": "4", "memory": "8Gi"})
-    req = parse_pod(p)
-    assert req.containers[0].devices == (gpu(2, 1000, 0, 1000),)
-    assert req.dialect == "nvidia"
-    assert (req.cpu_milli, req.memory_bytes) == (4000, 8 * GIB)
-    assert req.containers[0].devices[0].whole
-    assert req.containers[0].devices[0].memory_on(8 * GIB) == 8 * GIB  # 16Gi over the two GPUs
 
 
 @pytest.mark.parametrize("prefix", KOORD_PREFIXES)
@@ -141,9 +130,6 @@ def test_negative_and_fractional_values() -> None:
     refused(pod({KOORD_GPU: "-50"}), "above 0")
     refused(pod({KOORD_GPU: "0.5"}), "whole number of percent")
     refused(pod({KOORD_GPU_CORE: "50", KOORD_GPU_MEMORY: "-1Gi"}), "above 0")
-    refused(pod({nvidia.NVIDIA_GPU: "-1"}), "nvidia.com/gpu is -1")
-    refused(pod({nvidia.NVIDIA_GPU: "1.5"}), "whole number of GPUs")
-    refused(pod({nvidia.NVIDIA_GPU: "lots"}), "not a Kubernetes quantity")
 
 
 def test_zero_means_not_asked() -> None:

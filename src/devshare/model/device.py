@@ -128,7 +128,7 @@ def parse_device(obj: Any) -> NodeDevices:
             raise InvalidDevice(f"health must be true or false, got {health!r}", field=where)
         try:
             if dtype == names.GPU:
-                core_q = _first(resources, names.DEV_GPU_CORE)
+                core_name, core_q = "gpu-core", _first(resources, names.DEV_GPU_CORE)
                 core = quantity_int(core_q, field="gpu-core") * 10 if core_q is not None else WHOLE
                 mem_q = _first(resources, names.DEV_GPU_MEMORY)
                 if mem_q is None:
@@ -136,13 +136,17 @@ def parse_device(obj: Any) -> NodeDevices:
                                         field="koordinator.sh/gpu-memory")
                 memory = quantity_int(mem_q, field="gpu-memory")
             else:
-                share_q = _first(resources, (f"koordinator.sh/{dtype}", f"kubernetes.io/{dtype}"))
-                core = quantity_int(share_q, field=dtype) * 10 if share_q is not None else WHOLE
+                core_name, core_q = dtype, _first(resources, (f"koordinator.sh/{dtype}", f"kubernetes.io/{dtype}"))
+                core = quantity_int(core_q, field=dtype) * 10 if core_q is not None else WHOLE
                 memory = 0
         except InvalidInput as e:
             raise InvalidDevice(e.message, field=f"{where}.resources.{e.field}") from e
-        if core <= 0 or memory < 0:
-            raise InvalidDevice("device capacity must be positive", field=where)
+        if core <= 0:
+            raise InvalidDevice(f"{core_name} is {core_q}: a device's capacity must be above 0 (100 = all of it)",
+                                field=where)
+        if memory < 0:
+            raise InvalidDevice(f"gpu-memory is {mem_q}: a GPU's memory must be 0 or more bytes, e.g. 16Gi",
+                                field=where)
         model = d.get("model", "")
         devices.append(
             DeviceInfo(
@@ -158,13 +162,20 @@ def parse_device(obj: Any) -> NodeDevices:
     devices.sort(key=lambda x: (x.type, x.minor))
     bandwidth = None
     topologies = spec.get("topologies") or {}
-    if isinstance(topologies, dict):
-        for entry in topologies.get(names.GPU) or []:
-            if isinstance(entry, dict) and entry.get("name") == "bandwidth":
-                n_gpus = sum(1 for d in devices if d.type == names.GPU)
-                bandwidth = parse_topology_matrix(
-                    entry.get("topology", ""), field=f"Device {name}: spec.topologies.gpu", size=n_gpus
-                )
+    example = '{name: bandwidth, topology: "[[750,48],[48,750]]"}'
+    if not isinstance(topologies, dict):
+        raise InvalidDevice(f"must map each device type to its list of topologies, e.g. {{gpu: [{example}]}}",
+                            field=f"Device {name}: spec.topologies")
+    gpu_topologies = topologies.get(names.GPU) or []
+    if not isinstance(gpu_topologies, list) or not all(isinstance(e, dict) for e in gpu_topologies):
+        raise InvalidDevice(f"must be a list of topologies, e.g. [{example}]",
+                            field=f"Device {name}: spec.topologies.gpu")
+    for entry in gpu_topologies:
+        if entry.get("name") == "bandwidth":
+            n_gpus = sum(1 for d in devices if d.type == names.GPU)
+            bandwidth = parse_topology_matrix(
+                entry.get("topology", ""), field=f"Device {name}: spec.topologies.gpu", size=n_gpus
+            )
     held: list[str] = []
     held_pods: list[str] = []
     annotations = meta.get("annotations") or {}

@@ -60,18 +60,29 @@ def parse_node(obj: Any, *, track_resources: bool = False) -> NodeInfo:
     labels = meta.get("labels") or {}
     if not isinstance(labels, dict):
         raise InvalidInput("metadata.labels must be a mapping", field=f"Node {name}")
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise InvalidInput("spec must be a mapping", field=f"Node {name}")
+    unschedulable = spec.get("unschedulable") or False
+    if not isinstance(unschedulable, bool):  # bool("false") would be True: the node silently unschedulable
+        raise InvalidInput(f"spec.unschedulable must be true or false, got {unschedulable!r}", field=f"Node {name}")
     cpu = mem = 0
     if track_resources:
-        alloc = ((obj.get("status") or {}).get("allocatable")) or {}
+        status = obj.get("status") or {}
+        if not isinstance(status, dict):
+            raise InvalidInput("status must be a mapping", field=f"Node {name}")
+        alloc = status.get("allocatable") or {}
+        if not isinstance(alloc, dict):
+            raise InvalidInput('status.allocatable must be a mapping such as {cpu: "8", memory: 16Gi}',
+                               field=f"Node {name}")
         if "cpu" in alloc:
             cpu = int(parse_quantity(alloc["cpu"], field=f"Node {name}: allocatable.cpu") * 1000)
         if "memory" in alloc:
             mem = int(parse_quantity(alloc["memory"], field=f"Node {name}: allocatable.memory"))
-    spec = obj.get("spec") or {}
     return node_info_from_labels(
         name,
         {str(k): str(v) for k, v in labels.items()},
         cpu_milli=cpu,
         memory_bytes=mem,
-        unschedulable=bool(spec.get("unschedulable", False)) if isinstance(spec, dict) else False,
+        unschedulable=unschedulable,
     )
