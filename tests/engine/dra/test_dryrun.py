@@ -133,3 +133,14 @@ def test_a_pod_without_devshare_s_claims_is_not_devshare_s_business() -> None:
     placed = d.place(pod("p", claims={"x": "other"}))
     assert (placed.node, placed.reason, placed.claims) == ("", "", {})
     assert d.place(pod("bare")).node == ""
+
+
+@pytest.mark.parametrize("spec", ["x", {"spec": "y"}, None, {}])
+def test_a_template_whose_claim_spec_is_not_a_mapping_is_refused_when_read(spec: object) -> None:
+    d = dry("n0")
+    obj = {"kind": "ResourceClaimTemplate", "metadata": {"name": "t", "namespace": NS}, "spec": spec}
+    with pytest.raises(InvalidInput) as e:
+        d.add(obj, "cluster.yaml: document 2")
+    assert e.value.message == (f"ResourceClaimTemplate {NS}/t: spec.spec must be a mapping, the spec of the "
+                               "ResourceClaims made from it (spec.spec.devices.requests)")
+    assert e.value.field == "cluster.yaml: document 2"
