@@ -1,15 +1,19 @@
-"""Hand-made trace clusters and one pod's per-node scores under a policy, for the policy tests."""
+"""Hand-made trace clusters, one pod's per-node scores under a policy, and the view a policy is handed,
+for the policy tests."""
 
 from __future__ import annotations
 
 import math
 
+from devshare.engine.fit import FitView, fitting
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.allocation import ContainerAllocation, DeviceGrant, PodAllocation
+from devshare.model.request import DeviceRequest
 from devshare.sim.replay import build_state, pod_request
 from devshare.sim.trace import Trace, TraceNode, TracePod
 from support.cluster import hold
+from support.cluster import pod as device_pod
 
 
 def cluster(nodes: list[tuple[int, int, str]], used: dict[tuple[int, int], int] | None = None) -> ClusterState:
@@ -32,3 +36,10 @@ def scores(state: ClusterState, policy: object, p: TracePod) -> list[float]:
     s = Scheduler(state, policy=policy)  # type: ignore[arg-type]
     ev = s.evaluate(pod_request(p), state.node_rows())
     return [float(x) if c == 0 else math.nan for x, c in zip(ev.scores, ev.codes, strict=True)]
+
+
+def view(state: ClusterState, ask: DeviceRequest) -> FitView:
+    """What the engine hands a policy for a pod of one container asking ``ask``, over every node."""
+    rows = state.node_rows()
+    g, fits, _ = fitting(state.table("gpu"), rows, None, ask, max_containers=16)
+    return FitView(state, device_pod("p", ask), rows, g.table, ask, fits, g)

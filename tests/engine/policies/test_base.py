@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devshare.engine.fit import FitView, Gather, fitting
+from devshare.engine.fit import FitView, Gather
 from devshare.engine.policies.base import (
     best_fit_columns,
     empty_choice,
@@ -16,13 +16,8 @@ from devshare.engine.policies.base import (
 )
 from devshare.engine.state import ClusterState
 from devshare.model.request import DeviceRequest, PodRequest
-from support.cluster import add_node, bound, gpu, pod, whole
-
-
-def view(state: ClusterState, ask: DeviceRequest) -> FitView:
-    rows = state.node_rows()
-    g, fits, _ = fitting(state.table("gpu"), rows, None, ask, max_containers=16)
-    return FitView(state, pod("p", ask), rows, g.table, ask, fits, g)
+from engine.policies.scoring import view
+from support.cluster import add_node, bound, gpu, whole
 
 
 def test_node_utilization_is_the_share_of_compute_in_use_after_the_extra() -> None:

@@ -6,19 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from devshare.engine.fit import FitView, fitting
+from devshare.engine.fit import FitView
 from devshare.engine.handlers.base import Settings
 from devshare.engine.policies.binpack import BinpackPolicy, binpack_for
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
-from devshare.model.request import DeviceRequest, PodRequest
+from devshare.model.request import PodRequest
+from engine.policies.scoring import view
 from support.cluster import GiB, add_node, bound, gpu, pod, whole
-
-
-def view(state: ClusterState, ask: DeviceRequest) -> FitView:
-    rows = state.node_rows()
-    g, fits, _ = fitting(state.table("gpu"), rows, None, ask, max_containers=16)
-    return FitView(state, pod("p", ask), rows, g.table, ask, fits, g)
 
 
 def two_nodes() -> ClusterState:
