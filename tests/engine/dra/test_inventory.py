@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from devshare.engine.dra.cel import CelError
 from devshare.engine.dra.inventory import Inventory
@@ -140,3 +142,36 @@ def test_matching_answers_are_kept_until_a_slice_changes() -> None:
     inv.set_slice(name, devices)
     again, _ = inv.matching(state, "gpu", (expr,), ["n0"])
     assert [d.minor for d in again["n0"]] == [1]
+
+
+def node_slice(node: str, gpus: int, ours_: bool) -> list[Any]:
+    if not ours_:
+        return foreign(f"nvidia-{node}", node, [f"GPU-{node}-{i}" for i in range(gpus)])
+    nd = NodeDevices(node=node, devices=tuple(DeviceInfo(type="gpu", minor=i, id=f"GPU-{node}-{i}")
+                                             for i in range(gpus)))
+    return parse_slice(slice_object(nd))
+
+
+steps = st.lists(st.tuples(st.sampled_from(["n0", "n1", "n2"]), st.booleans(), st.one_of(st.none(), st.integers(0, 3))),
+                 max_size=25)
+
+
+@settings(max_examples=80, deadline=None)
+@given(steps)
+def test_the_indexes_always_equal_those_built_from_the_live_slices(ops: list[tuple[str, bool, int | None]]) -> None:
+    """Slices set again (devices added, dropped) and removed, in any order: nothing stale stays indexed."""
+    inv = Inventory()
+    for node, ours_, gpus in ops:
+        name = f"{'ours' if ours_ else 'nvidia'}-{node}"
+        if gpus is None:
+            inv.remove_slice(name)
+        else:
+            inv.set_slice(name, node_slice(node, gpus, ours_))
+    fresh = Inventory()
+    for name, devices in inv.slices.items():
+        fresh.set_slice(name, devices)
+    assert inv.by_ref == fresh.by_ref
+    assert inv.by_uuid == fresh.by_uuid
+    assert inv.ours == fresh.ours
+    assert all(inv.ours.values())  # a node with no devices left is dropped, not kept empty
+
