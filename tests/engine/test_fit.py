@@ -33,25 +33,3 @@ def test_eight_wide_masks_use_the_word_path_and_match(m: np.ndarray) -> None:
     m = np.ascontiguousarray(m)
     assert any_per_row(m).tolist() == m.any(axis=1).tolist()
     assert sum_per_row(m).tolist() == m.sum(axis=1).tolist()
-
-
-def _first_of_kind_cube(free: np.ndarray, fits: np.ndarray) -> np.ndarray:
-    """The definition, as a [rows, W, W] cube: a fitting card is dropped when a lower fitting card
-    of its node has the same free share."""
-    w = fits.shape[1]
-    f = free[:, :w]
-    same = (f[:, :, None] == f[:, None, :]) & fits[:, None, :]
-    earlier = np.tril(np.ones((w, w), np.bool_), k=-1)
-    return np.asarray(fits & ~(same & earlier[None, :, :]).any(axis=2))
-
-
-@given(st.integers(0, 30).flatmap(lambda n: st.integers(1, 9).flatmap(lambda w: st.tuples(
-    hnp.arrays(np.int64, (n, w + 1), elements=st.sampled_from([0, 100, 250, 500, 1000])),
-    hnp.arrays(np.bool_, (n, w))))))
-def test_first_of_kind_matches_its_definition(arrays: tuple[np.ndarray, np.ndarray]) -> None:
-    from devshare.engine.policies.fgd import first_of_kind, first_of_kind_by_columns
-
-    free, fits = arrays
-    want = _first_of_kind_cube(free, fits).tolist()
-    assert first_of_kind(free, fits).tolist() == want
-    assert first_of_kind_by_columns(free, fits).tolist() == want

@@ -7,10 +7,8 @@ import itertools
 import json
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement, Refuse, Wait, choose_nodes, plan_layout
+from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.engine.topology import best_set
@@ -18,7 +16,7 @@ from devshare.model import names
 from devshare.model.annotations import encode_annotations
 from devshare.model.request import GroupRef, PodRequest
 from support import REPO
-from support.cluster import GiB, add_node, bound, gpu, hold, may_bind, occupy, pod, usage_key, whole
+from support.cluster import GiB, add_node, bound, gpu, may_bind, occupy, pod, usage_key, whole
 
 TOPOLOGIES = REPO / "examples" / "topologies"
 SEED = json.loads((TOPOLOGIES / "seed-8gpu-bandwidth.json").read_text())
@@ -130,43 +128,6 @@ def test_group_that_needs_two_nodes() -> None:
     assert sorted(by_node["b"]) == [4, 5, 6, 7] and sorted(by_node["a"]) == list(range(8))
     for p in got:
         assert p.visible_gpus == tuple(sorted(by_node[p.node]))
-
-
-def test_layout_spreads_over_the_fewest_nodes_with_least_left_over() -> None:
-    s = cluster("a", "b", "c", "d", gpus=8, bandwidth=False)
-    take(s, "a", [0, 1, 2, 3, 4, 5], "x")  # a: 2 free
-    take(s, "c", [0, 1], "y")  # c: 6 free
-    sch = Scheduler(s)
-    layout = plan_layout(sch, member(0, 2, replicas=7), 7, s.node_rows())
-    # 14 GPUs: caps a1 b4 c3 d4 -> two nodes need 4+3 (b or d, and c): 8+6-14 = 0 left
-    assert layout.missing == 0 and layout.leftover == 0
-    assert sorted(layout.nodes) == ["b", "c"]
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 12)), min_size=1, max_size=7),
-       st.integers(1, 12))
-def test_choose_nodes_is_the_cheapest_of_the_fewest(nodes: list[tuple[int, int]], target: int) -> None:
-    cap = np.array([c for c, _ in nodes], np.int64)
-    cost = np.array([float(w) for _, w in nodes])
-    rank = np.arange(len(nodes), dtype=np.int64)
-    got = choose_nodes(cap, cost, rank, target)
-    want = min(target, int(np.minimum(cap, target).sum()))
-    assert sum(n for _, n in got) == want
-    assert all(0 < n <= cap[i] for i, n in got)
-    if want == 0:
-        assert got == []
-        return
-    best = None
-    for k in range(1, len(nodes) + 1):
-        for combo in itertools.combinations(range(len(nodes)), k):
-            if sum(min(int(cap[i]), target) for i in combo) >= want:
-                c = sum(cost[i] for i in combo)
-                best = c if best is None else min(best, c)
-        if best is not None:
-            assert len(got) == k
-            assert sum(cost[i] for i, _ in got) == best
-            return
 
 
 def test_fractional_members_use_the_per_node_fit() -> None:
@@ -381,24 +342,3 @@ def test_planned_devices_taken_by_a_pod_bound_elsewhere_replan_the_group() -> No
     # nothing was bound yet: the whole group moves to "b", where 2 x 4 GPUs still fit together
     assert p1.node == "b" and [sl.node for sl in plan.slots] == ["b", "b"]
     assert as_placement(planner.assign(member(0, 4, replicas=2), now=2)).node == "b"
-
-
-@settings(max_examples=40, deadline=None)
-@given(used=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.sampled_from([200, 500, 900])), max_size=6),
-       share=st.sampled_from([gpu(30, GiB), gpu(50, 4 * GiB), gpu(20, GiB, count=2)]), count=st.integers(1, 6))
-def test_laying_out_shares_never_touches_the_live_state(used: list[tuple[int, int, int]], share: object,
-                                                        count: int) -> None:
-    """Members asking shares are tried on a scratch copy of the nodes (groups.what_if): the live
-    state, its versions included, is exactly as it was, and the layout fits there member by member."""
-    s = ClusterState()
-    for n in range(3):
-        add_node(s, f"n{n}", 4)
-    for k, (n, minor, core) in enumerate(used):
-        bound(s, f"u{k}", f"n{n}", minor, core=core, memory=GiB)
-    before = (s.version, s.row_version.copy(), usage_key(s), dict(s.pods))
-    template = pod("job", share)  # type: ignore[arg-type]
-    layout = plan_layout(Scheduler(s), template, count, s.node_rows())
-    assert (s.version, usage_key(s), dict(s.pods)) == (before[0], before[2], before[3])
-    assert (s.row_version == before[1]).all()
-    for i, alloc in enumerate(layout.allocations):  # and what was laid out fits, member after member
-        hold(s, pod(f"m{i}", share), alloc, ttl=60)  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from devshare.cli.main import app
-from devshare.engine import topology, topology_search
+from devshare.engine import topology
 from devshare.engine.topology import TopologyResult, TopologySolver, best_set, mask_of, solver_for
 from devshare.model.errors import InvalidInput
 from devshare.model.links import load_topology_file
@@ -190,34 +190,6 @@ def test_solver_memoizes_and_is_shared() -> None:
     assert solver_for(matrix) is not solver_for(load("dgx1-volta")[0])
     with pytest.raises(InvalidInput, match="beyond the 8"):
         solver.best(1 << 8, 1)
-
-
-def test_search_node_limit_keeps_the_bottleneck_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(7)
-    b = rng.uniform(1, 100, (12, 12))
-    b = np.minimum(b, b.T)
-    exact = best_set(b, range(12), 6, method="enumerate")  # type: ignore[arg-type]
-    monkeypatch.setattr(topology_search, "SEARCH_NODE_LIMIT", 2)
-    bounded = best_set(b, range(12), 6, method="search")  # type: ignore[arg-type]
-    assert exact is not None and bounded is not None
-    assert bounded.bottleneck == exact.bottleneck == pair_min(b.tolist(), bounded.gpus)
-    assert bounded.total <= exact.total
-    assert not bounded.exact
-
-
-def test_search_on_more_gpus_than_enumeration_covers() -> None:
-    # 24 GPUs, three planes of 8 at 300 GB/s, 40 between planes: C(24, 12) is far beyond enumeration
-    b = np.full((24, 24), 40.0)
-    for p in range(3):
-        b[p * 8:(p + 1) * 8, p * 8:(p + 1) * 8] = 300.0
-    b[2, 5] = b[5, 2] = 250.0
-    result = best_set(b, range(24), 8)  # type: ignore[arg-type]
-    assert result is not None and result.exact and result.gpus == tuple(range(8, 16))
-    result = best_set(b, range(24), 12)  # type: ignore[arg-type]
-    assert result is not None and result.exact and result.bottleneck == 40.0
-    # a whole clean plane (28 pairs), four of another (6 pairs, avoiding 2-5), 8 x 4 pairs between
-    assert result.gpus == (0, 1, 2, 3, *range(8, 16))
-    assert result.total == 28 * 300.0 + 6 * 300.0 + 32 * 40.0
 
 
 # ---- properties: the solver equals brute force ----

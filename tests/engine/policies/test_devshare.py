@@ -21,6 +21,7 @@ from devshare.model.request import WHOLE
 from devshare.sim.replay import build_state, pod_request
 from devshare.sim.trace import Trace, TraceNode, TracePod
 from devshare.sim.window import Window, schedule
+from engine.policies.scoring import cluster
 from support.cluster import hold
 
 CLASSES = st.dictionaries(
@@ -163,3 +164,38 @@ def test_in_kube_schedulers_window_ties_go_to_the_fuller_node() -> None:
     opened a new node whenever the window did not start with a half-used one: 140 nodes for 1,000 pods
     on 1,000 nodes where binpack used 128)."""
     assert _nodes_used(400, 400, "devshare", 0) <= _nodes_used(400, 400, "binpack", 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    nodes=st.lists(st.tuples(st.integers(1000, 64000), st.integers(0, 8), st.sampled_from(["A", "B"])),
+                   min_size=1, max_size=6),
+    pods=st.lists(st.tuples(st.integers(0, 16000), st.sampled_from([0, 1, 1, 1, 2, 4, 8]),
+                            st.sampled_from([100, 250, 500, 1000]), st.sampled_from([(), ("A",)])),
+                  min_size=1, max_size=40),
+)
+def test_devshare_never_places_where_it_does_not_fit(nodes: list, pods: list) -> None:
+    state = cluster(nodes)
+    pol = DevsharePolicy()
+    sched = Scheduler(state, policy=pol)
+    t = state.table("gpu")
+    for i, (cpu, num, milli, spec) in enumerate(pods):
+        if num > 1:
+            milli = 1000
+        tp = TracePod(f"p{i}", cpu, 0, num, milli if num else 0, spec if num else ())
+        req = pod_request(tp)
+        pol.observe(req)
+        where = sched.place(req)
+        if where is None:
+            continue
+        hold(state, req, where.allocation)  # raises if it does not fit
+        row = state.row_of[where.node]
+        assert state.cpu_used[row] <= state.cpu_total[row]
+        assert (t.used_core[row] <= t.total_core[row]).all()
+        if tp.gpu_spec:
+            assert state.nodes[where.node].gpu_model in tp.gpu_spec
+        grants = where.allocation.containers[0].devices
+        assert len(grants) == num
+        if milli == 1000:
+            assert all(g.core_milli == 1000 for g in grants)
+        pol.placed(req, row)

@@ -57,7 +57,12 @@ class DryRun:
             claim = parse_claim(obj)
             self.claims[claim.key] = obj
         else:
-            self.templates[f"{meta.get('namespace') or 'default'}/{meta['name']}"] = obj
+            key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
+            spec = obj.get("spec")
+            if not isinstance(spec, dict) or not isinstance(spec.get("spec"), dict):
+                raise InvalidInput(f"{kind} {key}: spec.spec must be a mapping, the spec of the ResourceClaims "
+                                   "made from it (spec.spec.devices.requests)", field=where)
+            self.templates[key] = obj
 
     def start(self) -> None:
         """Slices and classes the file lacks, then the allocated claims counted."""
@@ -101,7 +106,7 @@ class DryRun:
                 self.claims[key] = {"apiVersion": dra.API_VERSION, "kind": "ResourceClaim",
                                     "metadata": {"name": claim_name, "namespace": ns,
                                                  "uid": f"dry-run-{next(self._ids)}", "resourceVersion": "1"},
-                                    "spec": (tmpl.get("spec") or {}).get("spec") or {}}
+                                    "spec": tmpl["spec"]["spec"]}
             obj = self.claims.get(key)
             if obj is None:
                 return Placed(None, f"ResourceClaim {key} is not in the cluster file")
