@@ -75,3 +75,11 @@ def test_defaulted_minors_are_positions_and_unique_per_type(types: list[str]) ->
         mine = [d for d in got if d.type == t]
         assert [d.minor for d in mine] == list(range(len(mine)))
         assert [d.id for d in mine] == data.get(t, [])
+
+
+def test_a_binary_file_is_named_not_a_stack_trace(tmp_path: Path) -> None:
+    f = tmp_path / "devices.bin"
+    f.write_bytes(b"\x7fELF\x02\x01\x01\x00\xd0\xff\xfe")
+    with pytest.raises(InvalidInput) as e:
+        load_other_devices(f)
+    assert str(e.value) == f"{f}: not a text file: expected YAML or JSON with rdma and/or fpga lists"
