@@ -91,6 +91,20 @@ def test_bad_input_becomes_one_line(error: BaseException, line: str, capsys: pyt
     assert error_line(capsys, raise_(error)) == line
 
 
+def test_a_binary_file_is_one_line_not_a_stack_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "cluster.yaml"
+    f.write_bytes(b"kind: Node\n\xd0\xff")
+    line = error_line(capsys, raise_(UnicodeDecodeError("utf-8", f.read_bytes(), 11, 12, "invalid continuation byte")))
+    assert line == ("error: a file given is not a text file (byte 0xd0 at position 11 is not UTF-8): "
+                    "give a YAML or JSON file")
+    assert error_line(capsys, lambda: load_cluster_in_user_errors(f)) == line
+
+
+def load_cluster_in_user_errors(path: Path) -> None:
+    with user_errors():
+        load_cluster(path)
+
+
 def test_a_yaml_error_names_where(capsys: pytest.CaptureFixture[str]) -> None:
     try:
         yaml.safe_load("a: [1,\n")

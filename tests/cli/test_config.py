@@ -55,3 +55,12 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
     out = RUNNER.invoke(app, ["config", "check", str(tmp_path / "nope.yaml")])
     assert out.exit_code == 2
     assert out.stderr.strip() == f"error: {tmp_path / 'nope.yaml'}: no such file"
+
+
+def test_a_binary_file_is_one_error_line(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_bytes(HEADER.encode() + b"\xd0\xff\n")
+    out = RUNNER.invoke(app, ["config", "check", str(f)])
+    assert out.exit_code == 2
+    assert out.stderr.strip().splitlines() == [
+        "error: a file given is not a text file (byte 0xd0 at position 61 is not UTF-8): give a YAML or JSON file"]
