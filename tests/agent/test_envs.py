@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.agent.envs import container_devices, memory_limit, other_devices
@@ -60,6 +60,7 @@ def test_a_whole_cards_compute_with_part_of_its_memory_is_a_share() -> None:
     assert envs(p)["CUDA_DEVICE_SM_LIMIT"] == "100"
 
 
+@settings(deadline=None)  # no test depends on machine speed
 @given(core=st.integers(1, 1000), ratio=st.integers(0, 1000), memory=st.integers(0, 32 * GIB))
 def test_the_memory_limit_is_the_bytes_else_the_ratio_else_the_compute_share(core: int, ratio: int,
                                                                               memory: int) -> None:

@@ -3,7 +3,7 @@ device number), never by their position in the list."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.agent.inventory import Gpu, Inventory
@@ -17,6 +17,7 @@ def test_a_gpu_is_found_by_its_minor_not_its_position() -> None:
     assert Inventory().gpu_by_minor(0) is None
 
 
+@settings(deadline=None)  # no test depends on machine speed
 @given(st.sets(st.integers(0, 15), max_size=8), st.integers(0, 15))
 def test_lookup_agrees_with_the_list(minors: set[int], wanted: int) -> None:
     inv = Inventory(gpus=tuple(Gpu(minor=m, uuid=f"GPU-{m}") for m in sorted(minors, reverse=True)))

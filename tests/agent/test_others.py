@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.agent.inventory import OtherDevice
@@ -64,6 +64,7 @@ def test_a_yaml_error_names_the_file_and_line(tmp_path: Path) -> None:
         load_other_devices(f)
 
 
+@settings(deadline=None)  # no test depends on machine speed
 @given(st.lists(st.sampled_from(["rdma", "fpga"]), max_size=12))
 def test_defaulted_minors_are_positions_and_unique_per_type(types: list[str]) -> None:
     data: dict[str, list[str]] = {}

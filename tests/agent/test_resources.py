@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devshare.agent.fake import FakeBackend
@@ -77,6 +77,7 @@ def test_rdma_ids_are_tagged_by_type_and_minor_and_gpus_are_not_listed() -> None
     assert fake_devices(res(koordinator_names.KOORD_FPGA), node(GIB, rdma=2)) == []
 
 
+@settings(deadline=None)  # no test depends on machine speed
 @given(st.lists(st.integers(0, 64 * MIB), max_size=4), st.integers(0, 3))
 def test_the_count_is_the_number_of_ids_listed(memories: list[int], rdma: int) -> None:
     inv = node(*memories, rdma=rdma)
