@@ -1,4 +1,4 @@
-"""``devshare inspect`` and ``devshare extender`` as a user runs them."""
+"""``devshare extender`` as a user runs it (``devshare inspect`` is ``test_inspect.py``'s)."""
 
 from __future__ import annotations
 
@@ -35,29 +35,6 @@ def bound_pod() -> dict[str, Any]:
     alloc = {"node": "node-0", "containers": [{"name": "main", "devices": [
         {"type": "gpu", "minor": 1, "id": "GPU-node-0-1", "core": 50, "memory": 2**33, "memoryRatio": 50}]}]}
     return pod("bound", core=50, node_name="node-0", annotations={"devshare.io/allocation": json.dumps(alloc)})
-
-
-def test_inspect_json_and_table(tmp_path: Path) -> None:
-    f = write_cluster(tmp_path / "c.yaml", [node("node-0"), device("node-0", 2), bound_pod(), pod("pending", core=10)])
-    out = RUNNER.invoke(app, ["inspect", "--cluster", str(f), "-o", "json"])
-    assert out.exit_code == 0, out.output
-    data = json.loads(out.stdout)
-    devs = data["nodes"][0]["devices"]
-    assert [d["pods"] for d in devs] == [[], ["default/bound/main"]]
-    assert devs[1]["used"]["core"] == 50 and devs[1]["used"]["memory"] == 2**33
-    table = RUNNER.invoke(app, ["inspect", "--cluster", str(f)], env={"COLUMNS": "200"})
-    assert table.exit_code == 0, table.output
-    assert "default/bound/main" in table.stdout and "50/100%" in table.stdout
-
-
-def test_inspect_bad_input_is_one_line(tmp_path: Path) -> None:
-    missing = RUNNER.invoke(app, ["inspect", "--cluster", str(tmp_path / "nope.yaml")])
-    assert missing.exit_code == 2 and "no such file" in missing.output
-    bad = write_cluster(tmp_path / "bad.yaml", [{"kind": "Pod"}])
-    out = RUNNER.invoke(app, ["inspect", "--cluster", str(bad), "-o", "json"])
-    assert out.exit_code == 2 and "metadata.name" in out.output
-    fmt = RUNNER.invoke(app, ["inspect", "--cluster", str(bad), "-o", "xml"])
-    assert fmt.exit_code == 2 and "unknown output format" in fmt.output
 
 
 def test_extender_flags_are_checked(tmp_path: Path) -> None:

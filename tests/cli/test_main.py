@@ -95,19 +95,6 @@ def test_trace_pods_larger_than_any_node_are_reported(tmp_path: Path) -> None:
     assert "1 pod(s) of openb_pod_list_big ask for more GPUs than any node has (at most 8): huge" in r.output
 
 
-def test_inspect_table_keeps_names_whole_at_80_columns() -> None:
-    r = runner.invoke(app, ["inspect", "--cluster", str(ROOT / "tests/cli/long-names.yaml")], env={"COLUMNS": "80"})
-    assert r.exit_code == 0, r.output
-    assert "…" not in r.output
-    assert all(len(line) <= 80 for line in r.output.splitlines())
-    joined = "".join(line.split("  ")[0].strip() for line in r.output.splitlines()[3:])  # the node column
-    assert "gpu-node-with-a-really-long-name-in-rack-42.example.internal" in joined
-    pods = "".join(line.rstrip().rsplit(" ", 1)[-1] for line in r.output.splitlines()[3:] if line.strip())
-    assert "team-research-vision/a-training-job-with-a-long-generated-name-7f9c8d/trainer-main" in pods
-    r = runner.invoke(app, ["inspect", "--cluster", str(ROOT / "examples/cluster.yaml")], env={"COLUMNS": "80"})
-    assert "team-a/notebook/main" in r.output and "50/100%" in r.output and "7.5/15 GiB" in r.output
-
-
 PODS = """
 apiVersion: v1
 kind: Pod

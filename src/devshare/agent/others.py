@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from devshare.agent.inventory import OtherDevice
-from devshare.model.errors import InvalidDevice, yaml_error
+from devshare.model.errors import InvalidDevice, InvalidInput, yaml_error
 
 OTHER_TYPES = ("rdma", "fpga")
 
@@ -70,4 +70,6 @@ def load_other_devices(path: str | Path) -> tuple[OtherDevice, ...]:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         raise yaml_error(e, p) from None
+    except UnicodeDecodeError:
+        raise InvalidInput("not a text file: expected YAML or JSON with rdma and/or fpga lists", field=str(p)) from None
     return parse_other_devices(data, source=str(p))

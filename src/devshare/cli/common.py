@@ -95,7 +95,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn bad input (InvalidInput, missing files, bad YAML/JSON) into one clear line, exit 2."""
+    """Turn bad input (InvalidInput, missing files, bad YAML/JSON, binary files) into one clear line, exit 2."""
     try:
         yield
     except InvalidInput as e:
@@ -110,6 +110,9 @@ def user_errors() -> Iterator[None]:
         raise fail(str(yaml_error(e, "input"))) from None
     except json.JSONDecodeError as e:
         raise fail(f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    except UnicodeDecodeError as e:  # a binary file given where YAML or JSON is read
+        raise fail(f"a file given is not a text file (byte {e.object[e.start]:#04x} at position {e.start} is not "
+                   "UTF-8): give a YAML or JSON file") from None
 
 
 def load_yaml_documents(path: Path) -> list[Any]:

@@ -96,14 +96,3 @@ def test_the_allocator_prefers_the_cards_of_the_container_the_call_is_for(tmp_pa
     # a call no pod waits for: kubelet's own pick (its Allocate is refused, saying why)
     assert a.preferred(res(nvidia.NVIDIA_GPU), [(u, [], 3)]) == [u[:3]]
 
-
-def test_owners_match_the_listed_ids(tmp_path: Path) -> None:
-    """The id -> device map used for a pick is the one the plugins list (without building the list)."""
-    inv = FakeBackend(write_fake(tmp_path / "n.yaml", gpus=2, memory="1Gi",
-                                 rdma=[{"id": "mlx5_0", "paths": ["/dev/infiniband/uverbs0"]}]), node="n1").discover()
-    from devshare.agent.resources import PLUGIN_RESOURCES, owners
-
-    for r in PLUGIN_RESOURCES:
-        owner = owners(r, inv)
-        assert all(owner(d.id) == d.device_id for d in fake_devices(r, inv)), r.name
-        assert owner("9-1") == owner("GPU-nope") == ""

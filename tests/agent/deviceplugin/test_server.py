@@ -17,7 +17,7 @@ from devshare.agent.fake import FakeBackend
 from devshare.agent.matching import ASSIGNED
 from devshare.agent.resources import resource_named
 from devshare.agent.run import Agent
-from devshare.model.dialects import aliyun, koordinator_names, nvidia
+from devshare.model.dialects import koordinator_names, nvidia
 from support.agent import GIB, MemoryClient, gpu, pod, write_fake
 from support.kubelet import Kubelet
 from support.waiting import eventually_in_thread
@@ -152,17 +152,3 @@ def test_multi_container_request_in_one_call(sockdir: Path, tmp_path: Path) -> N
         agent.close()
         kubelet.stop()
 
-
-def test_too_many_ids_fall_back_to_node_status(sockdir: Path, tmp_path: Path) -> None:
-    backend = FakeBackend(write_fake(tmp_path / "n.yaml", gpus=8, memory="80Gi"), node="n1")
-    res = resource_named(aliyun.ALIYUN_GPU_MEM)
-    assert res is not None
-    client = MemoryClient()
-    agent = Agent(backend, "n1", client, resources=[res], plugin_dir=sockdir)
-    assert agent.served == []
-    agent.reporter.sync()
-    status = client.nodes["n1"]["status"]
-    assert status["capacity"][aliyun.ALIYUN_GPU_MEM] == str(8 * 80 * 1024)
-    small = Agent(FakeBackend(write_fake(tmp_path / "s.yaml", gpus=2, memory="16Gi"), node="n1"), "n1",
-                  MemoryClient(), resources=[res], plugin_dir=sockdir)
-    assert [r.name for r in small.served] == [aliyun.ALIYUN_GPU_MEM]

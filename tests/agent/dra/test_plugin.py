@@ -1,7 +1,7 @@
 """The DRA kubelet plugin over its real gRPC unix sockets, driven as kubelet drives it: the plugin
 watcher's registration (GetInfo, NotifyRegistrationStatus), then NodePrepareResources and
 NodeUnprepareResources for claims devshare allocated; the CDI spec holds what the device plugin
-gives a container today. And the node's ResourceSlice, published from the same inventory."""
+gives a container today. The node's ResourceSlice is ``test_node.py``'s."""
 
 from __future__ import annotations
 
@@ -20,11 +20,9 @@ from devshare.agent.dra import dra_v1_pb2_grpc as pb_grpc
 from devshare.agent.dra import pluginregistration_v1_pb2 as reg
 from devshare.agent.dra import pluginregistration_v1_pb2_grpc as reg_grpc
 from devshare.agent.dra.cdi import CdiSpecs
-from devshare.agent.dra.node import DraNode, publish_slice
 from devshare.agent.dra.plugin import KubeletPlugin
 from devshare.agent.fake import FakeBackend
-from devshare.agent.reporter import node_devices
-from devshare.model import dra, draslices
+from devshare.model import dra
 from support.agent import write_fake
 
 
@@ -103,51 +101,3 @@ def test_registration_prepare_and_unprepare_over_grpc(sockdir: Path, tmp_path: P
     finally:
         plugin.stop()
 
-
-class Slices:
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.writes = 0
-        self.claims: dict[str, dict[str, Any]] = {}
-
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.claims.get(f"{namespace}/{name}")
-
-    def get_slice(self, name: str) -> dict[str, Any] | None:
-        return self.objects.get(name)
-
-    def create_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.writes += 1
-        self.objects[obj["metadata"]["name"]] = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "1"}}
-        return self.objects[obj["metadata"]["name"]]
-
-    def replace_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.writes += 1
-        self.objects[obj["metadata"]["name"]] = obj
-        return obj
-
-
-def test_the_node_slice_is_published_from_the_inventory_and_only_when_it_changes(tmp_path: Path,
-                                                                                 sockdir: Path) -> None:
-    backend = FakeBackend(write_fake(tmp_path / "n.yaml", gpus=2, memory="16Gi"), node="n1")
-    inv = backend.discover()
-    nd = node_devices("n1", inv)
-    api = Slices()
-    published = publish_slice(api, nd, inv)
-    assert published is not None
-    devices = published["spec"]["devices"]
-    assert [d["name"] for d in devices] == ["gpu-0", "gpu-1"]
-    assert devices[0]["allowMultipleAllocations"] is True
-    assert devices[0]["capacity"]["compute"]["value"] == "100"
-    assert devices[0]["attributes"]["uuid"] == {"string": inv.gpus[0].uuid}
-    assert publish_slice(api, nd, inv) is None
-    node = DraNode("n1", api, lambda: inv, lambda: nd, cdi_dir=tmp_path / "cdi", plugin_dir=sockdir / "p",
-                   registry_dir=sockdir / "r")
-    node.refresh(now=0.0)
-    node.refresh(now=1.0)
-    assert api.writes == 1  # nothing changed: no request
-    one_gpu = node_devices("n1", inv.__class__(gpus=inv.gpus[:1], driver_version=inv.driver_version))
-    node.devices = lambda: one_gpu
-    node.refresh(now=2.0)
-    assert api.writes == 2
-    assert api.objects[draslices.slice_name("n1")]["spec"]["pool"]["generation"] == 2
