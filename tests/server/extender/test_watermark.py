@@ -35,6 +35,12 @@ def test_anything_but_ascii_digits_is_no_number(text: str) -> None:
     assert version_number(text) == expected
 
 
+def test_no_version_and_other_digits_are_no_number() -> None:
+    assert version_number(None) is None and version_number("") is None
+    assert version_number("²") is None  # str.isdigit() says yes; int() raises
+    assert version_number("١٢") is None  # Arabic-Indic digits: int() would read 12
+
+
 def test_reached_compares_numbers_not_strings() -> None:
     assert reached(Watch("10"), 9) and reached(Watch("10"), 10)  # "10" < "9" as strings
     assert not reached(Watch("9"), 10)
