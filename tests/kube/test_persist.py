@@ -6,6 +6,7 @@ tests/server/extender/test_serve.py."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,28 @@ async def test_a_caller_that_goes_away_does_not_stop_the_write(tmp_path: Path) -
     gone.cancel()
     assert await settled(stays) is None
     assert gone.cancelled() and names(tmp_path / "cluster.yaml") == ["a"]
+
+
+async def test_a_failed_write_is_answered_with_why_counted_and_tried_again(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    out = tmp_path / "cluster.yaml"
+    out.mkdir()  # the rename over it fails
+    objs = Objects("a")
+    writer = SnapshotWriter(objs.snapshot, out)
+    with caplog.at_level(logging.INFO, logger="devshare.kube.persist"):
+        why = await settled(writer.commit())
+        assert why == "IsADirectoryError: Is a directory"  # not the temporary file's random name
+        assert writer.failures == 1 and writer.writes == 0 and writer.last_error == why
+        assert await settled(writer.commit()) == why  # the same failure: counted, logged once
+        assert writer.failures == 2
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1
+        assert warnings[0].startswith(f"could not save the cluster to {out} (the previous file is kept): ")
+        out.rmdir()  # the way is clear: the next commit writes, and says so
+        assert await settled(writer.commit()) is None
+    assert names(out) == ["a"] and writer.writes == 1 and writer.last_error is None
+    assert any(r.getMessage() == f"saved the cluster to {out} again" for r in caplog.records)
+    assert [p.name for p in tmp_path.iterdir()] == ["cluster.yaml"]  # no temporary file of the failures
 
 
 async def test_close_writes_once_more_after_any_write_on_its_way(tmp_path: Path) -> None:

@@ -105,7 +105,10 @@ class SnapshotWriter:
             write_atomic(self.path, encode_documents(objects))
         except Exception as e:
             self.failures += 1
-            message = f"{type(e).__name__}: {e}"
+            # an OSError's own text names the temporary file (a new random name each write): its reason
+            # alone, so a failure that lasts is logged once (the cluster file is named in the log line)
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+            message = f"{type(e).__name__}: {reason}"
             if message != self.last_error:
                 log.warning("could not save the cluster to %s (the previous file is kept): %s", self.path, message)
             self.last_error = message
