@@ -12,9 +12,21 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
+from devshare.kube.memory import MemoryBackend
 from devshare.kube.persist import SnapshotWriter, encode_documents, write_atomic
 from support.waiting import settled
+
+# floats msgspec writes with a dot and no exponent (the others: test_a_float_with_an_exponent_...)
+PLAIN_FLOATS = st.floats(min_value=-1e15, max_value=1e15).filter(lambda f: f == 0 or abs(f) >= 1e-4)
+# JSON's values (keys are strings)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1) | PLAIN_FLOATS | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 def pod(name: str) -> dict[str, Any]:
@@ -24,6 +36,48 @@ def pod(name: str) -> dict[str, Any]:
 
 def loaded(path: Path) -> list[Any]:
     return list(yaml.safe_load_all(path.read_text()))
+
+
+@given(st.lists(st.dictionaries(st.text(), JSON, max_size=5), max_size=5))
+def test_every_object_loads_back_as_yaml(objects: list[dict[str, Any]]) -> None:
+    """The saved file is a cluster file: YAML reads each JSON document back as the object it was."""
+    data = encode_documents(objects)
+    assert list(yaml.safe_load_all(data.decode())) == objects
+    assert data.count(b"---\n") == len(objects)
+
+
+# what JSON writes as it is and YAML refuses to read, or reads as a line break
+NOT_YAML = [*(chr(c) for c in range(0x7F, 0xA0)), "\u2028", "\u2029", "\ufffe", "\uffff"]
+
+
+@pytest.mark.parametrize("loader", [yaml.SafeLoader, getattr(yaml, "CSafeLoader", yaml.SafeLoader)])
+def test_characters_yaml_refuses_are_escaped(loader: type[yaml.SafeLoader]) -> None:
+    obj = pod("p")
+    obj["metadata"]["annotations"] = {f"k{i}": f"a{c}b" for i, c in enumerate(NOT_YAML)}
+    obj["metadata"]["annotations"][f"key-{NOT_YAML[0]}"] = "é \xa0 \u2027 \U0001f600"  # these it reads as they are
+    data = encode_documents([obj])
+    assert all(f"\\u{ord(c):04x}".encode() in data for c in NOT_YAML)
+    assert list(yaml.load_all(data.decode(), Loader=loader)) == [obj]
+
+
+def test_a_saved_cluster_loads_again_whatever_its_strings(tmp_path: Path) -> None:
+    """A cluster file may spell any character as an escape ("\\x7f"); saving it must not write one the
+    next start cannot read."""
+    obj = pod("p")
+    obj["metadata"]["annotations"] = {"note": "".join(NOT_YAML)}
+    source = tmp_path / "cluster.yaml"
+    source.write_text(yaml.safe_dump(obj))  # PyYAML's own escapes
+    MemoryBackend.load(source).save(tmp_path / "saved.yaml")
+    [again] = MemoryBackend.load(tmp_path / "saved.yaml").objects()
+    assert again["metadata"]["annotations"] == {"note": "".join(NOT_YAML)}
+
+
+@pytest.mark.xfail(strict=True, reason="known defect: msgspec writes 1e16 and 1e-20 without a dot, which YAML 1.1 "
+                   "(PyYAML) reads as strings; the fix belongs to the loader (kube/memory.py reading JSON documents "
+                   "as JSON), outside this module")
+def test_a_float_with_an_exponent_loads_back_as_a_float() -> None:
+    objects = [{"big": 1e16, "tiny": 1e-20}]
+    assert list(yaml.safe_load_all(encode_documents(objects).decode())) == objects
 
 
 def test_one_document_a_line() -> None:
