@@ -15,7 +15,6 @@ import yaml
 from typer.testing import CliRunner
 
 from devshare.cli.main import app as cli
-from devshare.server.extender.listening import listen_check
 from devshare.server.extender.serve import ExtenderOptions, build_app
 from devshare.server.tls import CertReloader, ServingCert, make_serving_cert
 from support.certs import signed_pair
@@ -96,18 +95,7 @@ def test_client_certificate_of_another_ca_fails_the_handshake(served: ServerThre
         call(served, pki, "POST", "/filter", FILTER, client=pki["stranger"])
 
 
-# --- where the extender may listen without TLS ----------------------------------------------------
-
-
-def test_listen_check() -> None:
-    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
-        assert listen_check(host, tls=False, insecure=False) is None
-    for host in ("0.0.0.0", "::", "10.0.0.5", "my-host"):
-        with pytest.raises(ValueError, match="--tls-client-ca"):
-            listen_check(host, tls=False, insecure=False)
-        warning = listen_check(host, tls=False, insecure=True)
-        assert warning is not None and "anyone" in warning
-        assert listen_check(host, tls=True, insecure=False) is None
+# --- where the extender may listen without TLS (listen_check: tests/server/extender/test_listening.py)
 
 
 def test_cli_refuses_a_public_address_without_tls(tmp_path: Path) -> None:

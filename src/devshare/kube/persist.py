@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -38,9 +39,21 @@ log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 
 
+# characters JSON leaves as they are but YAML does not read back as they are, as their UTF-8 bytes:
+# U+007F-U+009F and U+FFFE-U+FFFF (refused: "special characters are not allowed"), and U+2028 and
+# U+2029 (line breaks in YAML 1.1 with U+0085: folded into a space, or a broken document)
+_NOT_YAML = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]|\xef\xbf[\xbe\xbf]")
+
+
+def _escaped(match: re.Match[bytes]) -> bytes:
+    return b"\\u%04x" % ord(match.group().decode())
+
+
 def encode_documents(objects: Iterable[dict[str, Any]]) -> bytes:
-    """A multi-document YAML file of ``objects``, one JSON document each."""
-    return b"".join(b"---\n" + _encode(o) + b"\n" for o in objects)
+    """A multi-document YAML file of ``objects``, one JSON document each. The characters YAML refuses
+    (they can only be inside strings) are written as JSON's ``\\uXXXX`` escapes, which YAML reads back."""
+    data = b"".join(b"---\n" + _encode(o) + b"\n" for o in objects)
+    return _NOT_YAML.sub(_escaped, data) if _NOT_YAML.search(data) else data
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -105,7 +118,10 @@ class SnapshotWriter:
             write_atomic(self.path, encode_documents(objects))
         except Exception as e:
             self.failures += 1
-            message = f"{type(e).__name__}: {e}"
+            # an OSError's own text names the temporary file (a new random name each write): its reason
+            # alone, so a failure that lasts is logged once (the cluster file is named in the log line)
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+            message = f"{type(e).__name__}: {reason}"
             if message != self.last_error:
                 log.warning("could not save the cluster to %s (the previous file is kept): %s", self.path, message)
             self.last_error = message

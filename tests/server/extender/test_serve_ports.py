@@ -1,5 +1,6 @@
 """The extender's read-only port (issue 37): served over TLS, with the extender's certificate, when
-the extender uses TLS; and the start-up lines say where, how, and which replica binds (issue 40)."""
+the extender uses TLS; and the start-up lines say which replica binds (issue 40; where and how:
+tests/server/extender/test_listening.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from devshare.server.extender.listening import listening_line
 from devshare.server.extender.serve import BackgroundEnded, ExtenderOptions, _run, build_app, election_line, serving
 from devshare.server.tls import CertReloader, make_serving_cert
 from support.extender import cluster
@@ -33,15 +33,6 @@ async def test_the_read_only_port_uses_tls_when_the_extender_does(tmp_path: Path
         with pytest.raises(aiohttp.ClientError):  # in the clear: no answer
             async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
                 await r.read()
-
-
-def test_the_listening_line_says_where_and_how() -> None:
-    line = listening_line("127.0.0.1", 8888, tls=True, client_auth=True, read_only=("0.0.0.0", 9888))
-    assert line == ("devshare extender listening: kube-scheduler's requests on https://127.0.0.1:8888 (TLS, client "
-                    "certificate required); read-only port (/metrics, /healthz, /readyz, /inspect, /ui) on "
-                    "https://0.0.0.0:9888 (TLS)")
-    line = listening_line("127.0.0.1", 8888, tls=False, client_auth=False, read_only=None)
-    assert line.endswith("on http://127.0.0.1:8888 (plain HTTP); no read-only port (--metrics-port 0)")
 
 
 def test_the_election_line_says_which_replica_binds() -> None:

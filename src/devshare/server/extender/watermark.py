@@ -17,8 +17,9 @@ class Behind(Exception):
 
 
 def version_number(rv: str | None) -> int | None:
-    """A resourceVersion as the number it is (etcd's revision), None when it is not one."""
-    return int(rv) if rv and rv.isdigit() else None
+    """A resourceVersion as the number it is (etcd's revision), None when it is not one: ASCII digits
+    only (``str.isdigit`` also takes "²", which ``int`` refuses, and "١٢", which it reads as 12)."""
+    return int(rv) if rv and rv.isascii() and rv.isdigit() else None
 
 
 def reached(cluster: ClusterView, want: int) -> bool:
