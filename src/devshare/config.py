@@ -173,6 +173,10 @@ class Configuration(_Strict):
         the file leaves out is on, as in the defaults."""
         return {**_default_types(), **self.device_types_section}
 
+    def effective_dialects(self) -> dict[str, bool]:
+        """Every dialect's switch as the extender runs with it: one the file leaves out is on."""
+        return {**dict.fromkeys(DIALECTS, True), **self.dialects}
+
     def disabled_dialects(self) -> frozenset[str]:
         """Dialects whose pods are refused (``dialects.mgpu: false`` is seed 000's ``MGPUEnable: false``)."""
         return frozenset(d for d, on in self.dialects.items() if not on)
@@ -188,10 +192,11 @@ class Configuration(_Strict):
 
     def to_yaml(self) -> str:
         """The whole configuration, defaults included (msgspec's encoders leave defaults out), as YAML:
-        what the extender runs with (every device type listed, on or off)."""
+        what the extender runs with (every device type and dialect listed, on or off)."""
         out = _full(self)
         out["deviceTypes"] = {t: _full(v) if isinstance(v, DeviceType) else v
                               for t, v in self.effective_device_types().items()}
+        out["dialects"] = self.effective_dialects()
         return yaml.safe_dump(out, sort_keys=False)
 
 

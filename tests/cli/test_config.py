@@ -82,3 +82,12 @@ def test_check_lists_every_device_type_with_the_value_the_extender_runs_with(tmp
     before, after = load_config(f).device_types, load_config(printed).device_types
     assert (after.disabled(), after.configured()) == (before.disabled(), before.configured())
     assert RUNNER.invoke(app, ["config", "check", str(printed)]).stdout == out.stdout  # a fixed point
+
+
+def test_check_lists_every_dialect_with_the_value_the_extender_runs_with(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(HEADER + "dialects: {mgpu: false}\n")
+    out = RUNNER.invoke(app, ["config", "check", str(f)])
+    assert out.exit_code == 0, out.output
+    defaults = yaml.safe_load(RUNNER.invoke(app, ["config", "defaults"]).stdout)
+    assert yaml.safe_load(out.stdout)["dialects"] == {**defaults["dialects"], "mgpu": False}
