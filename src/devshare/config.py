@@ -168,6 +168,15 @@ class Configuration(_Strict):
     def device_types(self) -> DeviceTypes:
         return DeviceTypes(self.device_types_section)
 
+    def effective_device_types(self) -> dict[str, DeviceTypeValue]:
+        """Every device type with the value the extender runs with: a built-in type (gpu, rdma, fpga)
+        the file leaves out is on, as in the defaults."""
+        return {**_default_types(), **self.device_types_section}
+
+    def effective_dialects(self) -> dict[str, bool]:
+        """Every dialect's switch as the extender runs with it: one the file leaves out is on."""
+        return {**dict.fromkeys(DIALECTS, True), **self.dialects}
+
     def disabled_dialects(self) -> frozenset[str]:
         """Dialects whose pods are refused (``dialects.mgpu: false`` is seed 000's ``MGPUEnable: false``)."""
         return frozenset(d for d, on in self.dialects.items() if not on)
@@ -182,8 +191,13 @@ class Configuration(_Strict):
         return []
 
     def to_yaml(self) -> str:
-        """The whole configuration, defaults included (msgspec's encoders leave defaults out), as YAML."""
-        return yaml.safe_dump(_full(self), sort_keys=False)
+        """The whole configuration, defaults included (msgspec's encoders leave defaults out), as YAML:
+        what the extender runs with (every device type and dialect listed, on or off)."""
+        out = _full(self)
+        out["deviceTypes"] = {t: _full(v) if isinstance(v, DeviceType) else v
+                              for t, v in self.effective_device_types().items()}
+        out["dialects"] = self.effective_dialects()
+        return yaml.safe_dump(out, sort_keys=False)
 
 
 def _full(obj: msgspec.Struct) -> dict[str, Any]:

@@ -69,3 +69,15 @@ def test_allocated_claims_in_the_file_are_counted(tmp_path: Path) -> None:
 def test_a_claim_that_fits_nowhere_says_why(tmp_path: Path) -> None:
     out = run(tmp_path, [*node("n1", 1), template("big", "100", "32Gi")], [claim_pod("a", "big")])
     assert out[0]["node"] is None and "gpu" in out[0]["reason"]
+
+
+def test_a_malformed_claim_in_the_cluster_file_is_one_error_line_naming_where(tmp_path: Path) -> None:
+    bad = {"apiVersion": dra.API_VERSION, "kind": "ResourceClaim", "metadata": {"name": "k", "namespace": "ns"},
+           "spec": {"devices": []}}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([*node("n1", 1), bad]))
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([share("p", "10", "1Gi")]))
+    result = runner.invoke(app, ["schedule", "--cluster", str(tmp_path / "cluster.yaml"), str(tmp_path / "pods.yaml")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'cluster.yaml'}, document 3: ResourceClaim ns/k: spec.devices: "
+        "must be a mapping (requests, constraints, config), got []"]

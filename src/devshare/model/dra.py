@@ -80,11 +80,44 @@ def parse_device_name(name: str) -> tuple[str, int] | None:
     return (m.group("type"), int(m.group("minor"))) if m else None
 
 
+def _mapping_at(v: Any, field: str, what: str) -> dict[str, Any]:
+    """``v`` when it is a mapping, {} when absent (None); else InvalidInput saying what it should hold."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise InvalidInput(f"must be a mapping ({what}), got {shown(v)}", field=field)
+    return v
+
+
+def _list_at(v: Any, field: str, what: str) -> list[Any]:
+    """``v`` when it is a list, [] when absent (None); else InvalidInput saying what it should hold."""
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise InvalidInput(f"must be a list ({what}), got {shown(v)}", field=field)
+    return v
+
+
+def _string_at(v: Any, field: str) -> str:
+    """``v`` when it is a string, "" when absent (None); else InvalidInput."""
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise InvalidInput(f"must be a string, got {shown(v)}", field=field)
+    return v
+
+
+def _strings_at(v: Any, field: str, what: str) -> tuple[str, ...]:
+    items = _list_at(v, field, what)
+    return tuple(_string_at(s, f"{field}[{i}]") for i, s in enumerate(items))
+
+
 def cel_selectors(raw: Any, field: str) -> list[str]:
     """The CEL expressions of a DeviceClass's or a request's ``selectors``."""
     out: list[str] = []
-    for i, s in enumerate(raw or []):
-        expr = (s.get("cel") or {}).get("expression") if isinstance(s, dict) else None
+    for i, s in enumerate(_list_at(raw, field, "of selectors, each {cel: {expression: ...}}")):
+        cel = s.get("cel") if isinstance(s, dict) else None
+        expr = cel.get("expression") if isinstance(cel, dict) else None
         if not isinstance(expr, str) or not expr.strip():
             raise InvalidInput("each selector needs cel.expression", field=f"{field}[{i}]")
         out.append(expr)
@@ -146,7 +179,11 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
         return {alt.device_class for alts in self.requests for alt in alts}
 
 
-def _request(raw: dict[str, Any], name: str, field: str) -> Request:
+_REQUEST_FIELDS = "deviceClassName, and optionally selectors, allocationMode, count, capacity, adminAccess, tolerations"
+
+
+def _request(raw: Any, name: str, field: str) -> Request:
+    raw = _mapping_at(raw, field, _REQUEST_FIELDS)
     dclass = raw.get("deviceClassName")
     if not isinstance(dclass, str) or not dclass:
         raise InvalidInput("deviceClassName is required", field=field)
@@ -156,77 +193,126 @@ def _request(raw: dict[str, Any], name: str, field: str) -> Request:
     count = raw.get("count", 1) if mode == "ExactCount" else 0
     if isinstance(count, bool) or not isinstance(count, int) or (mode == "ExactCount" and count < 1):
         raise InvalidInput(f"count must be an integer >= 1, got {shown(count)}", field=field)
-    caps: dict[str, Fraction] = {}
-    for key, value in ((raw.get("capacity") or {}).get("requests") or {}).items():
-        caps[str(key)] = parse_quantity(value, field=f"{field}.capacity.requests.{key}")
+    capacity = _mapping_at(raw.get("capacity"), f"{field}.capacity", "requests: a capacity name -> quantity")
+    wanted = _mapping_at(capacity.get("requests"), f"{field}.capacity.requests",
+                         "a capacity name -> quantity, e.g. compute: 30, memory: 6Gi")
+    caps = {str(key): parse_quantity(value, field=f"{field}.capacity.requests.{key}") for key, value in wanted.items()}
     selectors = tuple(cel_selectors(raw.get("selectors"), f"{field}.selectors"))
+    admin = raw.get("adminAccess")
+    if admin is not None and not isinstance(admin, bool):
+        raise InvalidInput(f"adminAccess must be true or false, got {shown(admin)}", field=field)
+    for j, t in enumerate(_list_at(raw.get("tolerations"), f"{field}.tolerations", "of device tolerations")):
+        _mapping_at(t, f"{field}.tolerations[{j}]", "key, operator, value, effect")
     return Request(name=name, device_class=dclass, selectors=selectors,
-                   all_devices=mode == "All", count=count, capacity=caps, admin_access=bool(raw.get("adminAccess")))
+                   all_devices=mode == "All", count=count, capacity=caps, admin_access=bool(admin))
 
 
 def parse_claim(obj: Any) -> Claim:
     """A ResourceClaim (``resource.k8s.io/v1``). Raises :class:`InvalidInput` naming the bad field."""
     if not isinstance(obj, dict):
         raise InvalidInput("a ResourceClaim must be a mapping", field="ResourceClaim")
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        raise InvalidInput(f"metadata must be a mapping with a name, got {shown(meta)}", field="ResourceClaim")
     ns, name = meta.get("namespace") or "default", meta.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidInput("metadata.name is missing", field="ResourceClaim")
+    if not isinstance(ns, str):
+        raise InvalidInput(f"metadata.namespace must be a string, got {shown(ns)}", field=f"ResourceClaim {name}")
     where = f"ResourceClaim {ns}/{name}"
-    devices = ((obj.get("spec") or {}).get("devices") or {})
-    return Claim(namespace=ns, name=name, uid=str(meta.get("uid") or ""),
-                 resource_version=str(meta.get("resourceVersion") or ""),
-                 requests=parse_requests(devices, where), constraints=_constraints(devices, where),
-                 allocation=parse_allocation((obj.get("status") or {}).get("allocation"), where),
-                 reserved_for=tuple(str(r.get("uid") or "") for r in (obj.get("status") or {}).get("reservedFor") or []
-                                    if isinstance(r, dict)),
+    requests, constraints = parse_devices(obj.get("spec"), where)
+    status = _mapping_at(obj.get("status"), f"{where}: status", "allocation, reservedFor")
+    reserved = _list_at(status.get("reservedFor"), f"{where}: status.reservedFor",
+                        "of consumers, each {resource, name, uid}")
+    return Claim(namespace=ns, name=name, uid=_string_at(meta.get("uid"), f"{where}: metadata.uid"),
+                 resource_version=_string_at(meta.get("resourceVersion"), f"{where}: metadata.resourceVersion"),
+                 requests=requests, constraints=constraints,
+                 allocation=parse_allocation(status.get("allocation"), where),
+                 reserved_for=tuple(_string_at(_mapping_at(r, f"{where}: status.reservedFor[{i}]",
+                                                           "resource, name, uid").get("uid"),
+                                               f"{where}: status.reservedFor[{i}].uid")
+                                    for i, r in enumerate(reserved)),
                  deleting=bool(meta.get("deletionTimestamp")))
 
 
-def parse_requests(devices: dict[str, Any], where: str) -> tuple[tuple[Request, ...], ...]:
+def parse_devices(spec: Any, where: str, path: str = "spec") -> tuple[tuple[tuple[Request, ...], ...],
+                                                                      tuple[Constraint, ...]]:
+    """The requests and constraints of a claim's ``spec`` (``path``: where that spec is in the object,
+    ``spec.spec`` in a ResourceClaimTemplate). Raises :class:`InvalidInput` naming the bad field."""
+    spec = _mapping_at(spec, f"{where}: {path}", "devices: requests, constraints, config")
+    devices = _mapping_at(spec.get("devices"), f"{where}: {path}.devices", "requests, constraints, config")
+    for i, c in enumerate(_list_at(devices.get("config"), f"{where}: {path}.devices.config",
+                                   "of configurations, each {requests, opaque}")):
+        field = f"{where}: {path}.devices.config[{i}]"
+        c = _mapping_at(c, field, "requests, opaque: {driver, parameters}")
+        _strings_at(c.get("requests"), f"{field}.requests", "of request names")
+        _mapping_at(c.get("opaque"), f"{field}.opaque", "driver, parameters")
+    return parse_requests(devices, where, f"{path}.devices"), _constraints(devices, where, f"{path}.devices")
+
+
+def parse_requests(devices: Any, where: str, path: str = "spec.devices") -> tuple[tuple[Request, ...], ...]:
     """The requests of a claim's (or template's) ``spec.devices``."""
+    devices = _mapping_at(devices, f"{where}: {path}", "requests, constraints, config")
     out: list[tuple[Request, ...]] = []
-    for i, r in enumerate(devices.get("requests") or []):
-        field = f"{where}: spec.devices.requests[{i}]"
-        if not isinstance(r, dict) or not isinstance(r.get("name"), str):
+    for i, r in enumerate(_list_at(devices.get("requests"), f"{where}: {path}.requests",
+                                   "of requests, each with a name and exactly or firstAvailable")):
+        field = f"{where}: {path}.requests[{i}]"
+        r = _mapping_at(r, field, "a name and exactly or firstAvailable")
+        if not isinstance(r.get("name"), str):
             raise InvalidInput("each request needs a name", field=field)
-        if isinstance(r.get("exactly"), dict):
-            out.append((_request(r["exactly"], r["name"], f"{field}.exactly"),))
-        elif isinstance(r.get("firstAvailable"), list) and r["firstAvailable"]:
+        exactly, first = r.get("exactly"), r.get("firstAvailable")
+        if exactly is not None and first is not None:
+            raise InvalidInput("a request has exactly or firstAvailable, not both", field=field)
+        subs = _list_at(first, f"{field}.firstAvailable", "of subrequests, each with a name and deviceClassName")
+        if exactly is not None:
+            out.append((_request(exactly, r["name"], f"{field}.exactly"),))
+        elif subs:
             alts = []
-            for j, sub in enumerate(r["firstAvailable"]):
-                if not isinstance(sub, dict) or not isinstance(sub.get("name"), str):
-                    raise InvalidInput("each subrequest needs a name", field=f"{field}.firstAvailable[{j}]")
-                alts.append(_request(sub, f"{r['name']}/{sub['name']}", f"{field}.firstAvailable[{j}]"))
+            for j, sub in enumerate(subs):
+                sub_field = f"{field}.firstAvailable[{j}]"
+                sub = _mapping_at(sub, sub_field, f"name, {_REQUEST_FIELDS}")
+                if not isinstance(sub.get("name"), str):
+                    raise InvalidInput("each subrequest needs a name", field=sub_field)
+                alts.append(_request(sub, f"{r['name']}/{sub['name']}", sub_field))
             out.append(tuple(alts))
         else:
             raise InvalidInput("a request needs exactly or firstAvailable", field=field)
     return tuple(out)
 
 
-def _constraints(devices: dict[str, Any], where: str) -> tuple[Constraint, ...]:
+def _constraints(devices: dict[str, Any], where: str, path: str) -> tuple[Constraint, ...]:
     out = []
-    for i, c in enumerate(devices.get("constraints") or []):
+    for i, c in enumerate(_list_at(devices.get("constraints"), f"{where}: {path}.constraints",
+                                   "of constraints, each {requests, matchAttribute or distinctAttribute}")):
+        field = f"{where}: {path}.constraints[{i}]"
         if not isinstance(c, dict):
-            raise InvalidInput("a constraint must be a mapping", field=f"{where}: spec.devices.constraints[{i}]")
-        out.append(Constraint(requests=tuple(str(r) for r in c.get("requests") or []),
-                              match_attribute=str(c.get("matchAttribute") or ""),
-                              distinct_attribute=str(c.get("distinctAttribute") or "")))
+            raise InvalidInput("a constraint must be a mapping", field=field)
+        out.append(Constraint(requests=_strings_at(c.get("requests"), f"{field}.requests", "of request names"),
+                              match_attribute=_string_at(c.get("matchAttribute"), f"{field}.matchAttribute"),
+                              distinct_attribute=_string_at(c.get("distinctAttribute"), f"{field}.distinctAttribute")))
     return tuple(out)
 
 
 def parse_allocation(raw: Any, where: str = "ResourceClaim") -> Allocation | None:
-    if not isinstance(raw, dict):
+    """A claim's ``status.allocation`` (None when it has none)."""
+    if raw is None:
         return None
+    field = f"{where}: status.allocation"
+    raw = _mapping_at(raw, field, "devices: {results}, nodeSelector")
+    devices = _mapping_at(raw.get("devices"), f"{field}.devices", "results, config")
     results = []
-    for i, r in enumerate((raw.get("devices") or {}).get("results") or []):
+    for i, r in enumerate(_list_at(devices.get("results"), f"{field}.devices.results",
+                                   "of results, each {request, driver, pool, device}")):
+        at = f"{field}.devices.results[{i}]"
         if not isinstance(r, dict):
-            raise InvalidInput("a result must be a mapping", field=f"{where}: status.allocation.devices.results[{i}]")
-        consumed = {str(k): parse_quantity(v, field=f"{where}: consumedCapacity.{k}")
-                    for k, v in (r.get("consumedCapacity") or {}).items()}
-        results.append(Result(request=str(r.get("request") or ""), driver=str(r.get("driver") or ""),
-                              pool=str(r.get("pool") or ""), device=str(r.get("device") or ""),
-                              share_id=str(r.get("shareID") or ""), consumed=consumed))
+            raise InvalidInput("a result must be a mapping", field=at)
+        used = _mapping_at(r.get("consumedCapacity"), f"{at}.consumedCapacity", "a capacity name -> quantity")
+        consumed = {str(k): parse_quantity(v, field=f"{at}.consumedCapacity.{k}") for k, v in used.items()}
+        results.append(Result(request=_string_at(r.get("request"), f"{at}.request"),
+                              driver=_string_at(r.get("driver"), f"{at}.driver"),
+                              pool=_string_at(r.get("pool"), f"{at}.pool"),
+                              device=_string_at(r.get("device"), f"{at}.device"),
+                              share_id=_string_at(r.get("shareID"), f"{at}.shareID"), consumed=consumed))
     return Allocation(results=tuple(results), node=selected_node(raw.get("nodeSelector")))
 
 
@@ -235,8 +321,10 @@ def selected_node(selector: Any) -> str:
     terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
     if not isinstance(terms, list) or len(terms) != 1 or not isinstance(terms[0], dict):
         return ""
-    for f in terms[0].get("matchFields") or []:
-        values = f.get("values") if isinstance(f, dict) else None
+    for f in _items(terms[0].get("matchFields")):
+        if not isinstance(f, dict):
+            continue
+        values = f.get("values")
         if f.get("key") == NODE_FIELD and f.get("operator") == "In" and isinstance(values, list) and len(values) == 1:
             return str(values[0])
     return ""

@@ -63,6 +63,31 @@ def test_an_object_without_a_name_is_refused_naming_where() -> None:
         d.add({"kind": "DeviceClass", "metadata": "x"})
 
 
+@pytest.mark.parametrize(("spec", "field", "message"), [
+    ("q", "spec", "must be a mapping (devices: requests, constraints, config), got 'q'"),
+    ({"devices": []}, "spec.devices", "must be a mapping (requests, constraints, config), got []"),
+    ({"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": dra.CLASS_GPU, "capacity": "30"}}]}},
+     "spec.devices.requests[0].exactly.capacity", "must be a mapping (requests: a capacity name -> quantity)"),
+])
+def test_a_malformed_claim_is_refused_naming_its_place_in_the_file_and_its_field(spec: object, field: str,
+                                                                                message: str) -> None:
+    d = dry("n0")
+    with pytest.raises(InvalidInput) as e:
+        d.add({**claim("c", {}), "spec": spec}, "cluster.yaml, document 2")
+    assert e.value.field == f"cluster.yaml, document 2: ResourceClaim {NS}/c: {field}"
+    assert e.value.message.startswith(message), e.value.message
+
+
+def test_a_template_whose_claim_spec_is_malformed_is_refused_when_read_not_when_a_pod_uses_it() -> None:
+    d = dry("n0")
+    with pytest.raises(InvalidInput) as e:
+        d.add(template("t", {"devices": {"requests": [{"name": "gpu", "exactly": "gpu"}]}}), "cluster.yaml, document 3")
+    assert e.value.field == (f"cluster.yaml, document 3: ResourceClaimTemplate {NS}/t: "
+                             "spec.spec.devices.requests[0].exactly")
+    assert e.value.message.startswith("must be a mapping (deviceClassName")
+    assert not d.templates
+
+
 def test_start_makes_the_slices_and_classes_the_file_lacks() -> None:
     d = dry("n0", "n1")
     given = draslices.slice_object(d.state.devices["n0"])

@@ -145,6 +145,34 @@ async def test_claims_and_bound_pods_never_overbook(fake_api: FakeApiServer, dra
         await ctl.stop()
 
 
+@pytest.mark.parametrize(("spec", "field"), [("q", "spec"), ({"devices": []}, "spec.devices")])
+async def test_a_malformed_claim_is_refused_with_an_event_and_the_rest_still_allocated(
+        fake_api: FakeApiServer, dra_api: LiveDraApi, caplog: pytest.LogCaptureFixture, spec: Any, field: str) -> None:
+    """A claim whose spec is not a mapping (parse_claim raised AttributeError: the first list crashed
+    the controller's task) or whose spec.devices is an empty list (read as no requests: the pod's
+    gate was lifted as if its claim were not devshare's) is logged and left unallocated, its pod gets
+    a Warning Event naming the field and keeps its gate, and every other pod is allocated as ever."""
+    life = engine()
+    publish(fake_api, life)
+    fake_api.put({**claim("bad"), "spec": spec})
+    fake_api.put(gated_pod("p-bad", "bad"))
+    fake_api.put(claim("good"))
+    fake_api.put(gated_pod("p-good", "good"))
+    ctl = DraController(dra_api, life, retry=0.05)
+    task = ctl.start()
+    try:
+        await until(lambda: not gates(fake_api, "default/p-good"), "good allocated")
+        await until(lambda: any(e["reason"] == "FailedDRAAllocation" and e["involvedObject"]["name"] == "p-bad"
+                                for e in fake_api.store.list("events")[0]), "p-bad refused")
+        (event,) = [e for e in fake_api.store.list("events")[0] if e["involvedObject"]["name"] == "p-bad"]
+        assert f"ResourceClaim default/bad: {field}: must be a mapping" in event["message"]
+        assert allocation(fake_api, "default/bad") is None and gates(fake_api, "default/p-bad")
+        assert not task.done() and ctl.invalid >= 1
+        assert "ignoring resourceclaims default/bad" in caplog.text
+    finally:
+        await ctl.stop()
+
+
 async def test_pod_deleted_before_its_gate_is_lifted_releases_its_claim(fake_api: FakeApiServer,
                                                                         dra_api: LiveDraApi) -> None:
     life = engine(nodes=1, gpus=1)

@@ -12,8 +12,9 @@ A pod's claim from a template is made as the resourceclaim controller makes it
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from devshare.engine.dra.allocate import PodAsk, Refusal, allocate, record_request, recorded
 from devshare.engine.dra.inventory import Inventory
@@ -24,6 +25,18 @@ from devshare.model.draslices import parse_device_class, parse_slice
 from devshare.model.errors import InvalidInput
 
 KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
+
+T = TypeVar("T")
+
+
+def _located(parse: Callable[[Any], T], obj: Any, where: str) -> T:
+    """``parse(obj)``, its InvalidInput prefixed with ``where`` (the object's place in the file)."""
+    try:
+        return parse(obj)
+    except InvalidInput as e:
+        if not where:
+            raise
+        raise InvalidInput(e.message, field=f"{where}: {e.field}" if e.field else where) from None
 
 
 @dataclass
@@ -50,11 +63,11 @@ class DryRun:
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
             raise InvalidInput(f"{kind} has no metadata.name", field=where)
         if kind == "ResourceSlice":
-            self.inventory.set_slice(meta["name"], parse_slice(obj))
+            self.inventory.set_slice(meta["name"], _located(parse_slice, obj, where))
         elif kind == "DeviceClass":
-            self.inventory.set_class(parse_device_class(obj))
+            self.inventory.set_class(_located(parse_device_class, obj, where))
         elif kind == "ResourceClaim":
-            claim = parse_claim(obj)
+            claim = _located(parse_claim, obj, where)
             self.claims[claim.key] = obj
         else:
             key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
@@ -62,6 +75,8 @@ class DryRun:
             if not isinstance(spec, dict) or not isinstance(spec.get("spec"), dict):
                 raise InvalidInput(f"{kind} {key}: spec.spec must be a mapping, the spec of the ResourceClaims "
                                    "made from it (spec.spec.devices.requests)", field=where)
+            # read now, so a bad template is named with its place in the file, not when a pod uses it
+            _located(lambda s: dra.parse_devices(s, f"{kind} {key}", "spec.spec"), spec["spec"], where)
             self.templates[key] = obj
 
     def start(self) -> None:
