@@ -1,32 +1,27 @@
 """devshare.buildinfo: every devshare process (extender, webhook, node agent) tells its version on
 /metrics and exports no ``_created`` series (issue 40). The extender's: tests/server/extender/test_collectors.py;
-the agent's: tests/agent/test_metrics.py."""
+the webhook's: tests/server/webhook/test_metrics.py; the agent's: tests/agent/test_metrics.py."""
 
 from __future__ import annotations
 
 import platform
 
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from devshare import __version__
+from devshare.buildinfo import BUILD_INFO, BuildInfoCollector
 from devshare.server.webhook.metrics import Metrics
 from support import REPO
 
 
-def build_info(text: str) -> dict[str, str]:
-    [info] = [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "devshare_build_info"]
-    assert info.value == 1
-    return dict(info.labels)
-
-
-def test_the_webhook_tells_its_build_and_has_no_created_series() -> None:
-    metrics = Metrics()
-    metrics.reviews.labels("mutate", "patched").inc()
-    metrics.latency.labels("mutate").observe(0.001)
-    text = metrics.render().decode()
-    assert "devshare_webhook_reviews_total" in text and "_created" not in text
-    assert build_info(text) == {"version": __version__, "python": platform.python_version()}
-
+def test_the_collector_tells_the_version_and_python_and_no_counter_has_a_created_series() -> None:
+    [family] = BuildInfoCollector().collect()
+    assert family.name == BUILD_INFO
+    assert [(s.labels, s.value) for s in family.samples] == [
+        ({"version": __version__, "python": platform.python_version()}, 1)]
+    registry = CollectorRegistry()
+    Counter("devshare_test_things", "Things.", registry=registry).inc()
+    assert b"_created" not in generate_latest(registry)  # importing devshare.buildinfo turned them off
 
 
 def test_the_webhooks_and_agents_families_are_documented() -> None:

@@ -67,8 +67,8 @@ def test_yaml_errors_name_the_file_and_line(tmp_path: Path) -> None:
     line = one_error_line(devshare("inspect", "--cluster", str(bad)))
     assert f"{bad}, document 1, line 3, column 4: not valid YAML" in line
     assert "<unicode string>" not in line
-    line = one_error_line(devshare("schedule", "--cluster", "examples/cluster.yaml", str(bad)))
-    assert f"{bad}, line 3" in line
+    line = one_error_line(devshare("schedule", "--cluster", "examples/cluster.yaml", str(bad)))  # the pods file
+    assert f"{bad}, document 1, line 3, column 4: not valid YAML" in line  # the same reader
 
 
 def test_an_empty_cluster_file_is_refused(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Saving the in-memory backend's objects (kube/persist.py): one JSON document per object that loads as
-YAML, a file replaced whole or not at all, and commits that share writes and are answered once on disk.
+"""The cluster file (kube/persist.py): one JSON document per object, read back equal (a JSON document as
+JSON, a YAML one as YAML), a file replaced whole or not at all, and commits that share writes and are
+answered once on disk.
 Through the extender's binds (disk full, a write stuck off the loop, group commit under load):
 tests/server/extender/test_serve.py."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +17,28 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+import devshare
 from devshare.kube.memory import MemoryBackend
-from devshare.kube.persist import SnapshotWriter, encode_documents, write_atomic
+from devshare.kube.persist import SnapshotWriter, decode_documents, encode_documents, load_documents, write_atomic
+from devshare.model.errors import InvalidInput
 from support.waiting import settled
 
-# floats msgspec writes with a dot and no exponent (the others: test_a_float_with_an_exponent_...)
+# floats msgspec writes with a dot and no exponent, which YAML reads as floats (the others, 1e16: the
+# loader reads a JSON document as JSON)
 PLAIN_FLOATS = st.floats(min_value=-1e15, max_value=1e15).filter(lambda f: f == 0 or abs(f) >= 1e-4)
-# JSON's values (keys are strings)
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1) | PLAIN_FLOATS | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-    max_leaves=12,
-)
+
+
+def json_values(floats: st.SearchStrategy[float]) -> st.SearchStrategy[Any]:
+    """JSON's values (keys are strings)."""
+    return st.recursive(
+        st.none() | st.booleans() | st.integers() | floats | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+JSON = json_values(PLAIN_FLOATS)
+ANY_JSON = json_values(st.floats(allow_nan=False, allow_infinity=False))
 
 
 def pod(name: str) -> dict[str, Any]:
@@ -40,7 +52,8 @@ def loaded(path: Path) -> list[Any]:
 
 @given(st.lists(st.dictionaries(st.text(), JSON, max_size=5), max_size=5))
 def test_every_object_loads_back_as_yaml(objects: list[dict[str, Any]]) -> None:
-    """The saved file is a cluster file: YAML reads each JSON document back as the object it was."""
+    """The saved file is YAML (kubectl reads it): YAML reads each JSON document back as the object it was
+    (but floats with an exponent, see ANY_JSON)."""
     data = encode_documents(objects)
     assert list(yaml.safe_load_all(data.decode())) == objects
     assert data.count(b"---\n") == len(objects)
@@ -72,12 +85,77 @@ def test_a_saved_cluster_loads_again_whatever_its_strings(tmp_path: Path) -> Non
     assert again["metadata"]["annotations"] == {"note": "".join(NOT_YAML)}
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: msgspec writes 1e16 and 1e-20 without a dot, which YAML 1.1 "
-                   "(PyYAML) reads as strings; the fix belongs to the loader (kube/memory.py reading JSON documents "
-                   "as JSON), outside this module")
-def test_a_float_with_an_exponent_loads_back_as_a_float() -> None:
-    objects = [{"big": 1e16, "tiny": 1e-20}]
-    assert list(yaml.safe_load_all(encode_documents(objects).decode())) == objects
+def test_a_float_with_an_exponent_loads_back_as_a_float(tmp_path: Path) -> None:
+    """msgspec writes 1e16 and 1e-20 without a dot, which YAML 1.1 (PyYAML) reads as strings: the loader
+    reads a JSON document as JSON."""
+    objects = [{"big": 1e16, "tiny": 1e-20, "huge": -1.5e300, "int": 2**70}]
+    assert list(decode_documents(encode_documents(objects).decode(), "f")) == objects
+    obj = pod("p")
+    obj["spec"]["priority"] = 1e16
+    (tmp_path / "saved.yaml").write_bytes(encode_documents([obj]))
+    assert MemoryBackend.load(tmp_path / "saved.yaml").objects() == [obj]
+
+
+@given(st.lists(st.dictionaries(st.text(), ANY_JSON, max_size=5), max_size=5))
+def test_every_saved_object_reads_back_equal(objects: list[dict[str, Any]]) -> None:
+    """Whatever the saver writes, the loader reads back as it was: every float included."""
+    assert list(decode_documents(encode_documents(objects).decode(), "f")) == objects
+
+
+@given(st.lists(st.tuples(st.booleans(), st.dictionaries(st.text(), ANY_JSON, max_size=4)), max_size=5))
+def test_a_file_of_json_and_yaml_documents_reads_each_as_what_it_is(docs: list[tuple[bool, dict[str, Any]]]) -> None:
+    """A saved file edited by hand (YAML documents among the JSON ones): each JSON document is read as
+    JSON, each YAML one as YAML (as PyYAML reads it alone)."""
+    text = "".join(yaml.safe_dump(d, explicit_start=True) if as_yaml else encode_documents([d]).decode()
+                   for as_yaml, d in docs)
+    expected = [yaml.safe_load(yaml.safe_dump(d)) if as_yaml else d for as_yaml, d in docs]
+    assert list(decode_documents(text, "f")) == expected
+
+
+def test_yaml_written_by_hand_still_reads_as_yaml() -> None:
+    text = ('%YAML 1.1\n---\nkind: Node\nversion: 1e3\n---\n{"kind": "Pod", "x": 1e3}\n'
+            '---\n{kind: Pod, x: 1e3}\n--- # a comment\n{"x": 1e3}\n---\n{"x": 1e3}\n...\n'
+            '%YAML 1.1\n---\n{"x": 1e3}\n--- [1e3]\n---\n---\n\ufeff')
+    assert list(decode_documents("\ufeff" + text, "f")) == [
+        {"kind": "Node", "version": "1e3"},  # YAML 1.1: no dot, a string
+        {"kind": "Pod", "x": 1000.0},  # JSON
+        {"kind": "Pod", "x": "1e3"},  # a YAML flow mapping (its keys are not quoted)
+        {"x": "1e3"},  # a comment: YAML
+        {"x": "1e3"},  # an end marker: YAML
+        {"x": "1e3"},  # after a directive: YAML
+        [1000.0],  # JSON on the marker's line
+        None,  # an empty document
+        None,
+    ]
+
+
+def test_a_yaml_error_names_the_document_line_and_column_among_json_ones() -> None:
+    text = '---\n{"kind": "Node"}\n---\n{"kind": "Pod"}\n---\nkind: Pod\nmetadata: [\n---\n{"kind": "Pod"}\n'
+    with pytest.raises(InvalidInput, match=r"^cluster.yaml, document 3, line 8, column 1: not valid YAML"):
+        list(decode_documents(text, "cluster.yaml"))
+    with pytest.raises(InvalidInput, match=r"^cluster.yaml, document 2, line 4, column 5: not valid YAML"):
+        list(decode_documents('{"kind": "Node"}\n---\na: 1\nb: c: d\n', "cluster.yaml"))
+
+
+def test_load_documents_skips_empty_ones_and_errors_name_the_file(tmp_path: Path) -> None:
+    f = tmp_path / "objs.yaml"
+    f.write_text("---\nkind: Node\n---\n# nothing\n---\nkind: Pod\n")
+    assert load_documents(f) == [{"kind": "Node"}, {"kind": "Pod"}]
+    f.write_text("kind: Node\n---\nkind: [\n")
+    with pytest.raises(InvalidInput, match=rf"^{f}, document 2, line 4, column 1: not valid YAML"):
+        load_documents(f)
+    f.write_bytes(b"kind: Node\nname: \xff\n")
+    with pytest.raises(InvalidInput, match=rf"^{f}: not a text file \(byte 0xff at position 17 is not UTF-8\)"):
+        load_documents(f)
+
+
+def test_every_reader_of_cluster_files_goes_through_the_loader() -> None:
+    """One owner: no other module reads documents with PyYAML (a second reader would read the saved
+    file's floats as strings again)."""
+    src = Path(devshare.__file__).parent
+    readers = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
+                     if re.search(r"\bload_all\(|safe_load_all\(", p.read_text()))
+    assert readers == ["kube/persist.py"]
 
 
 def test_one_document_a_line() -> None:

@@ -115,15 +115,6 @@ def user_errors() -> Iterator[None]:
                    "UTF-8): give a YAML or JSON file") from None
 
 
-def load_yaml_documents(path: Path) -> list[Any]:
-    """All non-empty documents of a (multi-document) YAML file; a YAML error names the file."""
-    text = path.read_text()
-    try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as e:
-        raise yaml_error(e, path) from None
-
-
 def emit(data: Any, fmt: str, table: Callable[[Any], None] | None = None) -> None:
     """Print ``data`` as json, yaml, or (when given) a table."""
     if fmt == "json":

@@ -18,7 +18,6 @@ from devshare.cli.common import (
     emit,
     fail,
     load_cluster,
-    load_yaml_documents,
     table_console,
     user_errors,
 )
@@ -28,6 +27,7 @@ from devshare.engine.dra.dryrun import KINDS as DRA_KINDS
 from devshare.engine.dra.dryrun import DryRun
 from devshare.engine.groups import Bind, GroupPlanner, MemberPlacement, Refuse, Wait
 from devshare.engine.policies import LIVE_NAMES
+from devshare.kube.persist import load_documents
 from devshare.model.allocation import PodAllocation
 from devshare.model.annotations import encode_annotations
 from devshare.model.dra import pod_claims
@@ -39,7 +39,7 @@ from devshare.model.request import PodRequest
 def pods_of(path: Path) -> list[dict[str, Any]]:
     """The Pod objects of a multi-document YAML (``kind: List`` documents are flattened)."""
     out: list[dict[str, Any]] = []
-    for i, doc in enumerate(load_yaml_documents(path)):
+    for i, doc in enumerate(load_documents(path)):
         items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]
         for j, obj in enumerate(items or []):
             where = f"{path}, document {i + 1}" + (f", items[{j}]" if doc is not obj else "")
@@ -226,7 +226,7 @@ def schedule(
 
 def load_cluster_with_dra(path: Path) -> tuple[Any, list[tuple[str, Any]]]:
     """The cluster file's Node, Device and Pod objects as a backend, and its DRA objects (issue 38) apart."""
-    docs = load_yaml_documents(path)
+    docs = load_documents(path)
     dra_objects: list[tuple[str, Any]] = []
     rest: list[Any] = []
     for i, doc in enumerate(docs, start=1):

@@ -16,12 +16,12 @@ from devshare.cli.common import (
     check_event_loop,
     connect_live,
     fail,
-    load_yaml_documents,
     user_errors,
 )
 from devshare.cli.common import (
     log_level as parse_log_level,
 )
+from devshare.kube.persist import load_documents
 
 webhook_app = typer.Typer(
     help="Admission webhook: validate and normalise device pods (POST /validate, POST /mutate).",
@@ -91,7 +91,7 @@ def webhook(
 
         settings = load_config(config_file)  # bad input files are reported before anything else
         configure_model(settings)  # the configured device types' resource names
-        if cluster is not None and not load_yaml_documents(cluster):
+        if cluster is not None and not load_documents(cluster):
             raise fail(f"{cluster}: no Node, Device or Pod object in the file: give a multi-document YAML "
                        "with the cluster's Device objects (examples/cluster.yaml is one)")
         if tls_cert is None or tls_key is None:

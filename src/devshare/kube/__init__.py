@@ -5,6 +5,8 @@
   request of the extender, the webhook and the node agent; paths built by one function that quotes
   and validates every segment). lightkube loads the kubeconfig (:mod:`.credentials`), nothing more.
 - :mod:`.memory`: :class:`~.memory.MemoryBackend`, objects loaded from a ``--cluster`` YAML file.
+- :mod:`.persist`: the cluster file: saved atomically, and read (:func:`~.persist.load_documents`, the one
+  reader of cluster files: a JSON document as JSON, the others as YAML).
 - :mod:`.store`: the versioned object store with watch history behind the memory backend.
 - :mod:`.informer`: :class:`~.informer.Informer`, list + watch (410 re-list, backoff) handing objects to
   handlers (the engine's :class:`~devshare.engine.watched.WatchedCluster`); kube imports nothing of the engine.

@@ -15,14 +15,13 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from devshare.kube.backend import Kind, ListResult, WatchEvent
 from devshare.kube.errors import Conflict, NotFound
+from devshare.kube.persist import encode_documents, read_documents, write_atomic
 from devshare.kube.store import ObjectStore
 from devshare.model import names
 from devshare.model.device import parse_device
-from devshare.model.errors import InvalidInput, yaml_error
+from devshare.model.errors import InvalidInput
 from devshare.model.inventory import koordinator_device
 from devshare.model.kubeobjects import meta, object_key
 from devshare.model.node import parse_node
@@ -37,8 +36,6 @@ def _resource(obj: dict[str, Any]) -> str | None:
     if obj.get("kind") == "Device" and obj.get("apiVersion") == names.KOORD_DEVICE_API_VERSION:
         return "koorddevices"
     return _RESOURCE_OF_KIND.get(str(obj.get("kind")))
-# libyaml's loader when PyYAML was built with it (about 10x faster on large cluster files)
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _check(doc: Any, where: str) -> tuple[str, str, dict[str, Any]]:
@@ -89,23 +86,18 @@ def _check(doc: Any, where: str) -> tuple[str, str, dict[str, Any]]:
 
 def _documents(path: Path) -> Iterable[tuple[str, Any]]:
     """(where, object) for every object of the file, lists flattened; YAML errors name the document."""
-    text = path.read_text()
-    index = 0
-    try:
-        for index, doc in enumerate(yaml.load_all(text, Loader=_LOADER), start=1):
-            if doc is None:
-                continue
-            where = f"{path}, document {index}"
-            if isinstance(doc, dict) and doc.get("kind") == "List":
-                items = doc.get("items") or []
-                if not isinstance(items, list):
-                    raise InvalidInput("items of a List must be a list", field=where)
-                for j, item in enumerate(items):
-                    yield f"{where}, items[{j}]", item
-            else:
-                yield where, doc
-    except yaml.YAMLError as e:
-        raise yaml_error(e, f"{path}, document {index + 1}") from None
+    for index, doc in enumerate(read_documents(path), start=1):
+        if doc is None:
+            continue
+        where = f"{path}, document {index}"
+        if isinstance(doc, dict) and doc.get("kind") == "List":
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise InvalidInput("items of a List must be a list", field=where)
+            for j, item in enumerate(items):
+                yield f"{where}, items[{j}]", item
+        else:
+            yield where, doc
 
 
 class MemoryBackend:
@@ -165,8 +157,6 @@ class MemoryBackend:
 
     def save(self, path: str | Path) -> None:
         """Write every object to ``path``, atomically (see :mod:`devshare.kube.persist`)."""
-        from devshare.kube.persist import encode_documents, write_atomic
-
         write_atomic(Path(path), encode_documents(self.snapshot()))
 
     # ------------------------------------------------------------------ direct changes (tests, tools)

@@ -3,8 +3,11 @@ the reviews counted by operation and result, read back by :meth:`Metrics.count`.
 
 from __future__ import annotations
 
+import platform
+
 from prometheus_client.parser import text_string_to_metric_families
 
+from devshare import __version__
 from devshare.server.webhook.metrics import ALLOWED, DENIED, PATCHED, SKIPPED, Metrics
 
 
@@ -44,3 +47,14 @@ def test_the_exposition_carries_reviews_latency_and_rejections() -> None:
     assert got[("devshare_webhook_review_seconds_bucket", (("le", "0.00025"), ("operation", "validate")))] == 0
     assert got[("devshare_webhook_review_seconds_bucket", (("le", "0.0005"), ("operation", "validate")))] == 1
     assert got[("devshare_webhook_rejections_total", (("reason", "request"),))] == 3
+
+
+def test_the_webhook_tells_its_build_and_has_no_created_series() -> None:
+    """Issue 40: devshare_build_info, and no _created series beside each counter and histogram."""
+    metrics = Metrics()
+    metrics.reviews.labels("mutate", "patched").inc()
+    metrics.latency.labels("mutate").observe(0.001)
+    text = metrics.render().decode()
+    assert "devshare_webhook_reviews_total" in text and "_created" not in text
+    info = {k: v for k, v in samples(metrics).items() if k[0] == "devshare_build_info"}
+    assert info == {("devshare_build_info", (("python", platform.python_version()), ("version", __version__))): 1}

@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
 from devshare.kube.backend import Backend
 from devshare.kube.informer import Informer
+from devshare.kube.persist import load_documents
 from devshare.model import names
 from devshare.model.device import parse_device
 from devshare.model.errors import InvalidInput
@@ -60,13 +59,6 @@ def types_in_documents(docs: list[Any], *, where: str = "") -> frozenset[str] | 
     return frozenset(found) if seen_device else None
 
 
-def _yaml_problem(e: yaml.YAMLError) -> str:
-    """A YAML error on one line: what and where."""
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    mark = getattr(e, "problem_mark", None)
-    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
-
-
 class ClusterFileDeviceTypes:
     """Device types read from a ``--cluster`` file (multi-document YAML), re-read when it changes."""
 
@@ -81,12 +73,7 @@ class ClusterFileDeviceTypes:
         return os.stat(self.path).st_mtime_ns
 
     def _load(self) -> frozenset[str] | None:
-        text = self.path.read_text()
-        try:
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
-        except yaml.YAMLError as e:
-            raise InvalidInput(f"not valid YAML: {_yaml_problem(e)}", field=str(self.path)) from None
-        return types_in_documents(docs, where=f"{self.path}: ")
+        return types_in_documents(load_documents(self.path), where=f"{self.path}: ")
 
     def known_types(self) -> frozenset[str] | None:
         now = time.monotonic()
