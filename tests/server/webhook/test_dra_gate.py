@@ -60,3 +60,12 @@ async def test_a_pod_already_gated_by_devshare_is_not_gated_twice() -> None:
     assert await needs_gate(p, Claims({"ns/c": {"spec": spec(dra.CLASS_GPU)}}), CLASSES) is None
     p["spec"]["schedulingGates"] = [{"name": "other"}]
     assert gate_ops(p) == [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": dra.GATE}}]
+
+
+async def test_a_malformed_claim_or_template_leaves_the_pod_to_kube_scheduler() -> None:
+    # the API server's schema keeps these out; read by hand they must never crash the webhook's review
+    for bad in ("q", [], {"devices": []}, {"devices": {"requests": "gpu"}}):
+        claims = Claims({"ns/c": {"spec": bad}}, {"ns/t": {"spec": {"spec": bad}}, "ns/u": {"spec": bad}})
+        assert await needs_gate(pod(resourceClaimName="c"), claims, CLASSES) is None
+        assert await needs_gate(pod(resourceClaimTemplateName="t"), claims, CLASSES) is None
+        assert await needs_gate(pod(resourceClaimTemplateName="u"), claims, CLASSES) is None

@@ -31,11 +31,15 @@ class ClaimSource(Protocol):
         ...
 
 
-def _classes(obj: dict[str, Any], where: str) -> set[str]:
-    spec = obj.get("spec") or {}
-    if "spec" in spec:  # a template: spec.spec is the claim's spec
-        spec = spec["spec"] or {}
-    requests = dra.parse_requests(spec.get("devices") or {}, where)
+def _classes(obj: dict[str, Any], where: str, *, template: bool) -> set[str]:
+    """The DeviceClasses a ResourceClaim (``template``: a ResourceClaimTemplate, whose ``spec.spec`` is the
+    claim's spec) asks. Raises InvalidInput naming the malformed field."""
+    if template:
+        spec = obj.get("spec")
+        requests, _ = dra.parse_devices(spec.get("spec") if isinstance(spec, dict) else spec, where,
+                                        "spec.spec" if isinstance(spec, dict) else "spec")
+    else:
+        requests, _ = dra.parse_devices(obj.get("spec"), where)
     return {alt.device_class for alts in requests for alt in alts}
 
 
@@ -61,7 +65,7 @@ async def needs_gate(pod: dict[str, Any], source: ClaimSource | None, classes: C
         if obj is None:
             return f"its {'claim' if ref.claim else 'ResourceClaimTemplate'} {name} does not exist yet"
         try:
-            used = _classes(obj, f"{ns}/{name}")
+            used = _classes(obj, f"{ns}/{name}", template=not ref.claim)
         except InvalidInput:
             continue  # kube-scheduler reports what is wrong with it
         ours = sorted(used & set(classes))
