@@ -20,7 +20,7 @@ from devshare.agent.dra import dra_v1_pb2_grpc as pb_grpc
 from devshare.agent.dra import pluginregistration_v1_pb2 as reg
 from devshare.agent.dra import pluginregistration_v1_pb2_grpc as reg_grpc
 from devshare.agent.dra.cdi import CdiSpecs
-from devshare.agent.dra.plugin import KubeletPlugin
+from devshare.agent.dra.plugin import DraPluginService, KubeletPlugin
 from devshare.agent.fake import FakeBackend
 from devshare.model import dra
 from support.agent import write_fake
@@ -101,3 +101,19 @@ def test_registration_prepare_and_unprepare_over_grpc(sockdir: Path, tmp_path: P
     finally:
         plugin.stop()
 
+
+
+def test_a_malformed_claim_is_refused_with_a_reason_not_a_crash(tmp_path: Path) -> None:
+    backend = FakeBackend(write_fake(tmp_path / "n.yaml", gpus=1, memory="16Gi"), node="n1")
+    inv = backend.discover()
+    good = claim("badspec", "uid-badspec", "n1", [result("gpu", "gpu-0")])
+    claims: dict[str, Any] = {"default/nometa": {**good, "metadata": "c"},
+                              "default/badspec": {**good, "spec": "q"},
+                              "default/notamapping": ["c"]}
+    service = DraPluginService("n1", lambda ns, n: claims.get(f"{ns}/{n}"), lambda: inv, CdiSpecs(tmp_path / "cdi"))
+    out = service.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[
+        pb.Claim(namespace="default", name=n, uid=f"uid-{n}") for n in ("nometa", "badspec", "notamapping")]),
+        None)  # type: ignore[arg-type]  # the context is not read
+    assert "no metadata mapping" in out.claims["uid-nometa"].error
+    assert "spec" in out.claims["uid-badspec"].error and "must be a mapping" in out.claims["uid-badspec"].error
+    assert "no metadata mapping" in out.claims["uid-notamapping"].error

@@ -93,7 +93,11 @@ class DraPluginService(pb_grpc.DRAPluginServicer):
             return pb.NodePrepareResourceResponse(error=f"cannot read claim {ref.namespace}/{ref.name}: {e}")
         if claim is None:
             return pb.NodePrepareResourceResponse(error=f"claim {ref.namespace}/{ref.name} does not exist")
-        uid = str((claim.get("metadata") or {}).get("uid") or "")
+        meta = claim.get("metadata") if isinstance(claim, dict) else None
+        if not isinstance(meta, dict):
+            return pb.NodePrepareResourceResponse(
+                error=f"claim {ref.namespace}/{ref.name} as read from the API server has no metadata mapping")
+        uid = str(meta.get("uid") or "")
         if ref.uid and uid != ref.uid:
             return pb.NodePrepareResourceResponse(
                 error=f"claim {ref.namespace}/{ref.name} has uid {uid}, kubelet asked for {ref.uid}")
