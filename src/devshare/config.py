@@ -186,10 +186,6 @@ class Configuration(_Strict):
         s = self.scheduling
         return s.card_policy == "binpack" or (s.card_policy == "auto" and s.node_policy != "spread")
 
-    def not_honoured(self) -> list[str]:
-        """Settings accepted and passed on, that this version does not act on yet (logged at start)."""
-        return []
-
     def to_yaml(self) -> str:
         """The whole configuration, defaults included (msgspec's encoders leave defaults out), as YAML:
         what the extender runs with (every device type and dialect listed, on or off)."""

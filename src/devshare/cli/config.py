@@ -28,8 +28,6 @@ def check(file: Annotated[Path, typer.Argument(help="The DevshareConfiguration Y
 
     with user_errors():
         cfg = load_config(file)
-    for warning in cfg.not_honoured():
-        typer.echo(f"warning: {warning}", err=True)
     typer.echo(cfg.to_yaml(), nl=False)
 
 

@@ -194,8 +194,6 @@ def extender(
             logging.getLogger("devshare.extender").warning(
                 "--no-claim-ledger: binds are not recorded in the claim ledger; if another extender binds pods "
                 "beside this one (several replicas, one run by hand), two pods can be bound to one card")
-        for unhonoured in cfg.not_honoured():
-            logging.getLogger("devshare.config").warning("%s", unhonoured)
         if cluster is not None:
 
             memory = load_cluster(cluster)
