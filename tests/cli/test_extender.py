@@ -19,22 +19,11 @@ import yaml
 from typer.testing import CliRunner
 
 from devshare.cli.main import app
-from support.extender import device, node, pod
+from support.extender import bound_pod, device, node, pod, write_cluster
 from support.imports import without_package
 from support.waiting import FAILSAFE, eventually_in_thread
 
 RUNNER = CliRunner()
-
-
-def write_cluster(path: Path, objs: list[dict[str, Any]]) -> Path:
-    path.write_text(yaml.safe_dump_all(objs, sort_keys=False))
-    return path
-
-
-def bound_pod() -> dict[str, Any]:
-    alloc = {"node": "node-0", "containers": [{"name": "main", "devices": [
-        {"type": "gpu", "minor": 1, "id": "GPU-node-0-1", "core": 50, "memory": 2**33, "memoryRatio": 50}]}]}
-    return pod("bound", core=50, node_name="node-0", annotations={"devshare.io/allocation": json.dumps(alloc)})
 
 
 def test_extender_flags_are_checked(tmp_path: Path) -> None:

@@ -11,12 +11,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli.test_extender import bound_pod, write_cluster
 from devshare.cli.inspect import _cell
 from devshare.cli.main import app
 from devshare.model.quantity import human_bytes
 from support import REPO
-from support.extender import GiB, device, node, pod
+from support.extender import GiB, bound_pod, device, node, pod, write_cluster
 
 RUNNER = CliRunner()
 

@@ -10,34 +10,11 @@ from typer.testing import CliRunner
 
 from devshare.cli.main import app
 from support import REPO
+from support.schedule import node, pod
 
 ROOT = REPO
 runner = CliRunner()
 GiB = 2**30
-
-
-def node(name: str, gpus: int, memory: str = "16Gi", labels: dict[str, str] | None = None) -> list[dict]:
-    devices = [
-        {"type": "gpu", "minor": i, "id": f"GPU-{name}-{i}", "health": True,
-         "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": memory,
-                       "koordinator.sh/gpu-memory-ratio": "100"}}
-        for i in range(gpus)
-    ]
-    return [
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}},
-        {"apiVersion": "devshare.io/v1alpha1", "kind": "Device", "metadata": {"name": name},
-         "spec": {"devices": devices}},
-    ]
-
-
-def pod(name: str, *limits: dict[str, str], annotations: dict[str, str] | None = None) -> dict:
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
-        "spec": {"containers": [
-            {"name": f"c{i}", "image": "x", "resources": {"limits": lim}} for i, lim in enumerate(limits)
-        ]},
-    }
 
 
 def run(tmp_path: Path, cluster: list[dict], pods: list[dict], *args: str) -> dict:

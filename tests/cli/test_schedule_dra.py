@@ -10,9 +10,9 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner
 
-from cli.test_schedule import node, pod
 from devshare.cli.main import app
 from devshare.model import dra
+from support.schedule import node, pod
 
 runner = CliRunner()
 

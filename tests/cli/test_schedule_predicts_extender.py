@@ -5,8 +5,6 @@ the policy learns of the pods the same way (issue 16)."""
 
 from __future__ import annotations
 
-import asyncio
-import http.client
 import json
 from pathlib import Path
 from typing import Any
@@ -18,10 +16,9 @@ from typer.testing import CliRunner
 
 from devshare.cli.main import app
 from devshare.kube.memory import MemoryBackend
-from devshare.model import names
-from devshare.server.extender.serve import RUNTIME, build_app
+from devshare.server.extender.serve import build_app
+from support.kubescheduler import play_kube_scheduler
 from support.server import ServerThread
-from support.waiting import eventually_in_thread
 
 runner = CliRunner()
 GiB = 2**30
@@ -63,17 +60,6 @@ workloads = st.fixed_dictionaries({
 })
 
 
-def post(port: int, path: str, body: dict[str, Any]) -> Any:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        assert resp.status == 200, resp.read()
-        return json.loads(resp.read())
-    finally:
-        conn.close()
-
-
 def dry_run(tmp: Path, cluster: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     c, p = tmp / "cluster.yaml", tmp / "pods.yaml"
     c.write_text(yaml.safe_dump_all(cluster))
@@ -83,32 +69,6 @@ def dry_run(tmp: Path, cluster: list[dict[str, Any]], pods: list[dict[str, Any]]
     assert res.exit_code in ((0,) if placed_all else (1, 2)), res.output  # 1: fits nowhere; 2: invalid
     out: list[dict[str, Any]] = json.loads(res.stdout)["placements"]
     return out
-
-
-def play_kube_scheduler(srv: ServerThread, backend: MemoryBackend, pods: list[dict[str, Any]],
-                        predicted: list[dict[str, Any]], node_names: list[str]) -> None:
-    """Drive the extender of ``srv`` over ``pods`` as kube-scheduler does (filter, prioritize, bind to a
-    best-scored node), checking each answer against the dry run's ``predicted`` placement."""
-    runtime = srv.app[RUNTIME]
-    eventually_in_thread(lambda: runtime.informer.is_synced)
-    for obj, want in zip(pods, predicted, strict=True):
-        args = {"Pod": obj, "Nodes": None, "NodeNames": node_names}
-        passed = post(srv.port, "/filter", args)["NodeNames"] or []
-        if want["node"] is None:
-            assert passed == [], (want, passed)
-            continue
-        assert want["node"] in passed, (want, passed)
-        prio = {h["Host"]: h["Score"] for h in post(srv.port, "/prioritize", {**args, "NodeNames": passed})}
-        # kube-scheduler binds to one of the best-scored nodes: the dry run's is one of them
-        assert prio[want["node"]] == max(prio.values()), (want["pod"], want["node"], prio)
-        name = obj["metadata"]["name"]
-        bound = post(srv.port, "/bind", {"PodName": name, "PodNamespace": "default",
-                                        "PodUID": obj["metadata"]["uid"], "Node": want["node"]})
-        assert not bound.get("Error"), bound
-        stored = asyncio.run_coroutine_threadsafe(backend.get_pod("default", name), srv.loop).result(10)
-        assert stored is not None
-        got = stored["metadata"]["annotations"]
-        assert json.loads(got[names.ALLOCATION]) == json.loads(want["annotations"][names.ALLOCATION]), name
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

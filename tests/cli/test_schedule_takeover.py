@@ -14,10 +14,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli.test_schedule_predicts_extender import play_kube_scheduler
 from devshare.cli.main import app
 from devshare.kube.memory import MemoryBackend
 from devshare.server.extender.serve import RUNTIME, build_app
+from support.kubescheduler import play_kube_scheduler
 from support.server import ServerThread
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "peers"

@@ -8,8 +8,10 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from devshare.kube.backend import Kind, ListResult, WatchEvent
@@ -233,3 +235,14 @@ def full_node_pods(node_name: str, gpus: int, *, priority: int = 0, prefix: str 
         out.append(pod(f"{prefix}-{node_name}-{minor}", gpus=1, node_name=node_name, priority=priority,
                        annotations={"devshare.io/allocation": json.dumps(alloc)}))
     return out
+
+
+def write_cluster(path: Path, objs: list[dict[str, Any]]) -> Path:
+    path.write_text(yaml.safe_dump_all(objs, sort_keys=False))
+    return path
+
+
+def bound_pod() -> dict[str, Any]:
+    alloc = {"node": "node-0", "containers": [{"name": "main", "devices": [
+        {"type": "gpu", "minor": 1, "id": "GPU-node-0-1", "core": 50, "memory": 2**33, "memoryRatio": 50}]}]}
+    return pod("bound", core=50, node_name="node-0", annotations={"devshare.io/allocation": json.dumps(alloc)})

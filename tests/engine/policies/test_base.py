@@ -16,8 +16,8 @@ from devshare.engine.policies.base import (
 )
 from devshare.engine.state import ClusterState
 from devshare.model.request import DeviceRequest, PodRequest
-from engine.policies.scoring import view
 from support.cluster import add_node, bound, gpu, whole
+from support.scoring import view
 
 
 def test_node_utilization_is_the_share_of_compute_in_use_after_the_extra() -> None:

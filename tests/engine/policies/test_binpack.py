@@ -12,8 +12,8 @@ from devshare.engine.policies.binpack import BinpackPolicy, binpack_for
 from devshare.engine.scheduler import Scheduler
 from devshare.engine.state import ClusterState
 from devshare.model.request import PodRequest
-from engine.policies.scoring import view
 from support.cluster import GiB, add_node, bound, gpu, pod, whole
+from support.scoring import view
 
 
 def two_nodes() -> ClusterState:

@@ -18,7 +18,7 @@ from devshare.engine.policies.classic import (
 )
 from devshare.engine.scheduler import Scheduler
 from devshare.sim.replay import pod_request
-from engine.policies.scoring import cluster, pod, scores
+from support.scoring import cluster, pod, scores
 
 
 def test_bestfit_formula_and_rescale() -> None:

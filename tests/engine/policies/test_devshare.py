@@ -21,8 +21,8 @@ from devshare.model.request import WHOLE
 from devshare.sim.replay import build_state, pod_request
 from devshare.sim.trace import Trace, TraceNode, TracePod
 from devshare.sim.window import Window, schedule
-from engine.policies.scoring import cluster
 from support.cluster import hold
+from support.scoring import cluster
 
 CLASSES = st.dictionaries(
     st.tuples(st.sampled_from([0, 2000, 4000, 8000]), st.sampled_from([0, 110, 320, 470, 650, 810, 1000]),

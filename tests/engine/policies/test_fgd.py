@@ -23,8 +23,8 @@ from devshare.engine.policies.fgd import (
 from devshare.engine.scheduler import Scheduler
 from devshare.model.request import ContainerRequest, PodRequest
 from devshare.sim.replay import pod_request
-from engine.policies.scoring import cluster, pod, scores
 from support.cluster import gpu
+from support.scoring import cluster, pod, scores
 
 
 def test_fgd_share_takes_the_card_that_removes_fragmentation() -> None:
