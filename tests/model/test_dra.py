@@ -221,3 +221,16 @@ def test_pods_claims_gate_and_node_filter() -> None:
     assert f.allows("n", {"zone": "z1", "gpu": "a100"})
     assert not f.allows("n", {"zone": "z1", "gpu": "t4"}) and not f.allows("n", {"gpu": "a100"})
     assert dra.is_claim_record(dra.claim_record_key("ns", "c")) and not dra.is_claim_record("ns/pod")
+
+
+def test_a_templates_claims_are_read_from_its_spec_spec() -> None:
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": dra.CLASS_GPU}}]}}
+    requests, constraints = dra.template_devices({"spec": {"spec": spec}}, "ResourceClaimTemplate ns/t")
+    assert [alt.device_class for alts in requests for alt in alts] == [dra.CLASS_GPU] and constraints == ()
+    for bad in ("x", None, {}, {"spec": "y"}, {"spec": None}):
+        with pytest.raises(InvalidInput) as e:
+            dra.template_devices({"spec": bad}, "ResourceClaimTemplate ns/t")
+        assert str(e.value) == ("ResourceClaimTemplate ns/t: spec.spec must be a mapping, the spec of the "
+                                "ResourceClaims made from it (spec.spec.devices.requests)")
+    with pytest.raises(InvalidInput, match=r"ResourceClaimTemplate ns/t: spec\.spec\.devices: must be a mapping"):
+        dra.template_devices({"spec": {"spec": {"devices": []}}}, "ResourceClaimTemplate ns/t")

@@ -250,6 +250,16 @@ def parse_devices(spec: Any, where: str, path: str = "spec") -> tuple[tuple[tupl
     return parse_requests(devices, where, f"{path}.devices"), _constraints(devices, where, f"{path}.devices")
 
 
+def template_devices(obj: Any, where: str) -> tuple[tuple[tuple[Request, ...], ...], tuple[Constraint, ...]]:
+    """The requests and constraints of the ResourceClaims a ResourceClaimTemplate ``obj`` makes: its
+    ``spec.spec``, read as a claim's spec. Raises :class:`InvalidInput` (``where`` first) when it is not."""
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    if not isinstance(spec, dict) or not isinstance(spec.get("spec"), dict):
+        raise InvalidInput(f"{where}: spec.spec must be a mapping, the spec of the ResourceClaims made from it "
+                           "(spec.spec.devices.requests)")
+    return parse_devices(spec["spec"], where, "spec.spec")
+
+
 def parse_requests(devices: Any, where: str, path: str = "spec.devices") -> tuple[tuple[Request, ...], ...]:
     """The requests of a claim's (or template's) ``spec.devices``."""
     devices = _mapping_at(devices, f"{where}: {path}", "requests, constraints, config")

@@ -71,12 +71,8 @@ class DryRun:
             self.claims[claim.key] = obj
         else:
             key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
-            spec = obj.get("spec")
-            if not isinstance(spec, dict) or not isinstance(spec.get("spec"), dict):
-                raise InvalidInput(f"{kind} {key}: spec.spec must be a mapping, the spec of the ResourceClaims "
-                                   "made from it (spec.spec.devices.requests)", field=where)
             # read now, so a bad template is named with its place in the file, not when a pod uses it
-            _located(lambda s: dra.parse_devices(s, f"{kind} {key}", "spec.spec"), spec["spec"], where)
+            _located(lambda o: dra.template_devices(o, f"{kind} {key}"), obj, where)
             self.templates[key] = obj
 
     def start(self) -> None:

@@ -34,12 +34,7 @@ class ClaimSource(Protocol):
 def _classes(obj: dict[str, Any], where: str, *, template: bool) -> set[str]:
     """The DeviceClasses a ResourceClaim (``template``: a ResourceClaimTemplate, whose ``spec.spec`` is the
     claim's spec) asks. Raises InvalidInput naming the malformed field."""
-    if template:
-        spec = obj.get("spec")
-        requests, _ = dra.parse_devices(spec.get("spec") if isinstance(spec, dict) else spec, where,
-                                        "spec.spec" if isinstance(spec, dict) else "spec")
-    else:
-        requests, _ = dra.parse_devices(obj.get("spec"), where)
+    requests, _ = dra.template_devices(obj, where) if template else dra.parse_devices(obj.get("spec"), where)
     return {alt.device_class for alts in requests for alt in alts}
 
 
