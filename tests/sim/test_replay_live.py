@@ -12,8 +12,6 @@ stranded 3.8%)."""
 from __future__ import annotations
 
 import asyncio
-import http.client
-import json
 import time
 from typing import Any
 
@@ -28,6 +26,7 @@ from devshare.kube.memory import MemoryBackend
 from devshare.server.extender.serve import RUNTIME, ExtenderOptions, build_app
 from devshare.sim.replay import build_state, pod_request
 from devshare.sim.trace import MILLI, Trace, TraceNode, TracePod
+from support.kubescheduler import post
 from support.server import ServerThread
 
 SCHEDULER = "devshare-scheduler"
@@ -57,17 +56,6 @@ def pod_object(name: str, p: TracePod, scheduler: str) -> dict[str, Any]:
             "spec": {"schedulerName": scheduler,
                      "containers": [{"name": "main", "image": "x",
                                      "resources": {"requests": requests, "limits": limits}}]}}
-
-
-def post(port: int, path: str, body: dict[str, Any]) -> Any:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        assert resp.status == 200, resp.read()
-        return json.loads(resp.read())
-    finally:
-        conn.close()
 
 
 def spread_node(used: dict[str, int], nodes: list[TraceNode], p: TracePod) -> str | None:
@@ -140,17 +128,18 @@ def test_the_extender_places_a_trace_where_the_simulator_does(
             key = f"openb/{p.name}"
             until(lambda key=key: runtime.cluster.pending_pod(key) is not None, f"saw {p.name}")
             args = {"Pod": obj, "Nodes": None, "NodeNames": names}
-            passed = post(srv.port, "/filter", args)["NodeNames"] or []
+            passed = post(srv.port, "/filter", args, timeout=30)["NodeNames"] or []
             if sim is None:
                 assert passed == [], (p, passed)
                 continue
             assert sim.node in passed, (p, sim.node, passed)
-            prio = {h["Host"]: h["Score"] for h in post(srv.port, "/prioritize", {**args, "NodeNames": passed})}
+            ranked = post(srv.port, "/prioritize", {**args, "NodeNames": passed}, timeout=30)
+            prio = {h["Host"]: h["Score"] for h in ranked}
             best = [n for n in passed if prio[n] == max(prio.values())]
             # the simulator's node is kube-scheduler's choice: among the best-scored, the first in node order
             assert best[0] == sim.node, (p, sim.node, prio)
             out = post(srv.port, "/bind", {"PodName": p.name, "PodNamespace": "openb", "PodUID": f"uid-{p.name}",
-                                            "Node": sim.node})
+                                            "Node": sim.node}, timeout=30)
             assert not out.get("Error"), out
             cpu_used[sim.node] += p.cpu_milli
         live_gpu = sum(int(t.used_core.sum()) for k, t in runtime.state.tables.items() if k == "gpu")

@@ -15,8 +15,9 @@ from support.server import ServerThread
 from support.waiting import eventually_in_thread
 
 
-def post(port: int, path: str, body: dict[str, Any]) -> Any:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+def post(port: int, path: str, body: dict[str, Any], *, timeout: float = 10) -> Any:
+    """POST ``body`` as JSON to the extender on ``port``, as kube-scheduler does; its answer (200 asserted)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         resp = conn.getresponse()

@@ -10,9 +10,7 @@ until the test has its answer (A cannot learn of B's bind but by fencing)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from devshare.server.extender.serve import RUNTIME, ExtenderOptions, build_app
 from fakeapi.plugin import fake_api, fake_kubeconfig  # noqa: F401
 from fakeapi.server import FakeApiServer
 from support.extender import device, node, pod, running
+from support.kubescheduler import post
 from support.server import ServerThread
 from support.waiting import FAILSAFE, settled
 from support.waiting import eventually as until
@@ -60,13 +59,6 @@ class HeldWatch:
             yield ev
 
 
-def post(port: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())  # type: ignore[no-any-return]
-
-
 def bind_body(name: str) -> dict[str, str]:
     return {"PodName": name, "PodNamespace": "default", "PodUID": f"uid-default-{name}", "Node": "node-0"}
 
@@ -98,7 +90,7 @@ async def test_a_deposed_leader_does_not_serve_a_queued_bind(fake_api: FakeApiSe
 
             a.loop.call_soon_threadsafe(freeze)
             assert await asyncio.to_thread(frozen.wait, FAILSAFE)
-            queued = asyncio.ensure_future(asyncio.to_thread(post, a.port, "/bind", bind_body("p2")))
+            queued = asyncio.ensure_future(asyncio.to_thread(post, a.port, "/bind", bind_body("p2"), timeout=30))
 
             def b_took_over() -> bool:  # time passes while A is frozen: its Lease runs out for B
                 if not elector_b.is_leader:  # (in steps well within B's renew deadline: B binds once it leads)
